@@ -1,0 +1,44 @@
+"""Shared command-line handling of the tools: ``-c``/``-o`` parsing and clean error exits."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any, Callable, List, Optional, Sequence
+
+from ppdist.errors import ConfigError, PPDistError
+
+EXIT_CONFIG_ERROR = 2
+EXIT_RUNTIME_ERROR = 1
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    """``-c CFG [-o Key.sub=value ...]`` as in PaddleOCR's tools."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("-c", "--config", required=True, help="YAML config file")
+    parser.add_argument("-o", "--opt", nargs="+", action="append", default=[], metavar="KEY=VALUE",
+                        help="override config values, e.g. -o Global.epoch_num=10 Train.loader.num_workers=0")
+    parser.add_argument("-p", "--profiler_options", default=None,
+                        help="accepted for PaddleOCR compatibility; use tools/benchmark.py for profiling")
+    return parser
+
+
+def flat_overrides(groups: Sequence[Sequence[str]]) -> List[str]:
+    return [item for group in groups for item in group]
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback."""
+    try:
+        result = main()
+    except ConfigError as exc:
+        print(f"ppdist: config error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG_ERROR)
+    except PPDistError as exc:
+        logging.getLogger("ppdist").error("%s", exc)
+        print(f"ppdist: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_RUNTIME_ERROR)
+    except KeyboardInterrupt:
+        print("ppdist: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,3 @@
+"""Datasets, transforms, samplers and loaders."""
+import ppdist.data.rec  # noqa: F401  (registers SimpleDataSet, LMDBDataSet)
+import ppdist.data.transforms  # noqa: F401  (registers the transform ops)

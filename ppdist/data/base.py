@@ -1,0 +1,102 @@
+"""Dataset base class: per-sample seeding and bad-sample handling shared by every task."""
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from torch.utils.data import Dataset
+
+Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
+BAD_SAMPLES_KEY = "_bad_samples"
+
+
+@dataclass
+class BadSample:
+    """A sample that could not be used: where it came from and why."""
+
+    origin: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.origin}: {self.reason}"
+
+
+def sample_seed(base_seed: int, epoch: int, index: int) -> int:
+    """A 32-bit seed that depends on (seed, epoch, sample index) only.
+
+    Seeding the augmentation RNGs per sample makes the data stream independent of the
+    number of workers and of where a run was interrupted, so a resumed run sees exactly
+    the samples an uninterrupted run would, and every epoch / rank gets fresh randomness.
+    """
+    return zlib.crc32(np.array([base_seed, epoch, index], dtype=np.int64).tobytes())
+
+
+def apply_transforms(ops: Sequence[Transform], data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """Run ``ops`` in order; ``None`` from any op means the sample is unusable."""
+    for op in ops:
+        data = op(data)
+        if data is None:
+            return None
+    return data
+
+
+class BaseDataSet(Dataset):
+    """A dataset whose items are ``dict``s of numpy arrays after ``transforms``.
+
+    Subclasses implement ``__len__``, ``read(index) -> dict`` (raw sample, e.g.
+    ``{"image": bytes, "label": str}``; raise on failure) and ``origin(index) -> str``
+    (e.g. ``"train.txt:12 (imgs/a.jpg)"``) for messages.
+
+    Items are requested as ``(index, epoch, seed)`` tuples by ppdist's samplers (plain ints
+    also work). A sample that fails to read or transform is reported, never silently lost:
+    - mode ``"train"``: it is replaced by the next usable index and the failure travels with
+      the replacement under ``_bad_samples`` (batch shapes and DDP lockstep are kept);
+    - mode ``"eval"``: a ``BadSample`` is returned; ``collate`` drops it and reports it, so no
+      sample is ever counted twice in a metric.
+    """
+
+    max_replacement_tries = 16
+
+    def __init__(self, transforms: Sequence[Transform], mode: str = "train") -> None:
+        if mode not in ("train", "eval"):
+            raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+        self.ops = list(transforms)
+        self.mode = mode
+
+    def read(self, index: int) -> Dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def origin(self, index: int) -> str:  # pragma: no cover - abstract
+        return f"sample {index}"
+
+    def load(self, index: int) -> Union[Dict[str, Any], BadSample]:
+        """Read and transform one sample, or describe why it cannot be used."""
+        try:
+            data = apply_transforms(self.ops, self.read(index))
+        except Exception as exc:  # any reader/transform failure is a bad sample
+            return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")
+        if data is None:
+            return BadSample(self.origin(index), "rejected by a transform (unreadable image or invalid label)")
+        return data
+
+    def __getitem__(self, item: Union[int, Tuple[int, int, int]]) -> Union[Dict[str, Any], BadSample]:
+        index, epoch, seed = (item, 0, 0) if isinstance(item, (int, np.integer)) else item
+        index = int(index)
+        rng_seed = sample_seed(seed, epoch, index)
+        random.seed(rng_seed)
+        np.random.seed(rng_seed)
+        result = self.load(index)
+        if self.mode == "eval" or not isinstance(result, BadSample):
+            return result
+        bad: List[BadSample] = [result]
+        for step in range(1, self.max_replacement_tries + 1):
+            candidate = self.load((index + step) % len(self))
+            if not isinstance(candidate, BadSample):
+                candidate[BAD_SAMPLES_KEY] = [str(result)]  # neighbours report themselves
+                return candidate
+            bad.append(candidate)
+        return BadSample(self.origin(index), f"no usable sample within {self.max_replacement_tries} "
+                         f"neighbours; last error: {bad[-1]}")

@@ -1,0 +1,120 @@
+"""Build datasets and data loaders from a config section (Train / Eval)."""
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data._utils.collate import default_collate
+
+from ppdist.config import inject_globals, shared_global_values
+from ppdist.data.base import BAD_SAMPLES_KEY, BadSample
+from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
+from ppdist.registry import DATASETS, TRANSFORMS
+
+
+def build_transforms(ops_cfg: Optional[Sequence[Mapping[str, Any]]], config: Mapping[str, Any],
+                     where: str) -> List[Any]:
+    """Build a list of transform ops from ``[{OpName: params}, ...]`` with Global injection."""
+    shared = shared_global_values(config)
+    ops = []
+    for i, entry in enumerate(ops_cfg or []):
+        (name, params), = entry.items()
+        kwargs = inject_globals(TRANSFORMS, name, dict(params or {}), shared)
+        ops.append(TRANSFORMS.build(dict(kwargs, name=name), where=f"{where}[{i}].{name}"))
+    return ops
+
+
+def build_dataset(config: Mapping[str, Any], section: str, mode: str) -> Any:
+    """The dataset of ``config[section]`` with its transforms; ``mode`` is 'train' or 'eval'."""
+    cfg = dict(config[section]["dataset"])
+    ops = build_transforms(cfg.pop("transforms", None), config, f"{section}.dataset.transforms")
+    return DATASETS.build(cfg, where=f"{section}.dataset", transforms=ops, mode=mode,
+                          seed=int(config["Global"]["seed"]))
+
+
+def collate(samples: List[Any]) -> Dict[str, Any]:
+    """Stack dict samples into a batch; drop and report ``BadSample`` entries.
+
+    The returned batch always has ``_bad_samples``: descriptions of the samples that were
+    skipped or replaced in it (see ``BaseDataSet``).
+    """
+    bad: List[str] = []
+    good: List[Dict[str, Any]] = []
+    for sample in samples:
+        if isinstance(sample, BadSample):
+            bad.append(str(sample))
+            continue
+        bad.extend(sample.pop(BAD_SAMPLES_KEY, []))
+        good.append(sample)
+    batch: Dict[str, Any] = default_collate(good) if good else {}
+    batch[BAD_SAMPLES_KEY] = bad
+    return batch
+
+
+class WorkerInit:
+    """Seeds ``random``/``numpy``/``torch`` in each worker differently per rank and worker.
+
+    Samples are additionally re-seeded per (seed, epoch, index) by the dataset, which is
+    what makes augmentation independent of the worker count and exact across resumes.
+    """
+
+    def __init__(self, seed: int, rank: int) -> None:
+        self.seed = seed
+        self.rank = rank
+
+    def __call__(self, worker_id: int) -> None:
+        try:
+            import cv2
+
+            cv2.setNumThreads(0)
+        except ImportError:  # pragma: no cover
+            pass
+        torch.set_num_threads(1)
+        # torch gives every worker a fresh base seed each time the workers (re)start
+        worker_seed = (torch.initial_seed() + 1000003 * self.rank + worker_id) % 2**32
+        random.seed(worker_seed)
+        np.random.seed(worker_seed)
+
+
+def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: int = 0,
+                     world_size: int = 1, device_type: str = "cpu") -> DataLoader:
+    """A DataLoader over ``config[section]`` with ppdist's samplers and collate."""
+    dataset = build_dataset(config, section, mode)
+    loader_cfg = config[section]["loader"]
+    seed = int(config["Global"]["seed"])
+    batch_size = int(loader_cfg["batch_size_per_card"])
+    if mode == "train":
+        sampler: Any = TrainBatchSampler(len(dataset), batch_size, rank, world_size,
+                                         shuffle=bool(loader_cfg["shuffle"]),
+                                         drop_last=bool(loader_cfg["drop_last"]), seed=seed)
+        if len(sampler) == 0:
+            from ppdist.errors import DataError
+
+            raise DataError(f"{section}: {len(dataset)} samples over {world_size} process(es) give no full "
+                            f"batch of {batch_size}; lower {section}.loader.batch_size_per_card or set drop_last: false")
+    else:
+        sampler = EvalBatchSampler(len(dataset), batch_size, rank, world_size, seed=seed)
+    workers = int(loader_cfg["num_workers"])
+    generator = torch.Generator()
+    generator.manual_seed(seed + rank)  # keep the global RNG untouched by loader start-up
+    kwargs: Dict[str, Any] = {}
+    if workers > 0:
+        persistent = loader_cfg.get("persistent_workers")
+        kwargs["persistent_workers"] = True if persistent is None else bool(persistent)
+        if loader_cfg.get("prefetch_factor") is not None:
+            kwargs["prefetch_factor"] = int(loader_cfg["prefetch_factor"])
+    pin = loader_cfg.get("pin_memory")
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=workers,
+        collate_fn=collate,
+        pin_memory=(device_type == "cuda") if pin is None else bool(pin),
+        worker_init_fn=WorkerInit(seed, rank),
+        generator=generator,
+        **kwargs,
+    )

@@ -1,0 +1,236 @@
+"""Synthetic datasets for tests, demos and smoke training runs.
+
+``generate_rec_dataset`` renders random text lines with real fonts into a PaddleOCR
+``SimpleDataSet`` layout::
+
+    out_dir/images/train/00000000.jpg   out_dir/train.txt   ("images/train/00000000.jpg\\tLabel")
+    out_dir/images/val/00000000.jpg     out_dir/val.txt
+
+Validation strings never occur in the training set (compared case-insensitively).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from functools import lru_cache
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import cv2
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+FONT_ROOT = "/usr/share/fonts"
+PREFERRED_FACES = (
+    "DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
+    "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf",
+    "DejaVuSans-Oblique.ttf", "DejaVuSerif-Italic.ttf",
+)
+AMBIGUOUS_UPPER = frozenset("ilo")  # their capitals look like "l", "I"/"1" and "0" in some faces
+FONT_SIZES = tuple(range(22, 31))  # pixels; with the padding below images are ~30-48 px high
+
+
+def find_fonts(root: str = FONT_ROOT) -> List[str]:
+    """Paths of a few DejaVu faces under ``root`` (preferred faces first), or [] if none."""
+    found: Dict[str, str] = {}
+    if os.path.isdir(root):
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.startswith("DejaVu") and name.endswith(".ttf"):
+                    found.setdefault(name, os.path.join(dirpath, name))
+    return [found[name] for name in PREFERRED_FACES if name in found]
+
+
+@lru_cache(maxsize=None)
+def _font(path: Optional[str], size: int) -> ImageFont.FreeTypeFont:
+    if path is None:
+        return ImageFont.load_default(size=size)
+    return ImageFont.truetype(path, size)
+
+
+def _random_strings(rng: np.random.Generator, count: int, charset: str, min_len: int,
+                    max_len: int, exclude: Set[str]) -> List[str]:
+    """``count`` random strings whose lower-cased form is not in ``exclude``."""
+    chars = np.array(list(charset))
+    out: List[str] = []
+    tries = 0
+    while len(out) < count:
+        tries += 1
+        if tries > 50 * count + 1000:
+            raise ValueError(f"cannot draw {count} strings outside the training set from charset of "
+                             f"{len(charset)} characters, lengths {min_len}-{max_len}")
+        n = int(rng.integers(min_len, max_len + 1))
+        text = "".join(chars[rng.integers(0, len(chars), n)])
+        if text.lower() in exclude:
+            continue
+        out.append(text)
+    return out
+
+
+def _vary_case(rng: np.random.Generator, text: str, upper_prob: float) -> str:
+    """Upper-case a random subset of letters (whole words sometimes, for realism)."""
+    mode = rng.random()
+    if mode < 0.15:
+        return text.upper()
+    if mode < 0.3:
+        return text[:1].upper() + text[1:]
+    flips = rng.random(len(text)) < upper_prob
+    return "".join(c.upper() if f else c for c, f in zip(text, flips))
+
+
+def _vary_case_safe(rng: np.random.Generator, text: str, upper_prob: float) -> str:
+    """``_vary_case`` but never upper-cases i, l, o: "I" vs "l" and "O" vs "0" are ambiguous."""
+    varied = _vary_case(rng, text, upper_prob)
+    return "".join(b if b in AMBIGUOUS_UPPER else v for v, b in zip(varied, text))
+
+
+def _colours(rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
+    """Background and foreground BGR colours whose luminances differ by at least 90."""
+    bg_lum = rng.uniform(0, 255)
+    if bg_lum > 127:
+        fg_lum = rng.uniform(0, bg_lum - 90)
+    else:
+        fg_lum = rng.uniform(bg_lum + 90, 255)
+    tint_bg = rng.uniform(-35, 35, 3)
+    tint_fg = rng.uniform(-35, 35, 3)
+    bg = np.clip(bg_lum + tint_bg - tint_bg.mean(), 0, 255)
+    fg = np.clip(fg_lum + tint_fg - tint_fg.mean(), 0, 255)
+    return bg.astype(np.float32), fg.astype(np.float32)
+
+
+def render_text_line(text: str, rng: np.random.Generator, fonts: Sequence[Optional[str]]) -> np.ndarray:
+    """A BGR uint8 image of ``text``: random face, size, padding, colours, tilt, blur, noise."""
+    font = _font(fonts[int(rng.integers(len(fonts)))], int(rng.choice(FONT_SIZES)))
+    ascent, descent = font.getmetrics()
+    left, _, right, _ = font.getbbox(text)
+    pad_l, pad_r = (int(v) for v in rng.integers(1, 10, 2))
+    pad_t, pad_b = (int(v) for v in rng.integers(2, 8, 2))
+    text_w = int(right - min(left, 0))
+    angle = rng.uniform(-2.5, 2.5) if rng.random() < 0.3 else 0.0  # mild tilt
+    lift = int(np.ceil(abs(np.tan(np.radians(angle))) * (text_w / 2.0 + pad_l)))  # keeps ends inside
+    width = text_w + pad_l + pad_r
+    height = int(ascent + descent) + pad_t + pad_b + 2 * lift
+    mask_img = Image.new("L", (width, height), 0)
+    ImageDraw.Draw(mask_img).text((pad_l - min(left, 0), pad_t + lift), text, fill=255, font=font)
+    mask = np.asarray(mask_img, dtype=np.float32) * (1.0 / 255.0)
+    if angle:
+        rot = cv2.getRotationMatrix2D((width / 2.0, height / 2.0), angle, 1.0)
+        mask = cv2.warpAffine(mask, rot, (width, height), flags=cv2.INTER_LINEAR,
+                              borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    bg, fg = _colours(rng)
+    if rng.random() < 0.3:  # horizontal background gradient
+        ramp = np.linspace(0.0, rng.uniform(-40, 40), width, dtype=np.float32)[None, :, None]
+        background = bg[None, None, :] + ramp
+    else:
+        background = np.broadcast_to(bg[None, None, :], (1, 1, 3))
+    img = background + (fg - background) * mask[:, :, None]
+    if rng.random() < 0.5:
+        img = cv2.GaussianBlur(img, (0, 0), float(rng.uniform(0.4, 1.1)))
+    sigma = rng.uniform(0.0, 8.0)
+    if sigma > 1.0:  # luminance noise (one plane shared by the three channels: cheap)
+        img = img + sigma * rng.standard_normal((height, width, 1), dtype=np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def _write_split(root: str, split: str, strings: List[str], seed: int, split_id: int,
+                 fonts: Sequence[Optional[str]], upper_prob: float) -> None:
+    img_dir = os.path.join(root, "images", split)
+    os.makedirs(img_dir)
+    lines = []
+    params = [cv2.IMWRITE_JPEG_QUALITY, 95]
+    for i, base in enumerate(strings):
+        rng = np.random.default_rng([seed & 0xFFFFFFFF, split_id, i])
+        text = _vary_case_safe(rng, base, upper_prob) if upper_prob > 0 else base
+        img = render_text_line(text, rng, fonts)
+        rel = f"images/{split}/{i:08d}.jpg"
+        ok, buf = cv2.imencode(".jpg", img, params)
+        if not ok:
+            raise RuntimeError(f"could not encode {rel}")
+        with open(os.path.join(root, rel), "wb") as handle:
+            handle.write(buf.tobytes())
+        lines.append(f"{rel}\t{text}\n")
+    with open(os.path.join(root, f"{split}.txt"), "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(lines)
+
+
+def generate_rec_dataset(out_dir: str, num_train: int, num_val: int, seed: int = 0,
+                         min_len: int = 3, max_len: int = 8,
+                         charset: str = "0123456789abcdefghijklmnopqrstuvwxyz") -> dict:
+    """Render a text-recognition dataset into ``out_dir`` (skipped if ``out_dir/train.txt`` exists).
+
+    Deterministic for a seed. When ``charset`` has lower-case letters but no upper-case ones,
+    some letters are rendered in upper case and the label is the exact rendered string (the
+    default-dictionary CTC encoder lower-cases it). Built in a temporary directory beside
+    ``out_dir`` and renamed into place, so a half-written dataset is never visible.
+    Returns a summary dict.
+    """
+    if not 1 <= min_len <= max_len:
+        raise ValueError(f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
+    if not charset or any(c in "\t\n\r" for c in charset):
+        raise ValueError("charset must be non-empty and hold no tab or newline")
+    if num_train < 0 or num_val < 0:
+        raise ValueError("num_train and num_val must be >= 0")
+    out_dir = os.path.abspath(out_dir)
+    train_txt = os.path.join(out_dir, "train.txt")
+    fonts: List[Optional[str]] = list(find_fonts()) or [None]
+    font_names = [os.path.basename(f) if f else "pillow-default" for f in fonts]
+    summary = {"task": "rec", "out_dir": out_dir, "seed": seed, "fonts": font_names}
+    if os.path.exists(train_txt):
+        return _skipped(summary, out_dir)
+
+    start = time.perf_counter()
+    upper_prob = 0.25 if (any(c.islower() for c in charset) and not any(c.isupper() for c in charset)) else 0.0
+    rng = np.random.default_rng(seed & 0xFFFFFFFF)
+    train = _random_strings(rng, num_train, charset, min_len, max_len, exclude=set())
+    val = _random_strings(rng, num_val, charset, min_len, max_len, exclude={s.lower() for s in train})
+
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
+    try:
+        _write_split(tmp, "train", train, seed, 0, fonts, upper_prob)
+        _write_split(tmp, "val", val, seed, 1, fonts, upper_prob)
+        os.chmod(tmp, 0o755)
+        _move_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.exists(train_txt):  # another process finished first: use its data
+            return _skipped(summary, out_dir)
+        raise
+    seconds = time.perf_counter() - start
+    total = num_train + num_val
+    summary.update(skipped=False, num_train=num_train, num_val=num_val, seconds=round(seconds, 3),
+                   images_per_second=round(total / seconds, 1) if seconds > 0 else None)
+    return summary
+
+
+def _move_into_place(tmp: str, out_dir: str) -> None:
+    """Rename ``tmp`` to ``out_dir``; an existing empty ``out_dir`` is replaced."""
+    if os.path.isdir(out_dir) and not os.listdir(out_dir):
+        try:
+            os.rmdir(out_dir)
+        except OSError:
+            pass
+    elif os.path.exists(out_dir):
+        if os.path.exists(os.path.join(out_dir, "train.txt")):
+            raise FileExistsError(out_dir)  # a concurrent generator won; caller falls back
+        raise FileExistsError(f"{out_dir} exists, is not empty and holds no train.txt; "
+                              "remove it or choose another --out")
+    os.rename(tmp, out_dir)
+
+
+def _skipped(summary: dict, out_dir: str) -> dict:
+    val_txt = os.path.join(out_dir, "val.txt")
+    summary.update(skipped=True, num_train=_count_lines(os.path.join(out_dir, "train.txt")),
+                   num_val=_count_lines(val_txt) if os.path.exists(val_txt) else 0)
+    return summary
+
+
+GENERATORS: Dict[str, Callable[..., dict]] = {"rec": generate_rec_dataset}

@@ -1,0 +1,1 @@
+"""The shared trainer, evaluator, checkpointing and distributed helpers."""

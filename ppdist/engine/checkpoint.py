@@ -1,0 +1,124 @@
+"""Atomic checkpoint files, safe loading, RNG-state capture and pretrained-weight loading.
+
+A checkpoint is one ``<name>.pt`` file written by global rank 0 as ``<name>.pt.tmp`` then
+``os.replace``d, so a kill at any moment leaves either the old or the new file. Files are
+read with ``torch.load(weights_only=True)``: only tensors and plain Python containers.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from ppdist.errors import CheckpointError
+
+logger = logging.getLogger("ppdist")
+SUFFIX = ".pt"
+
+
+def checkpoint_path(prefix_or_path: str) -> str:
+    """``output/x/best_accuracy`` or ``.../best_accuracy.pt`` -> the existing ``.pt`` path."""
+    candidates = [prefix_or_path] if prefix_or_path.endswith(SUFFIX) else [prefix_or_path + SUFFIX, prefix_or_path]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise CheckpointError(f"checkpoint not found: {prefix_or_path} (looked for {', '.join(candidates)})")
+
+
+def save_atomic(obj: Mapping[str, Any], path: str) -> None:
+    """``torch.save`` to ``path.tmp``, flush to disk, then atomically replace ``path``."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as handle:
+        torch.save(dict(obj), handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def load_file(path: str) -> Dict[str, Any]:
+    """Load a checkpoint or state dict safely (``weights_only=True``) onto the CPU."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"cannot load {path}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a dict (got {type(data).__name__})")
+    return data
+
+
+# --------------------------------------------------------------------------- RNG states
+def capture_rng_state() -> Dict[str, Any]:
+    """This process's torch / CUDA / numpy / python RNG states as weights_only-safe values."""
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    state: Dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]),
+                  int(np_state[3]), float(np_state[4])],
+        "python": [py_state[0], list(py_state[1]), py_state[2]],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Inverse of ``capture_rng_state``."""
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+# --------------------------------------------------------------------------- weights
+def extract_model_state(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The model weights inside a ppdist checkpoint, or the dict itself if it is a state dict."""
+    if "model" in data and isinstance(data["model"], Mapping):
+        return data["model"]
+    if "state_dict" in data and isinstance(data["state_dict"], Mapping):
+        return data["state_dict"]
+    return data
+
+
+def load_matching_weights(model: nn.Module, state: Mapping[str, Any], source: str) -> Tuple[List[str], List[str], List[str]]:
+    """Copy the tensors whose name and shape match; return (loaded, mismatched, missing).
+
+    Shape mismatches (e.g. a new dictionary size in the head) and missing or unexpected
+    keys are listed in the log, never raised, as PaddleOCR's ``pretrained_model`` does.
+    """
+    own = model.state_dict()
+    loaded, mismatched = [], []
+    filtered = {}
+    for key, value in state.items():
+        key = key[7:] if key.startswith("module.") else key
+        if key not in own or not isinstance(value, torch.Tensor):
+            continue
+        if tuple(own[key].shape) != tuple(value.shape):
+            mismatched.append(f"{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}")
+            continue
+        filtered[key] = value
+        loaded.append(key)
+    missing = [k for k in own if k not in filtered]
+    model.load_state_dict(filtered, strict=False)
+    logger.info("loaded %d/%d tensors from %s", len(loaded), len(own), source)
+    for line in mismatched:
+        logger.warning("skipped (shape mismatch) %s", line)
+    if missing:
+        logger.warning("not in %s, kept as initialised (%d): %s", source, len(missing),
+                       ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""))
+    return loaded, mismatched, missing
+
+
+def load_pretrained(model: nn.Module, path: str) -> None:
+    """``Global.pretrained_model``: weights only, shape mismatches skipped and listed."""
+    data = load_file(checkpoint_path(path))
+    load_matching_weights(model, extract_model_state(data), path)

@@ -1,0 +1,88 @@
+"""Evaluation on all ranks with exact, unpadded shards and a gather of metric states."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ppdist.data.base import BAD_SAMPLES_KEY
+from ppdist.engine.dist import DistEnv, all_gather_object
+from ppdist.metrics.base import Metric
+
+logger = logging.getLogger("ppdist")
+
+
+def move_to_device(batch: Mapping[str, Any], device: torch.device) -> Dict[str, Any]:
+    """Tensors of ``batch`` on ``device`` (non-blocking); other values unchanged."""
+    non_blocking = device.type == "cuda"
+    return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
+
+
+def batch_size_of(batch: Mapping[str, Any]) -> int:
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and not key.startswith("_"):
+            return int(value.shape[0])
+    return 0
+
+
+class Evaluator:
+    """Runs ``model`` over this rank's eval shard and merges the metric over all ranks.
+
+    Every rank evaluates its contiguous shard with no collective inside the loop (ranks may
+    hold different numbers of batches), then the metric states are all-gathered in rank
+    order and merged, so every rank returns exactly the single-process numbers.
+    """
+
+    def __init__(self, loader: Iterable[Mapping[str, Any]], postprocess: Callable[..., Any], metric: Metric,
+                 env: DistEnv, autocast: Callable[[], Any] = contextlib.nullcontext) -> None:
+        self.loader = loader
+        self.postprocess = postprocess
+        self.metric = metric
+        self.env = env
+        self.autocast = autocast
+        self.last_fps = 0.0
+        self.last_bad: List[str] = []
+
+    @torch.no_grad()
+    def run(self, model: nn.Module, desc: str = "eval") -> Dict[str, float]:
+        was_training = model.training
+        model.eval()
+        self.metric.reset()
+        bad: List[str] = []
+        samples = 0
+        start = time.perf_counter()
+        bar = tqdm(total=len(self.loader), desc=desc, disable=not self.env.is_main, dynamic_ncols=True,
+                   leave=False, mininterval=2.0)
+        for batch in self.loader:
+            bad.extend(batch.pop(BAD_SAMPLES_KEY, []))
+            bar.update(1)
+            size = batch_size_of(batch)
+            if size == 0:
+                continue
+            batch = move_to_device(batch, self.env.device)
+            with self.autocast():
+                preds = model(batch)
+            results = self.postprocess(preds, batch)
+            self.metric.update(results, batch)
+            samples += size
+        bar.close()
+        elapsed = time.perf_counter() - start
+        gathered = all_gather_object({"state": self.metric.state(), "bad": bad, "samples": samples,
+                                      "elapsed": elapsed}, self.env)
+        self.metric.load_states([g["state"] for g in gathered])
+        metrics = self.metric.compute()
+        total = sum(g["samples"] for g in gathered)
+        self.last_bad = [b for g in gathered for b in g["bad"]]
+        self.last_fps = total / max(max(g["elapsed"] for g in gathered), 1e-9)
+        for line in self.last_bad:
+            logger.warning("eval: skipped bad sample %s", line)
+        if self.last_bad:
+            logger.warning("eval: %d bad sample(s) skipped, %d evaluated", len(self.last_bad), total)
+        model.train(was_training)
+        return metrics

@@ -1,0 +1,84 @@
+"""Rank-aware logging in PaddleOCR's shape, smoothed values and TensorBoard scalars."""
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import os
+import statistics
+import sys
+from typing import Any, Dict, Mapping, Optional
+
+LOGGER_NAME = "ppdist"
+
+
+def setup_logger(log_file: Optional[str] = None, rank: int = 0) -> logging.Logger:
+    """The ``ppdist`` logger: console + ``log_file`` on rank 0, errors only elsewhere."""
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(logging.INFO if rank == 0 else logging.ERROR)
+    logger.propagate = False
+    formatter = logging.Formatter("[%(asctime)s] ppdist %(levelname)s: %(message)s", "%Y/%m/%d %H:%M:%S")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(formatter)
+    logger.addHandler(console)
+    if log_file and rank == 0:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        file_handler = logging.FileHandler(log_file, mode="a", encoding="utf-8")
+        file_handler.setFormatter(formatter)
+        logger.addHandler(file_handler)
+    return logger
+
+
+class SmoothedValues:
+    """Median over the last ``window`` values of each named scalar (PaddleOCR's log style)."""
+
+    def __init__(self, window: int = 20) -> None:
+        self.window = window
+        self.values: Dict[str, collections.deque] = {}
+
+    def update(self, items: Mapping[str, float]) -> None:
+        for key, value in items.items():
+            self.values.setdefault(key, collections.deque(maxlen=self.window)).append(float(value))
+
+    def medians(self) -> Dict[str, float]:
+        return {k: statistics.median(v) for k, v in self.values.items() if v}
+
+
+def format_eta(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=int(max(0.0, seconds))))
+
+
+def format_train_line(epoch: int, epoch_num: int, global_step: int, lr: float, values: Mapping[str, float],
+                      reader_cost: float, batch_cost: float, samples: float, eta_s: float,
+                      extra: str = "") -> str:
+    """``epoch: [1/72], global_step: 200, lr: 0.000500, loss: 3.21, ..., eta: 0:12:31``."""
+    parts = [f"epoch: [{epoch}/{epoch_num}]", f"global_step: {global_step}", f"lr: {lr:.6f}"]
+    parts += [f"{k}: {v:.6f}" for k, v in values.items()]
+    ips = samples / batch_cost if batch_cost > 0 else 0.0
+    parts += [f"avg_reader_cost: {reader_cost:.5f} s", f"avg_batch_cost: {batch_cost:.5f} s",
+              f"avg_samples: {samples:g}", f"ips: {ips:.5f} samples/s", f"eta: {format_eta(eta_s)}"]
+    line = ", ".join(parts)
+    return f"{line}, {extra}" if extra else line
+
+
+class ScalarWriter:
+    """TensorBoard scalars on rank 0 when enabled; a no-op otherwise."""
+
+    def __init__(self, log_dir: Optional[str]) -> None:
+        self.writer: Any = None
+        if log_dir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=log_dir)
+
+    def add_scalars(self, prefix: str, values: Mapping[str, float], step: int) -> None:
+        if self.writer is not None:
+            for key, value in values.items():
+                self.writer.add_scalar(f"{prefix}/{key}", float(value), step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

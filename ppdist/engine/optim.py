@@ -1,0 +1,240 @@
+"""Optimizers, L2 regularizer and per-iteration LR schedules with PaddleOCR's names.
+
+``Optimizer: {name: Adam, beta1, beta2, epsilon, lr: {name: Cosine, learning_rate,
+warmup_epoch}, regularizer: {name: L2, factor}, clip_norm | clip_norm_global}``.
+
+Schedules are closed-form functions of the global step (stepped once per iteration), so
+their state is one integer and a resume restores them exactly. ``step_each_epoch`` is the
+number of per-card iterations of one epoch, as in PaddleOCR.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ppdist.errors import ConfigError
+from ppdist.registry import LR_SCHEDULERS, OPTIMIZERS, REGULARIZERS
+
+OPTIMIZER_COMMON_KEYS = ("lr", "regularizer", "clip_norm", "clip_norm_global")
+
+
+# --------------------------------------------------------------------------- regularizers
+@REGULARIZERS.register(name="L2")
+class L2Decay:
+    """Coupled L2: ``factor * param`` is added to the gradient (Paddle's L2Decay)."""
+
+    def __init__(self, factor: float = 0.0) -> None:
+        self.factor = float(factor)
+
+
+# --------------------------------------------------------------------------- optimizers
+@OPTIMIZERS.register(name="Adam")
+def adam(params: List[Dict[str, Any]], beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
+         amsgrad: bool = False) -> torch.optim.Optimizer:
+    """Adam with coupled L2 (the regularizer's factor becomes each group's ``weight_decay``)."""
+    return torch.optim.Adam(params, lr=0.0, betas=(beta1, beta2), eps=epsilon, amsgrad=amsgrad)
+
+
+@OPTIMIZERS.register(name="AdamW")
+def adamw(params: List[Dict[str, Any]], beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
+          weight_decay: float = 0.01, no_weight_decay_name: Optional[str] = None,
+          one_dim_param_no_weight_decay: bool = False) -> torch.optim.Optimizer:
+    """AdamW with decoupled weight decay; names listed in ``no_weight_decay_name`` (space
+    separated substrings) and, optionally, 1-D parameters get none (PaddleOCR's options)."""
+    skip = (no_weight_decay_name or "").split()
+    for group in params:
+        group["weight_decay"] = weight_decay
+    out: List[Dict[str, Any]] = []
+    for group in params:
+        decayed, plain = [], []
+        for name, p in zip(group["names"], group["params"]):
+            exempt = any(s in name for s in skip) or (one_dim_param_no_weight_decay and p.ndim <= 1)
+            (plain if exempt else decayed).append((name, p))
+        for members, wd in ((decayed, weight_decay), (plain, 0.0)):
+            if members:
+                out.append({"params": [p for _, p in members], "names": [n for n, _ in members], "weight_decay": wd})
+    return torch.optim.AdamW(out, lr=0.0, betas=(beta1, beta2), eps=epsilon)
+
+
+def _sgd(params: List[Dict[str, Any]], momentum: float, use_nesterov: bool) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.0, momentum=momentum, nesterov=use_nesterov and momentum > 0)
+
+
+@OPTIMIZERS.register(name="Momentum")
+def momentum_sgd(params: List[Dict[str, Any]], momentum: float = 0.9, use_nesterov: bool = False) -> torch.optim.Optimizer:
+    """Paddle's Momentum: v = m*v + g; p -= lr*v (torch SGD without dampening)."""
+    return _sgd(params, momentum, use_nesterov)
+
+
+@OPTIMIZERS.register(name="SGD")
+def sgd(params: List[Dict[str, Any]], momentum: float = 0.0, use_nesterov: bool = False) -> torch.optim.Optimizer:
+    """Plain SGD (optionally with momentum)."""
+    return _sgd(params, momentum, use_nesterov)
+
+
+# --------------------------------------------------------------------------- LR schedules
+class LRSchedule:
+    """A learning rate as a function of the iteration; ``warmup_epoch`` ramps linearly from 0."""
+
+    def __init__(self, learning_rate: float, step_each_epoch: int, warmup_epoch: float = 0) -> None:
+        self.base_lr = float(learning_rate)
+        self.step_each_epoch = int(step_each_epoch)
+        self.warmup_steps = int(round(warmup_epoch * step_each_epoch))
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.base_lr * step / self.warmup_steps
+        return self.after_warmup(step - self.warmup_steps)
+
+    def after_warmup(self, step: int) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@LR_SCHEDULERS.register(name="Const")
+class ConstLR(LRSchedule):
+    """A constant learning rate (also used when ``lr`` is a plain number)."""
+
+    def __init__(self, learning_rate: float, step_each_epoch: int, warmup_epoch: float = 0, epochs: int = 0) -> None:
+        super().__init__(learning_rate, step_each_epoch, warmup_epoch)
+
+    def after_warmup(self, step: int) -> float:
+        return self.base_lr
+
+
+@LR_SCHEDULERS.register(name="Cosine")
+class CosineLR(LRSchedule):
+    """Cosine annealing to 0 over ``epochs * step_each_epoch`` iterations (after warmup)."""
+
+    def __init__(self, learning_rate: float, epochs: int, step_each_epoch: int, warmup_epoch: float = 0,
+                 eta_min: float = 0.0) -> None:
+        super().__init__(learning_rate, step_each_epoch, warmup_epoch)
+        self.total = max(1, epochs * step_each_epoch)
+        self.eta_min = float(eta_min)
+
+    def after_warmup(self, step: int) -> float:
+        return self.eta_min + (self.base_lr - self.eta_min) * 0.5 * (1 + math.cos(math.pi * min(step, self.total) / self.total))
+
+
+@LR_SCHEDULERS.register(name="Linear")
+class LinearLR(LRSchedule):
+    """Polynomial decay (power 1 = linear) to ``end_lr`` over ``epochs * step_each_epoch``."""
+
+    def __init__(self, learning_rate: float, epochs: int, step_each_epoch: int, end_lr: float = 0.0,
+                 power: float = 1.0, warmup_epoch: float = 0) -> None:
+        super().__init__(learning_rate, step_each_epoch, warmup_epoch)
+        self.total = max(1, epochs * step_each_epoch)
+        self.end_lr = float(end_lr)
+        self.power = float(power)
+
+    def after_warmup(self, step: int) -> float:
+        frac = 1.0 - min(step, self.total) / self.total
+        return (self.base_lr - self.end_lr) * frac ** self.power + self.end_lr
+
+
+@LR_SCHEDULERS.register(name="Piecewise")
+class PiecewiseLR(LRSchedule):
+    """``values[i]`` until epoch ``decay_epochs[i]`` (boundaries in epochs, applied per iteration)."""
+
+    def __init__(self, step_each_epoch: int, decay_epochs: List[int], values: List[float], warmup_epoch: float = 0,
+                 epochs: int = 0) -> None:
+        if len(values) != len(decay_epochs) + 1:
+            raise ConfigError(f"Optimizer.lr: Piecewise needs len(values) == len(decay_epochs) + 1, "
+                              f"got {len(values)} values and {len(decay_epochs)} boundaries")
+        super().__init__(values[0], step_each_epoch, warmup_epoch)
+        self.boundaries = [int(e * step_each_epoch) for e in decay_epochs]
+        self.values = [float(v) for v in values]
+
+    def after_warmup(self, step: int) -> float:
+        return self.values[bisect.bisect_right(self.boundaries, step + self.warmup_steps)]
+
+
+class IterScheduler:
+    """Sets every param group's lr from an ``LRSchedule`` at each ``step()`` (per iteration)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, schedule: LRSchedule) -> None:
+        self.optimizer = optimizer
+        self.schedule = schedule
+        self.last_step = 0
+        self._apply()
+
+    def _apply(self) -> None:
+        lr = self.schedule.lr_at(self.last_step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_mult", 1.0)
+
+    def step(self) -> None:
+        self.last_step += 1
+        self._apply()
+
+    def get_lr(self) -> float:
+        return self.schedule.lr_at(self.last_step)
+
+    def state_dict(self) -> Dict[str, int]:
+        return {"last_step": self.last_step}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.last_step = int(state["last_step"])
+        self._apply()
+
+
+# --------------------------------------------------------------------------- building
+def _param_groups(model: nn.Module, default_decay: float) -> List[Dict[str, Any]]:
+    """Group trainable parameters by their L2 factor (``param.regularizer_factor`` overrides)."""
+    groups: Dict[float, Dict[str, Any]] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        factor = float(getattr(param, "regularizer_factor", default_decay))
+        group = groups.setdefault(factor, {"params": [], "names": [], "weight_decay": factor})
+        group["params"].append(param)
+        group["names"].append(name)
+    return list(groups.values())
+
+
+def build_lr_schedule(lr_cfg: Any, epochs: int, step_each_epoch: int) -> LRSchedule:
+    """An ``LRSchedule`` from ``Optimizer.lr`` (a number or ``{name, learning_rate, ...}``)."""
+    if not isinstance(lr_cfg, Mapping):
+        return ConstLR(float(lr_cfg), step_each_epoch)
+    entry = dict(lr_cfg)
+    entry.setdefault("name", "Const")
+    name = entry["name"]
+    accepted, _ = LR_SCHEDULERS.accepted_keys(name)
+    extra = {k: v for k, v in (("epochs", epochs), ("step_each_epoch", step_each_epoch)) if k in accepted}
+    return LR_SCHEDULERS.build(entry, where="Optimizer.lr", **extra)
+
+
+def build_optimizer(opt_cfg: Mapping[str, Any], model: nn.Module, epochs: int,
+                    step_each_epoch: int) -> Tuple[torch.optim.Optimizer, IterScheduler]:
+    """Optimizer and per-iteration scheduler from the ``Optimizer`` section."""
+    reg_cfg = opt_cfg.get("regularizer") or None
+    default_decay = 0.0
+    if reg_cfg:
+        default_decay = REGULARIZERS.build(dict(reg_cfg), where="Optimizer.regularizer").factor
+    groups = _param_groups(model, default_decay)
+    if not groups:
+        raise ConfigError("the model has no trainable parameters")
+    kwargs = {k: v for k, v in opt_cfg.items() if k not in OPTIMIZER_COMMON_KEYS}
+    optimizer = OPTIMIZERS.build(kwargs, where="Optimizer", params=groups)
+    schedule = build_lr_schedule(opt_cfg["lr"], epochs, step_each_epoch)
+    return optimizer, IterScheduler(optimizer, schedule)
+
+
+def clip_gradients(model: nn.Module, opt_cfg: Mapping[str, Any], global_clip: Optional[float]) -> Optional[float]:
+    """Apply ``clip_norm`` (per tensor) and the global-norm clip; return the global norm if clipped."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    per_tensor = opt_cfg.get("clip_norm")
+    if per_tensor:
+        for p in params:
+            torch.nn.utils.clip_grad_norm_([p], float(per_tensor))
+    max_norm = opt_cfg.get("clip_norm_global") or global_clip
+    if max_norm:
+        return float(torch.nn.utils.clip_grad_norm_(params, float(max_norm)))
+    return None
+
+
+def needs_clipping(opt_cfg: Mapping[str, Any], global_clip: Optional[float]) -> bool:
+    return bool(opt_cfg.get("clip_norm") or opt_cfg.get("clip_norm_global") or global_clip)

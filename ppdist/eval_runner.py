@@ -1,0 +1,41 @@
+"""Evaluate saved weights on the config's Eval set (the body of ``tools/eval.py``)."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Mapping
+
+from ppdist.builder import build_metric, build_model, build_postprocess
+from ppdist.data.build import build_dataloader
+from ppdist.engine import checkpoint as ckpt
+from ppdist.engine.dist import DistEnv
+from ppdist.engine.evaluator import Evaluator
+from ppdist.engine.trainer import make_autocast
+from ppdist.errors import ConfigError
+
+logger = logging.getLogger("ppdist")
+
+
+def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, float]:
+    """Metrics of ``Global.checkpoints`` (or ``pretrained_model``); EMA weights when saved."""
+    glob = config["Global"]
+    source = glob["checkpoints"] or glob["pretrained_model"]
+    if not source or source == "auto":
+        raise ConfigError("tools/eval.py needs the weights: -o Global.checkpoints=path/to/best_accuracy")
+    if not config.get("Eval"):
+        raise ConfigError("missing required section Eval")
+    model = build_model(config)
+    data = ckpt.load_file(ckpt.checkpoint_path(source))
+    state = data["ema"]["module"] if data.get("ema") else ckpt.extract_model_state(data)
+    loaded, mismatched, missing = ckpt.load_matching_weights(model, state, source)
+    if mismatched or missing:
+        raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
+                          f"{len(missing)} missing tensor(s) (see the warnings above)")
+    if "metrics" in data:
+        logger.info("metrics stored in the checkpoint: %s", data["metrics"])
+    model.to(env.device)
+    loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
+    autocast, _ = make_autocast(glob, env.device)
+    evaluator = Evaluator(loader, build_postprocess(config), build_metric(config), env, autocast)
+    metrics = evaluator.run(model)
+    logger.info("eval: %d process(es), fps %.2f", env.world_size, evaluator.last_fps)
+    return metrics

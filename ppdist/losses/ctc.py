@@ -1,0 +1,42 @@
+"""CTC loss on raw logits (PaddleOCR's ``CTCLoss``: batch mean, no length normalisation)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ppdist.registry import LOSSES
+
+Preds = Union[torch.Tensor, Sequence[torch.Tensor]]
+
+
+@LOSSES.register(name="CTCLoss")
+class CTCLoss(nn.Module):
+    """``forward(preds, batch) -> {"loss": scalar}``.
+
+    ``preds``: logits (B, T, C), class 0 = blank (a list/tuple means its last item).
+    ``batch["label"]``: (B, L) zero-padded class indices; ``batch["length"]``: (B,) lengths.
+    Every sample uses all T frames. Impossible alignments (label too long for T) give
+    zero loss instead of ``inf``. ``use_focal_loss`` weights each sample by
+    ``(1 - exp(-loss)) ** 2``.
+    """
+
+    def __init__(self, use_focal_loss: bool = False) -> None:
+        super().__init__()
+        self.use_focal_loss = use_focal_loss
+
+    def forward(self, preds: Preds, batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
+        if isinstance(preds, (list, tuple)):
+            preds = preds[-1]
+        batch_size, frames, _ = preds.shape
+        log_probs = F.log_softmax(preds.float(), dim=2).transpose(0, 1)  # (T, B, C)
+        labels = torch.as_tensor(batch["label"], device=preds.device).long()
+        label_lengths = torch.as_tensor(batch["length"], device=preds.device).long().reshape(-1)
+        input_lengths = torch.full((batch_size,), frames, dtype=torch.long, device=preds.device)
+        per_sample = F.ctc_loss(log_probs, labels, input_lengths, label_lengths, blank=0,
+                                reduction="none", zero_infinity=True)
+        if self.use_focal_loss:
+            per_sample = per_sample * (1.0 - torch.exp(-per_sample)).square()
+        return {"loss": per_sample.mean()}

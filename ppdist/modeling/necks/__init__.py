@@ -1,0 +1,4 @@
+"""Necks; importing this package registers them in ``NECKS``."""
+from ppdist.modeling.necks.rnn import SequenceEncoder
+
+__all__ = ["SequenceEncoder"]

@@ -1,0 +1,79 @@
+"""Sequence encoder neck: feature map (B, C, 1, W) -> sequence (B, W, D)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ppdist.modeling.layers import L2TaggedModule, init_linear_uniform
+from ppdist.registry import NECKS
+
+ENCODER_TYPES = ("reshape", "rnn", "fc")
+
+
+class Im2Seq(nn.Module):
+    """(B, C, 1, W) -> (B, W, C); the feature height must already be 1."""
+
+    def __init__(self, in_channels: int) -> None:
+        super().__init__()
+        self.out_channels = in_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[2] != 1:
+            raise ValueError(
+                f"Im2Seq expects a (B, C, 1, W) feature map, got shape {tuple(x.shape)}; the "
+                "backbone must reduce the height to 1 (recognition images are 32 pixels high)")
+        return x.squeeze(2).transpose(1, 2)
+
+
+class EncoderWithRNN(nn.Module):
+    """Two-layer bidirectional LSTM (batch first, no dropout); output width 2 * hidden."""
+
+    def __init__(self, in_channels: int, hidden_size: int) -> None:
+        super().__init__()
+        self.out_channels = hidden_size * 2
+        self.lstm = nn.LSTM(in_channels, hidden_size, num_layers=2, bidirectional=True,
+                            batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lstm(x)[0]
+
+
+class EncoderWithFC(L2TaggedModule):
+    """A Linear projection to ``hidden_size`` (L2 factor 1e-5 on its parameters, as Paddle)."""
+
+    def __init__(self, in_channels: int, hidden_size: int) -> None:
+        super().__init__()
+        self.out_channels = hidden_size
+        self.fc = nn.Linear(in_channels, hidden_size)
+        init_linear_uniform(self.fc)
+        self.regularizer_factor = 1e-5
+        self.tag_parameters()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+@NECKS.register(name="SequenceEncoder")
+class SequenceEncoder(nn.Module):
+    """Im2Seq followed by an optional encoder: ``reshape`` (none), ``rnn`` or ``fc``."""
+
+    def __init__(self, in_channels: int, encoder_type: str = "rnn", hidden_size: int = 48) -> None:
+        super().__init__()
+        if encoder_type not in ENCODER_TYPES:
+            raise ValueError(f"SequenceEncoder.encoder_type must be one of {ENCODER_TYPES}, got "
+                             f"{encoder_type!r} (svtr and cascadernn are not supported yet)")
+        if hidden_size < 1:
+            raise ValueError(f"SequenceEncoder.hidden_size must be positive, got {hidden_size}")
+        self.encoder_type = encoder_type
+        self.encoder_reshape = Im2Seq(in_channels)
+        if encoder_type == "reshape":
+            self.encoder = None
+            self.out_channels = in_channels
+        else:
+            encoder_cls = EncoderWithRNN if encoder_type == "rnn" else EncoderWithFC
+            self.encoder = encoder_cls(in_channels, hidden_size)
+            self.out_channels = self.encoder.out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.encoder_reshape(x)
+        return x if self.encoder is None else self.encoder(x)

@@ -1,0 +1,26 @@
+"""ppdist: PaddleOCR / PaddleDetection / PaddleSeg training on PyTorch with one distributed trainer."""
+from setuptools import find_packages, setup
+
+setup(
+    name="ppdist",
+    version="0.1.0",
+    description="Config-driven PyTorch training of CRNN, PP-YOLOE and PP-LiteSeg with a shared torchrun trainer",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["ppdist", "ppdist.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "torch>=2.1,<3",
+        "torchvision>=0.16",
+        "numpy>=1.23",
+        "pyyaml>=6.0",
+        "opencv-python-headless>=4.7",
+        "pillow>=10.1",
+        "pycocotools>=2.0.6",
+        "lmdb>=1.4",
+        "rapidfuzz>=3.0",
+        "tqdm>=4.64",
+        "tensorboard>=2.12",
+    ],
+    extras_require={"test": ["pytest>=7.4"]},
+)

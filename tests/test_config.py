@@ -1,0 +1,138 @@
+"""Config: _BASE_ merging, -o overrides, validation messages, Global injection."""
+import os
+import textwrap
+
+import pytest
+import yaml
+
+from ppdist.config import apply_overrides, load_config, merge_dicts, parse_value
+from ppdist.errors import ConfigError
+
+REC_CONFIG = "configs/rec/rec_mv3_none_bilstm_ctc.yml"
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(textwrap.dedent(text))
+    return str(path)
+
+
+def test_merge_dicts_child_wins_lists_replace():
+    base = {"a": {"x": 1, "y": [1, 2]}, "b": 1}
+    child = {"a": {"y": [3], "z": 2}, "c": 5}
+    assert merge_dicts(base, child) == {"a": {"x": 1, "y": [3], "z": 2}, "b": 1, "c": 5}
+    assert base == {"a": {"x": 1, "y": [1, 2]}, "b": 1}  # not mutated
+
+
+def test_parse_value_yaml_and_scientific_floats():
+    assert parse_value("[0, 500]") == [0, 500]
+    assert parse_value("True") is True
+    assert parse_value("1e-5") == pytest.approx(1e-5)
+    assert parse_value("0.001") == 0.001
+    assert parse_value("./a/b") == "./a/b"
+
+
+def test_overrides_walk_dicts_and_lists():
+    cfg = {"Global": {"a": 1}, "Train": {"dataset": {"transforms": [{"Op": {"k": 1}}]}}}
+    apply_overrides(cfg, ["Global.a=2", "Global.new.deep=x", "Train.dataset.transforms.0.Op.k=[3, 4]",
+                          "Global={b: 3}"])
+    assert cfg["Global"] == {"a": 2, "new": {"deep": "x"}, "b": 3}
+    assert cfg["Train"]["dataset"]["transforms"][0]["Op"]["k"] == [3, 4]
+    with pytest.raises(ConfigError, match="unknown section 'Globl'.*'Global'"):
+        apply_overrides(cfg, ["Globl.a=1"])
+    with pytest.raises(ConfigError, match="expected Key.sub=value"):
+        apply_overrides(cfg, ["Global.a"])
+    with pytest.raises(ConfigError, match="list index"):
+        apply_overrides(cfg, ["Train.dataset.transforms.7.Op.k=1"])
+
+
+def test_base_inheritance_relative_paths(tmp_path, repo_root):
+    base = os.path.join(repo_root, REC_CONFIG)
+    child = write(tmp_path / "exp" / "child.yml", f"""
+        _BASE_: [{base}]
+        Global:
+          epoch_num: 3
+        Train:
+          loader:
+            num_workers: 0
+    """)
+    cfg = load_config(child)
+    assert cfg["Global"]["epoch_num"] == 3
+    assert cfg["Global"]["max_text_length"] == 25  # inherited
+    assert cfg["Train"]["loader"]["num_workers"] == 0
+    assert cfg["Train"]["loader"]["batch_size_per_card"] == 256  # merged, not replaced
+    assert cfg["Train"]["dataset"]["name"] == "LMDBDataSet"
+
+
+def test_paddle_config_loads_with_defaults(repo_root):
+    cfg = load_config(os.path.join(repo_root, REC_CONFIG), ["Global.epoch_num=10"])
+    glob = cfg["Global"]
+    assert glob["epoch_num"] == 10 and glob["seed"] == 1024 and glob["eval_batch_step"] == [0, 2000]
+    assert glob["dist_timeout"] > 0 and glob["max_bad_sample_ratio"] == 0.1
+
+
+@pytest.mark.parametrize("override,pattern", [
+    ("Global.epoch_nums=3", r"unknown key Global.epoch_nums.*'epoch_num'"),
+    ("Global.epoch_num=three", r"wrong type for Global.epoch_num: expected int or null, got str"),
+    ("Architecture.Backbone.name=MobileNetV4", r"unknown backbone name 'MobileNetV4' at Architecture.Backbone.name.*MobileNetV3"),
+    ("Architecture.Backbone.scal=0.5", r"unknown key Architecture.Backbone.scal.*'scale'"),
+    ("Loss.name=CTCLos", r"unknown loss name 'CTCLos'.*'CTCLoss'"),
+    ("Optimizer.name=Adamm", r"unknown optimizer name 'Adamm'.*'Adam'"),
+    ("Optimizer.beta3=0.1", r"unknown key Optimizer.beta3.*'beta1'"),
+    ("Optimizer.lr.name=Cosin", r"unknown lr schedule name 'Cosin'.*'Cosine'"),
+    ("Train.dataset.transforms.2.RecResizeImg.image_shap=[3,32,100]", r"Train.dataset.transforms\[2\].RecResizeImg.image_shap"),
+    ("Train.dataset.transforms.0={DecodeImg: {img_mode: BGR}}", r"unknown transform name 'DecodeImg'.*'DecodeImage'"),
+    ("Train.loader.batch_size=3", r"unknown key Train.loader.batch_size.*'batch_size_per_card'"),
+    ("Train.dataset.label_file_list=[a.txt]", r"unknown key Train.dataset.label_file_list.*It is a key of: SimpleDataSet"),
+    ("Global.to_static=true", r"Global.to_static is not supported yet"),
+    ("Global.eval_batch_step=[1]", r"\[start, interval\]"),
+])
+def test_validation_errors_name_file_key_and_suggestion(repo_root, override, pattern):
+    path = os.path.join(repo_root, REC_CONFIG)
+    with pytest.raises(ConfigError, match=pattern) as err:
+        load_config(path, [override])
+    assert str(err.value).startswith(path)
+
+
+def test_unknown_section_and_missing_required(tmp_path, repo_root):
+    base = os.path.join(repo_root, REC_CONFIG)
+    bad = write(tmp_path / "bad.yml", f"_BASE_: [{base}]\nTrian: {{}}\n")
+    with pytest.raises(ConfigError, match=r"bad.yml: unknown section 'Trian'.*'Train'"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"missing required key Train.loader.batch_size_per_card"):
+        load_config(base, ["Train.loader.batch_size_per_card=null"])
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(str(tmp_path / "nope.yml"))
+    cyc = write(tmp_path / "cyc.yml", "_BASE_: [cyc.yml]\n")
+    with pytest.raises(ConfigError, match="circular"):
+        load_config(cyc)
+
+
+def test_global_keys_reach_transforms_and_postprocess(tmp_path, repo_root):
+    from ppdist.builder import build_model, build_postprocess
+    from ppdist.data.build import build_transforms
+
+    dict_path = write(tmp_path / "dict.txt", "a\nb\nc\n")
+    cfg = load_config(os.path.join(repo_root, REC_CONFIG),
+                      [f"Global.character_dict_path={dict_path}", "Global.use_space_char=true",
+                       "Global.max_text_length=7"])
+    post = build_postprocess(cfg)
+    assert post.num_classes == 5  # blank + a b c + space
+    ops = build_transforms(cfg["Train"]["dataset"]["transforms"], cfg, "Train.dataset.transforms")
+    encoder = ops[1]
+    out = encoder({"label": "ab c"})
+    assert out["label"].shape == (7,) and int(out["length"]) == 4
+    import torch
+
+    model = build_model(cfg).eval()
+    assert model(torch.zeros(1, 3, 32, 100)).shape[-1] == 5
+
+
+def test_dump_config_round_trip(tmp_path, repo_root):
+    from ppdist.config import dump_config
+
+    cfg = load_config(os.path.join(repo_root, REC_CONFIG))
+    dump_config(cfg, str(tmp_path / "out" / "config.yml"))
+    with open(tmp_path / "out" / "config.yml") as handle:
+        assert yaml.safe_load(handle) == cfg

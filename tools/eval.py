@@ -1,0 +1,47 @@
+"""Evaluate a checkpoint: ``python tools/eval.py -c CFG -o Global.checkpoints=PATH [--output_json F]``.
+
+Runs on all processes under torchrun (exact, unpadded shards) and prints the metrics.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+
+
+def main() -> int:
+    parser = base_parser(__doc__)
+    parser.add_argument("--output_json", default=None, help="write the metrics to this JSON file")
+    args = parser.parse_args()
+    from ppdist.config import load_config
+    from ppdist.data.prepare import ensure_synthetic_data
+    from ppdist.engine.dist import cleanup, init_distributed
+    from ppdist.engine.logger import setup_logger
+    from ppdist.eval_runner import evaluate_checkpoint
+
+    config = load_config(args.config, flat_overrides(args.opt))
+    glob = config["Global"]
+    env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
+    logger = setup_logger(None, env.rank)
+    try:
+        ensure_synthetic_data(config, env)
+        metrics = evaluate_checkpoint(config, env)
+    finally:
+        cleanup(env)
+    if env.is_main:
+        for key, value in metrics.items():
+            logger.info("metric %s: %s", key, value)
+        if args.output_json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.output_json)), exist_ok=True)
+            with open(args.output_json, "w", encoding="utf-8") as handle:
+                json.dump(metrics, handle, indent=2)
+            logger.info("metrics written to %s", args.output_json)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

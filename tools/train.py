@@ -1,0 +1,35 @@
+"""Train a model: ``python tools/train.py -c CFG [-o Key.sub=value ...]`` (also under torchrun)."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+
+
+def main() -> int:
+    args = base_parser(__doc__).parse_args()
+    from ppdist.config import load_config
+    from ppdist.data.prepare import ensure_synthetic_data
+    from ppdist.engine.dist import cleanup, init_distributed
+    from ppdist.engine.logger import setup_logger
+    from ppdist.engine.trainer import Trainer
+
+    config = load_config(args.config, flat_overrides(args.opt))  # validated before anything runs
+    glob = config["Global"]
+    env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
+    logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
+    if args.profiler_options:
+        logger.warning("-p/--profiler_options is ignored; use tools/benchmark.py")
+    try:
+        ensure_synthetic_data(config, env)
+        Trainer(config, env).train()
+    finally:
+        cleanup(env)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
