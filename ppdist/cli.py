@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
 from typing import Any, Callable, List, Optional, Sequence
 
 from ppdist.errors import ConfigError, PPDistError
@@ -27,12 +29,19 @@ def flat_overrides(groups: Sequence[Sequence[str]]) -> List[str]:
     return [item for group in groups for item in group]
 
 
+def _launch_rank() -> int:
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
+
+
 def run_main(main: Callable[[], Any]) -> None:
     """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback."""
     try:
         result = main()
     except ConfigError as exc:
-        print(f"ppdist: config error: {exc}", file=sys.stderr)
+        if _launch_rank() == 0:
+            print(f"ppdist: config error: {exc}", file=sys.stderr)
+        else:  # every rank read the same config: let rank 0 report it before torchrun stops the group
+            time.sleep(3)
         sys.exit(EXIT_CONFIG_ERROR)
     except PPDistError as exc:
         logging.getLogger("ppdist").error("%s", exc)

@@ -86,6 +86,7 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "amp_level": GlobalKey((str,), "O1", "Paddle AMP level; both levels map to torch.autocast.", choices=("O1", "O2")),
     "scale_loss": GlobalKey(_NUM, 65536.0, "Initial loss scale of the fp16 GradScaler."),
     "use_dynamic_loss_scaling": GlobalKey((bool,), True, "Let the GradScaler adapt the scale."),
+    "channels_last": GlobalKey((bool,), False, "Run the model and 4-D inputs in channels_last memory format."),
     "use_sync_bn": GlobalKey((bool,), False, "Convert BatchNorm to SyncBatchNorm under multi-GPU DDP."),
     "find_unused_parameters": GlobalKey((bool,), False, "DDP find_unused_parameters."),
     "use_ema": GlobalKey((bool,), False, "Keep an exponential moving average of the weights for eval/saving."),

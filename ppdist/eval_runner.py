@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Mapping
 
+import torch
+
 from ppdist.builder import build_metric, build_model, build_postprocess
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
@@ -33,9 +35,12 @@ def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, fl
     if "metrics" in data:
         logger.info("metrics stored in the checkpoint: %s", data["metrics"])
     model.to(env.device)
+    if glob["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
     loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
     autocast, _ = make_autocast(glob, env.device)
-    evaluator = Evaluator(loader, build_postprocess(config), build_metric(config), env, autocast)
+    evaluator = Evaluator(loader, build_postprocess(config), build_metric(config), env, autocast,
+                          glob["channels_last"])
     metrics = evaluator.run(model)
     logger.info("eval: %d process(es), fps %.2f", env.world_size, evaluator.last_fps)
     return metrics

@@ -75,11 +75,15 @@ class BaseDataSet(Dataset):
     def load(self, index: int) -> Union[Dict[str, Any], BadSample]:
         """Read and transform one sample, or describe why it cannot be used."""
         try:
-            data = apply_transforms(self.ops, self.read(index))
+            data = self.read(index)
+            for op in self.ops:
+                data = op(data)
+                if data is None:
+                    return BadSample(self.origin(index), f"rejected by {type(op).__name__} "
+                                     "(unreadable image, or a label that is empty, too long or has no "
+                                     "character of the dictionary)")
         except Exception as exc:  # any reader/transform failure is a bad sample
             return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")
-        if data is None:
-            return BadSample(self.origin(index), "rejected by a transform (unreadable image or invalid label)")
         return data
 
     def __getitem__(self, item: Union[int, Tuple[int, int, int]]) -> Union[Dict[str, Any], BadSample]:

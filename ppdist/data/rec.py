@@ -46,8 +46,8 @@ def _subsample(count: int, ratio: float, seed: int, source: int) -> np.ndarray:
 class _Line(NamedTuple):
     file: int        # index into label_file_list
     line_no: int     # 1-based line number in that file
-    path: str        # image path as written (None when the line is malformed)
-    label: str       # label text, or the raw line when malformed
+    path: str        # image path as written ("" when the line is malformed)
+    label: str       # label text, or what is wrong with a malformed line
     ok: bool
 
 
@@ -93,14 +93,15 @@ class SimpleDataSet(BaseDataSet):
                 try:
                     text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
-                    out.append(_Line(file_idx, line_no, "", f"not UTF-8 ({exc.reason})", False))
+                    out.append(_Line(file_idx, line_no, "", f"not valid UTF-8 ({exc.reason})", False))
                     continue
                 text = text.rstrip("\r\n")
                 if not text.strip():
                     continue
                 parts = text.split(self.delimiter, 1)
                 if len(parts) != 2 or not parts[0]:
-                    out.append(_Line(file_idx, line_no, "", text, False))
+                    why = f"expected 'image_path{{delimiter}}label' with delimiter {self.delimiter!r}, got {text[:80]!r}"
+                    out.append(_Line(file_idx, line_no, "", why, False))
                 else:
                     out.append(_Line(file_idx, line_no, parts[0], parts[1], True))
         return out
@@ -116,8 +117,7 @@ class SimpleDataSet(BaseDataSet):
     def read(self, index: int) -> Dict[str, Any]:
         line = self.lines[index]
         if not line.ok:
-            raise ValueError(f"{self.label_files[line.file]}:{line.line_no}: malformed line, expected "
-                             f"'path{self.delimiter!r}label', got {line.label[:80]!r}")
+            raise ValueError(f"{self.label_files[line.file]}:{line.line_no}: malformed line: {line.label}")
         rel = line.path
         if rel.startswith("["):
             rel = random.choice(json.loads(rel))

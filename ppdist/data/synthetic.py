@@ -108,12 +108,13 @@ def render_text_line(text: str, rng: np.random.Generator, fonts: Sequence[Option
     pad_l, pad_r = (int(v) for v in rng.integers(1, 10, 2))
     pad_t, pad_b = (int(v) for v in rng.integers(2, 8, 2))
     text_w = int(right - min(left, 0))
-    angle = rng.uniform(-2.5, 2.5) if rng.random() < 0.3 else 0.0  # mild tilt
+    angle = rng.uniform(-2.0, 2.0) if rng.random() < 0.3 else 0.0  # mild tilt
     lift = int(np.ceil(abs(np.tan(np.radians(angle))) * (text_w / 2.0 + pad_l)))  # keeps ends inside
+    pad_t, pad_b = max(pad_t, lift), max(pad_b, lift)
     width = text_w + pad_l + pad_r
-    height = int(ascent + descent) + pad_t + pad_b + 2 * lift
+    height = int(ascent + descent) + pad_t + pad_b
     mask_img = Image.new("L", (width, height), 0)
-    ImageDraw.Draw(mask_img).text((pad_l - min(left, 0), pad_t + lift), text, fill=255, font=font)
+    ImageDraw.Draw(mask_img).text((pad_l - min(left, 0), pad_t), text, fill=255, font=font)
     mask = np.asarray(mask_img, dtype=np.float32) * (1.0 / 255.0)
     if angle:
         rot = cv2.getRotationMatrix2D((width / 2.0, height / 2.0), angle, 1.0)
@@ -162,11 +163,12 @@ def _write_split(root: str, split: str, strings: List[str], seed: int, split_id:
 
 def generate_rec_dataset(out_dir: str, num_train: int, num_val: int, seed: int = 0,
                          min_len: int = 3, max_len: int = 8,
-                         charset: str = "0123456789abcdefghijklmnopqrstuvwxyz") -> dict:
+                         charset: str = "0123456789abcdefghijklmnopqrstuvwxyz",
+                         upper_case_ratio: Optional[float] = None) -> dict:
     """Render a text-recognition dataset into ``out_dir`` (skipped if ``out_dir/train.txt`` exists).
 
     Deterministic for a seed. When ``charset`` has lower-case letters but no upper-case ones,
-    some letters are rendered in upper case and the label is the exact rendered string (the
+    some letters (``upper_case_ratio``, default 0.25; 0 disables it) are rendered in upper case and the label is the exact rendered string (the
     default-dictionary CTC encoder lower-cases it). Built in a temporary directory beside
     ``out_dir`` and renamed into place, so a half-written dataset is never visible.
     Returns a summary dict.
@@ -186,7 +188,8 @@ def generate_rec_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
         return _skipped(summary, out_dir)
 
     start = time.perf_counter()
-    upper_prob = 0.25 if (any(c.islower() for c in charset) and not any(c.isupper() for c in charset)) else 0.0
+    auto_case = any(c.islower() for c in charset) and not any(c.isupper() for c in charset)
+    upper_prob = (0.25 if auto_case else 0.0) if upper_case_ratio is None else float(upper_case_ratio)
     rng = np.random.default_rng(seed & 0xFFFFFFFF)
     train = _random_strings(rng, num_train, charset, min_len, max_len, exclude=set())
     val = _random_strings(rng, num_val, charset, min_len, max_len, exclude={s.lower() for s in train})

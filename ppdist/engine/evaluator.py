@@ -17,11 +17,17 @@ from ppdist.metrics.base import Metric
 logger = logging.getLogger("ppdist")
 
 
-def move_to_device(batch: Mapping[str, Any], device: torch.device) -> Dict[str, Any]:
-    """Tensors of ``batch`` on ``device`` (non-blocking); other values unchanged."""
+def move_to_device(batch: Mapping[str, Any], device: torch.device, channels_last: bool = False) -> Dict[str, Any]:
+    """Tensors of ``batch`` on ``device`` (non-blocking); 4-D float tensors optionally channels_last."""
     non_blocking = device.type == "cuda"
-    return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
+    out: Dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor):
+            value = value.to(device, non_blocking=non_blocking)
+            if channels_last and value.ndim == 4 and value.is_floating_point():
+                value = value.contiguous(memory_format=torch.channels_last)
+        out[key] = value
+    return out
 
 
 def batch_size_of(batch: Mapping[str, Any]) -> int:
@@ -40,12 +46,14 @@ class Evaluator:
     """
 
     def __init__(self, loader: Iterable[Mapping[str, Any]], postprocess: Callable[..., Any], metric: Metric,
-                 env: DistEnv, autocast: Callable[[], Any] = contextlib.nullcontext) -> None:
+                 env: DistEnv, autocast: Callable[[], Any] = contextlib.nullcontext,
+                 channels_last: bool = False) -> None:
         self.loader = loader
         self.postprocess = postprocess
         self.metric = metric
         self.env = env
         self.autocast = autocast
+        self.channels_last = channels_last
         self.last_fps = 0.0
         self.last_bad: List[str] = []
 
@@ -65,7 +73,7 @@ class Evaluator:
             size = batch_size_of(batch)
             if size == 0:
                 continue
-            batch = move_to_device(batch, self.env.device)
+            batch = move_to_device(batch, self.env.device, self.channels_last)
             with self.autocast():
                 preds = model(batch)
             results = self.postprocess(preds, batch)

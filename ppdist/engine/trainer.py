@@ -77,6 +77,8 @@ class Trainer:
 
         seed_everything(glob["seed"])  # identical initial weights on every rank
         self.model = build_model(config).to(env.device)
+        if glob["channels_last"]:
+            self.model = self.model.to(memory_format=torch.channels_last)
         if glob["use_sync_bn"] and env.distributed:
             if env.device.type == "cuda":
                 self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
@@ -92,7 +94,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]),
                                            growth_interval=2000 if glob["use_dynamic_loss_scaling"] else 10**9)
         self.ema = ModelEMA(self.model, decay=glob["ema_decay"]) if glob["use_ema"] else None
-        self.evaluator = (Evaluator(self.eval_loader, self.postprocess, self.metric, env, self.autocast)
+        self.evaluator = (Evaluator(self.eval_loader, self.postprocess, self.metric, env, self.autocast,
+                                     glob["channels_last"])
                           if self.eval_loader is not None else None)
         self.main_indicator = self.metric.main_indicator
 
@@ -140,6 +143,7 @@ class Trainer:
             "global_step": self.global_step,
             "steps_per_epoch": self.steps_per_epoch,
             "best": dict(self.best),
+            "last_eval_step": self.last_eval_step,
             "rng": rng_states,
             "world_size": self.env.world_size,
             "config": self.config,
@@ -166,7 +170,7 @@ class Trainer:
         self.next_epoch, self.next_batch = int(state["next_epoch"]), int(state["next_batch"])
         self.global_step = int(state["global_step"])
         self.best = dict(state.get("best") or {})
-        self.last_eval_step = self.global_step if state.get("evaluated_at_step") == self.global_step else -1
+        self.last_eval_step = int(state.get("last_eval_step", -1))
         rng = state.get("rng") or []
         self._resume_rng = rng[self.env.rank] if len(rng) == self.env.world_size else None
         logger.info("resumed from %s: epoch %d, batch %d, global_step %d, best %s", source, self.next_epoch,
@@ -206,7 +210,7 @@ class Trainer:
         current = metrics[self.main_indicator]
         if not self.best or current >= self.best[self.main_indicator]:
             self.best = dict(metrics, best_epoch=epoch, best_step=self.global_step)
-            self.save("best_accuracy", {"metrics": metrics, "evaluated_at_step": self.global_step})
+            self.save("best_accuracy", {"metrics": metrics})
         logger.info("best metric, %s", ", ".join(f"{k}: {v}" for k, v in self.best.items()))
         return metrics
 
@@ -284,7 +288,7 @@ class Trainer:
                 size = batch_size_of(batch)
                 bad += len(bad_here)
                 seen += size
-                batch = move_to_device(batch, env.device)
+                batch = move_to_device(batch, env.device, glob["channels_last"])
                 values = self._step(batch)
                 self.global_step += 1
                 self.next_epoch, self.next_batch = epoch, batch_index + 1

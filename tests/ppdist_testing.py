@@ -1,0 +1,65 @@
+"""Test helpers: a tiny CRNN config on synthetic digits and tool launchers (plain functions)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+import yaml
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+QUICKSTART = os.path.join(REPO, "configs", "rec", "quickstart_synth.yml")
+EVAL_TRANSFORMS = [
+    {"DecodeImage": {"img_mode": "BGR", "channel_first": False}},
+    {"CTCLabelEncode": None},
+    {"RecResizeImg": {"image_shape": [3, 32, 100]}},
+    {"KeepKeys": {"keep_keys": ["image", "label", "length"]}},
+]
+
+
+def tiny_config(path: str, data_dir: str, save_dir: str, epochs: int = 4, num_train: int = 512, **global_extra) -> str:
+    """A small, fast CRNN variant (MobileNetV3-small 0.35 + FC sequence encoder) on digits."""
+    config = {
+        "_BASE_": [QUICKSTART],
+        "Global": dict({
+            "epoch_num": epochs, "save_model_dir": save_dir, "save_epoch_step": 1, "print_batch_step": 4,
+            "eval_batch_step": [0, 1000000], "eval_batch_epoch": 2, "dist_timeout": 300,
+            "synthetic_data": {"kind": "rec", "data_dir": data_dir, "num_train": num_train, "num_val": 51, "seed": 1,
+                               "charset": "0123456789", "min_len": 3, "max_len": 5},
+        }, **global_extra),
+        "Architecture": {"Backbone": {"name": "MobileNetV3", "model_name": "small", "scale": 0.35,
+                                      "small_stride": [1, 2, 2, 2]},
+                         "Neck": {"name": "SequenceEncoder", "encoder_type": "fc", "hidden_size": 64}},
+        "Optimizer": {"lr": {"name": "Cosine", "learning_rate": 0.002, "warmup_epoch": 0}},
+        "Train": {"dataset": {"data_dir": data_dir, "label_file_list": [os.path.join(data_dir, "train.txt")],
+                              "transforms": EVAL_TRANSFORMS},
+                  "loader": {"batch_size_per_card": 16, "num_workers": 1}},
+        "Eval": {"dataset": {"data_dir": data_dir, "label_file_list": [os.path.join(data_dir, "val.txt")]},
+                 "loader": {"batch_size_per_card": 8, "num_workers": 0}},
+    }
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle)
+    return path
+
+
+def child_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": REPO + os.pathsep + env.get("PYTHONPATH", "")})
+    return env
+
+
+def run_tool(args: List[str], nproc: Optional[int] = None, timeout: int = 420) -> subprocess.CompletedProcess:
+    """Run ``tools/<script> args`` directly (nproc None) or under ``torchrun --standalone``."""
+    script = os.path.join(REPO, "tools", args[0])
+    if nproc is None:
+        cmd = [sys.executable, script] + args[1:]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+               script] + args[1:]
+    return subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def check_ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-4000:]}\nSTDERR:\n{result.stderr[-4000:]}"
+    return result
