@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-from torch.utils.data import Dataset
+import torch
+from torch.utils.data import Dataset, get_worker_info
 
 Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
 BAD_SAMPLES_KEY = "_bad_samples"
@@ -89,9 +90,21 @@ class BaseDataSet(Dataset):
     def __getitem__(self, item: Union[int, Tuple[int, int, int]]) -> Union[Dict[str, Any], BadSample]:
         index, epoch, seed = (item, 0, 0) if isinstance(item, (int, np.integer)) else item
         index = int(index)
+        if get_worker_info() is None:  # loading in the main process: leave its RNG streams untouched
+            saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+            try:
+                return self._seeded_get(index, epoch, seed)
+            finally:
+                random.setstate(saved[0])
+                np.random.set_state(saved[1])
+                torch.set_rng_state(saved[2])
+        return self._seeded_get(index, epoch, seed)
+
+    def _seeded_get(self, index: int, epoch: int, seed: int) -> Union[Dict[str, Any], BadSample]:
         rng_seed = sample_seed(seed, epoch, index)
         random.seed(rng_seed)
         np.random.seed(rng_seed)
+        torch.manual_seed(rng_seed)
         result = self.load(index)
         if self.mode == "eval" or not isinstance(result, BadSample):
             return result

