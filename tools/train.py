@@ -12,12 +12,15 @@ from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
 def main() -> int:
     args = base_parser(__doc__).parse_args()
     from ppdist.config import load_config
+    from ppdist.errors import ConfigError
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
     from ppdist.engine.logger import setup_logger
     from ppdist.engine.trainer import Trainer
 
     config = load_config(args.config, flat_overrides(args.opt))  # validated before anything runs
+    if not config.get("Train"):
+        raise ConfigError(f"{args.config}: missing required section Train")
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)

@@ -134,6 +134,8 @@ class Trainer:
             self.load_state_dict(ckpt.load_file(ckpt.checkpoint_path(path)), source=path)
         elif self.glob["pretrained_model"]:
             ckpt.load_pretrained(self.model, self.glob["pretrained_model"])
+            if self.ema is not None:  # the average starts from the pretrained weights
+                self.ema.module.load_state_dict(self.model.state_dict())
 
     def state_dict(self, rng_states: Any) -> Dict[str, Any]:
         """Everything needed to continue this run exactly."""

@@ -103,3 +103,17 @@ def test_missing_label_file_names_the_path(tmp_path, digits_dir):
     cfg = config_for(tmp_path, digits_dir, "nolabel", [f"Train.dataset.label_file_list=[{tmp_path}/nope.txt]"])
     with pytest.raises(PPDistError, match="nope.txt"):
         Trainer(cfg, DistEnv())
+
+
+def test_pretrained_weights_seed_the_model_and_its_ema(tmp_path, digits_dir):
+    from ppdist.engine.checkpoint import save_atomic
+
+    setup_logger(None)
+    source = Trainer(config_for(tmp_path, digits_dir, "src", ["Global.seed=5"]), DistEnv())
+    save_atomic({"model": source.model.state_dict()}, str(tmp_path / "weights.pt"))
+    target = Trainer(config_for(tmp_path, digits_dir, "dst", [f"Global.pretrained_model={tmp_path}/weights"],
+                                use_ema=True), DistEnv())
+    for key, value in source.model.state_dict().items():
+        assert torch.equal(target.model.state_dict()[key], value), key
+        assert torch.equal(target.ema.module.state_dict()[key], value), key
+    assert target.global_step == 0 and target.scheduler.last_step == 0  # weights only, no resume
