@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 from torch import nn
 
+import ppdist.components  # noqa: F401  (registers every component)
 from ppdist.config import inject_globals, shared_global_values
 from ppdist.registry import HEADS, LOSSES, METRICS, POSTPROCESSES
 
@@ -18,20 +19,14 @@ def _build_with_globals(registry: Any, config: Mapping[str, Any], section: str) 
 
 
 def build_postprocess(config: Mapping[str, Any]) -> Any:
-    import ppdist.components  # noqa: F401
-
     return _build_with_globals(POSTPROCESSES, config, "PostProcess")
 
 
 def build_loss(config: Mapping[str, Any]) -> Any:
-    import ppdist.components  # noqa: F401
-
     return _build_with_globals(LOSSES, config, "Loss")
 
 
 def build_metric(config: Mapping[str, Any]) -> Any:
-    import ppdist.components  # noqa: F401
-
     return _build_with_globals(METRICS, config, "Metric")
 
 
@@ -41,7 +36,6 @@ def build_model(config: Mapping[str, Any]) -> nn.Module:
     As in PaddleOCR, a head with an ``out_channels`` parameter that the config leaves unset
     gets the post-process's class count (e.g. the dictionary size + blank for CTC).
     """
-    import ppdist.components  # noqa: F401
     from ppdist.modeling.architectures import BaseModel
 
     arch = copy.deepcopy(dict(config["Architecture"]))

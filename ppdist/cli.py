@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Sequence
 
 from ppdist.errors import ConfigError, PPDistError
 

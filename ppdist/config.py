@@ -10,12 +10,12 @@ from __future__ import annotations
 import copy
 import os
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
 from ppdist.errors import ConfigError
-from ppdist.registry import did_you_mean
+from ppdist.registry import _type_matches, did_you_mean
 
 SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval")
 BASE_KEY = "_BASE_"
@@ -209,9 +209,7 @@ def _list_index(node: list, part: str, path: str, item: str, source: str) -> int
 
 def _step_into(node: Any, part: str, path: str, item: str, source: str) -> Any:
     if isinstance(node, list):
-        child = node[_list_index(node, part, path, item, source)]
-        # a transform entry {Op: params}: step through the op name transparently
-        return child
+        return node[_list_index(node, part, path, item, source)]
     if not isinstance(node, dict):
         raise ConfigError(f"{source} {item!r}: {path} is not a mapping")
     if node.get(part) is None:
@@ -221,13 +219,7 @@ def _step_into(node: Any, part: str, path: str, item: str, source: str) -> Any:
 
 # --------------------------------------------------------------------------- validation
 def _check_type(value: Any, types: Tuple[type, ...], path: str) -> None:
-    ok = any(
-        (t is int and isinstance(value, int) and not isinstance(value, bool))
-        or (t is float and isinstance(value, (int, float)) and not isinstance(value, bool))
-        or (t not in (int, float) and isinstance(value, t))
-        for t in types
-    )
-    if not ok:
+    if not any(_type_matches(value, t) for t in types):
         names = " or ".join("null" if t is _NONE else t.__name__ for t in types)
         raise ConfigError(f"wrong type for {path}: expected {names}, got {type(value).__name__} ({value!r})")
 

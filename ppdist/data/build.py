@@ -1,7 +1,6 @@
 """Build datasets and data loaders from a config section (Train / Eval)."""
 from __future__ import annotations
 
-import os
 import random
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 import torch

@@ -12,31 +12,12 @@ from torch import nn
 from tqdm import tqdm
 
 from ppdist.data.base import BAD_SAMPLES_KEY
+from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv, all_gather_object
 from ppdist.engine.logger import format_eta
 from ppdist.metrics.base import Metric
 
 logger = logging.getLogger("ppdist")
-
-
-def move_to_device(batch: Mapping[str, Any], device: torch.device, channels_last: bool = False) -> Dict[str, Any]:
-    """Tensors of ``batch`` on ``device`` (non-blocking); 4-D float tensors optionally channels_last."""
-    non_blocking = device.type == "cuda"
-    out: Dict[str, Any] = {}
-    for key, value in batch.items():
-        if isinstance(value, torch.Tensor):
-            value = value.to(device, non_blocking=non_blocking)
-            if channels_last and value.ndim == 4 and value.is_floating_point():
-                value = value.contiguous(memory_format=torch.channels_last)
-        out[key] = value
-    return out
-
-
-def batch_size_of(batch: Mapping[str, Any]) -> int:
-    for key, value in batch.items():
-        if isinstance(value, torch.Tensor) and value.ndim > 0 and not key.startswith("_"):
-            return int(value.shape[0])
-    return 0
 
 
 class EvalProgress:

@@ -26,7 +26,8 @@ from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.dist import DistEnv, all_gather_object, all_reduce_sum
 from ppdist.engine.ema import ModelEMA
-from ppdist.engine.evaluator import Evaluator, batch_size_of, move_to_device
+from ppdist.engine.batch import batch_size_of, move_to_device
+from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.logger import ScalarWriter, SmoothedValues, format_train_line
 from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping
 from ppdist.errors import CheckpointError, DataError

@@ -1,0 +1,26 @@
+"""Batch helpers shared by the trainer and the evaluator."""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping
+
+import torch
+
+
+def move_to_device(batch: Mapping[str, Any], device: torch.device, channels_last: bool = False) -> Dict[str, Any]:
+    """Tensors of ``batch`` on ``device`` (non-blocking); 4-D float tensors optionally channels_last."""
+    non_blocking = device.type == "cuda"
+    out: Dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor):
+            value = value.to(device, non_blocking=non_blocking)
+            if channels_last and value.ndim == 4 and value.is_floating_point():
+                value = value.contiguous(memory_format=torch.channels_last)
+        out[key] = value
+    return out
+
+
+def batch_size_of(batch: Mapping[str, Any]) -> int:
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and not key.startswith("_"):
+            return int(value.shape[0])
+    return 0
