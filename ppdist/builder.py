@@ -8,7 +8,7 @@ from torch import nn
 
 import ppdist.components  # noqa: F401  (registers every component)
 from ppdist.config import inject_globals, shared_global_values
-from ppdist.registry import HEADS, LOSSES, METRICS, POSTPROCESSES
+from ppdist.registry import BACKBONES, HEADS, LOSSES, METRICS, NECKS, POSTPROCESSES
 
 
 def _build_with_globals(registry: Any, config: Mapping[str, Any], section: str) -> Any:
@@ -47,4 +47,8 @@ def build_model(config: Mapping[str, Any]) -> nn.Module:
         if count is not None:
             head["out_channels"] = int(count)
     arch["Head"] = head
+    shared = shared_global_values(config)
+    for key, registry in (("Backbone", BACKBONES), ("Neck", NECKS), ("Head", HEADS)):
+        if arch.get(key):
+            arch[key] = dict(inject_globals(registry, arch[key]["name"], arch[key], shared), name=arch[key]["name"])
     return BaseModel(arch)

@@ -22,7 +22,9 @@ BASE_KEY = "_BASE_"
 
 # Global keys that are injected into any component (transform, post-process, ...) whose
 # constructor has a parameter of the same name; Global wins, as in PaddleOCR.
-SHARED_GLOBAL_KEYS = ("character_dict_path", "max_text_length", "use_space_char", "infer_mode")
+# Unset (null) Global values are not injected.
+SHARED_GLOBAL_KEYS = ("character_dict_path", "max_text_length", "use_space_char", "infer_mode",
+                      "num_classes", "ignore_index")
 
 
 class _Loader(yaml.SafeLoader):
@@ -97,6 +99,11 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "log_ranks": GlobalKey((str, int), "0", "Accepted for compatibility; only rank 0 logs."),
     "print_mem_info": GlobalKey((bool,), True, "Append max CUDA memory to log lines."),
     "distributed": GlobalKey((bool, _NONE), None, "Ignored: set from the launch environment."),
+    "num_classes": GlobalKey((int, _NONE), None,
+                             "Class count given to every component that takes num_classes (head, loss, metric, dataset)."),
+    "ignore_index": GlobalKey((int, _NONE), None,
+                              "Label value excluded from loss and metric, given to every component that takes it "
+                              "(components default to 255)."),
     "synthetic_data": GlobalKey((dict, _NONE), None,
                                 "{kind, data_dir, num_train, num_val, seed}: generate data there if absent."),
 }
@@ -263,7 +270,7 @@ def _validate_global(config: Dict[str, Any]) -> None:
 def shared_global_values(config: Mapping[str, Any]) -> Dict[str, Any]:
     """The Global values injected into components (see ``SHARED_GLOBAL_KEYS``)."""
     glob = config.get("Global") or {}
-    return {k: glob[k] for k in SHARED_GLOBAL_KEYS if k in glob}
+    return {k: glob[k] for k in SHARED_GLOBAL_KEYS if glob.get(k) is not None}
 
 
 def inject_globals(registry: Any, name: str, kwargs: Dict[str, Any], shared: Mapping[str, Any]) -> Dict[str, Any]:
@@ -315,6 +322,7 @@ def _validate_data_section(config: Dict[str, Any], section: str, shared: Mapping
         raise ConfigError(f"missing required key {section}.dataset.name")
     DATASETS.get(dataset["name"], f"{section}.dataset.name")
     kwargs = {k: v for k, v in dataset.items() if k not in ("name", "transforms")}
+    kwargs = inject_globals(DATASETS, dataset["name"], kwargs, shared)
     DATASETS.check(dataset["name"], kwargs, f"{section}.dataset", injected=("transforms", "mode", "seed"))
     _check_transforms(dataset.get("transforms") or [], f"{section}.dataset.transforms", shared)
     loader = part.get("loader") or {}
@@ -352,7 +360,7 @@ def _validate_optimizer(config: Dict[str, Any]) -> None:
         entry = dict(lr)
         entry.setdefault("name", "Const")
         LR_SCHEDULERS.check(entry["name"], {k: v for k, v in entry.items() if k != "name"},
-                            "Optimizer.lr", injected=("epochs", "step_each_epoch"))
+                            "Optimizer.lr", injected=("epochs", "step_each_epoch", "total_steps"))
     else:
         _check_type(lr, _NUM, "Optimizer.lr")
     reg = opt.get("regularizer")
@@ -401,6 +409,8 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
         if config.get(section) is None:
             raise ConfigError(f"missing required section {section}")
         _check_component(registry, config[section], section, shared)
+    for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
+        _check_component(LOSSES, entry, f"Loss.types[{i}]", shared)
     _validate_optimizer(config)
     if config.get("Train") is None and config.get("Eval") is None:
         raise ConfigError("the config needs a Train and/or an Eval section")

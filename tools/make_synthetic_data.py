@@ -1,7 +1,12 @@
 """Generate a synthetic dataset, e.g. ``python tools/make_synthetic_data.py rec --out DIR --num 12000``.
 
-The defaults render the quick start's data (3-7 characters of 0-9a-z); ``--num_val 600 --seed 0``
-reproduce ``configs/rec/quickstart_synth.yml``'s set exactly.
+Tasks:
+- ``rec``: text lines in PaddleOCR SimpleDataSet layout. The defaults render the quick start's
+  data (3-7 characters of 0-9a-z); ``--num_val 600 --seed 0`` reproduce
+  ``configs/rec/quickstart_synth.yml``'s set exactly.
+- ``seg``: shapes over textured backgrounds in PaddleSeg file-list layout (``images/``,
+  ``labels/``, ``train.txt``, ``val.txt``, ``labels.txt``), e.g.
+  ``python tools/make_synthetic_data.py seg --out DIR --num 2000 --num_classes 5``.
 
 Skips generation when the output already holds a dataset; prints a JSON summary.
 """
@@ -31,6 +36,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     rec.add_argument("--charset", default="0123456789abcdefghijklmnopqrstuvwxyz")
     rec.add_argument("--upper_case_ratio", type=float, default=0.0,
                      help="fraction of letters rendered upper case (labels keep the case)")
+    seg = tasks.add_parser("seg", help="semantic segmentation (shapes) in PaddleSeg file-list layout")
+    seg.add_argument("--out", required=True, help="output directory (created atomically)")
+    seg.add_argument("--num", type=int, required=True, help="number of training images")
+    seg.add_argument("--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)")
+    seg.add_argument("--seed", type=int, default=0)
+    seg.add_argument("--image_size", type=int, default=128, help="side of the square images in pixels")
+    seg.add_argument("--num_classes", type=int, default=5, help="classes including background (2-8)")
     return parser.parse_args(argv)
 
 
@@ -41,6 +53,10 @@ def main(argv: Optional[List[str]] = None) -> dict:
         summary = GENERATORS["rec"](args.out, num_train=args.num, num_val=num_val, seed=args.seed,
                                     min_len=args.min_len, max_len=args.max_len, charset=args.charset,
                                     upper_case_ratio=args.upper_case_ratio)
+    elif args.task == "seg":
+        num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
+        summary = GENERATORS["seg"](args.out, num_train=args.num, num_val=num_val, seed=args.seed,
+                                    image_size=args.image_size, num_classes=args.num_classes)
     else:  # pragma: no cover - argparse restricts the choices
         raise SystemExit(f"unknown task {args.task}")
     print(json.dumps(summary, indent=2))

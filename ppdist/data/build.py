@@ -12,6 +12,7 @@ from torch.utils.data._utils.collate import default_collate
 from ppdist.config import inject_globals, shared_global_values
 from ppdist.data.base import BAD_SAMPLES_KEY, BadSample
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
+from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
 
 
@@ -31,6 +32,7 @@ def build_dataset(config: Mapping[str, Any], section: str, mode: str) -> Any:
     """The dataset of ``config[section]`` with its transforms; ``mode`` is 'train' or 'eval'."""
     cfg = dict(config[section]["dataset"])
     ops = build_transforms(cfg.pop("transforms", None), config, f"{section}.dataset.transforms")
+    cfg = inject_globals(DATASETS, cfg["name"], cfg, shared_global_values(config))
     return DATASETS.build(cfg, where=f"{section}.dataset", transforms=ops, mode=mode,
                           seed=int(config["Global"]["seed"]))
 
@@ -49,7 +51,15 @@ def collate(samples: List[Any]) -> Dict[str, Any]:
             continue
         bad.extend(sample.pop(BAD_SAMPLES_KEY, []))
         good.append(sample)
-    batch: Dict[str, Any] = default_collate(good) if good else {}
+    try:
+        batch: Dict[str, Any] = default_collate(good) if good else {}
+    except RuntimeError as exc:
+        if "stack expects each tensor to be equal size" not in str(exc):
+            raise
+        shapes = sorted({tuple(np.shape(s.get("image"))) for s in good})
+        raise DataError(f"samples of one batch have different sizes ({shapes[:4]}): use batch_size_per_card: 1 "
+                        f"for images of varying size (e.g. segmentation eval at full resolution), or add a "
+                        f"resize/crop transform") from None
     batch[BAD_SAMPLES_KEY] = bad
     return batch
 
@@ -91,8 +101,6 @@ def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: i
                                          shuffle=bool(loader_cfg["shuffle"]),
                                          drop_last=bool(loader_cfg["drop_last"]), seed=seed)
         if len(sampler) == 0:
-            from ppdist.errors import DataError
-
             raise DataError(f"{section}: {len(dataset)} samples over {world_size} process(es) give no full "
                             f"batch of {batch_size}; lower {section}.loader.batch_size_per_card or set drop_last: false")
     else:

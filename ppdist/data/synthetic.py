@@ -7,6 +7,8 @@
     out_dir/images/val/00000000.jpg     out_dir/val.txt
 
 Validation strings never occur in the training set (compared case-insensitively).
+``generate_seg_dataset`` (``ppdist.data.synthetic_seg``) draws segmentation data; ``GENERATORS``
+maps task names to both.
 """
 from __future__ import annotations
 
@@ -236,4 +238,6 @@ def _skipped(summary: dict, out_dir: str) -> dict:
     return summary
 
 
-GENERATORS: Dict[str, Callable[..., dict]] = {"rec": generate_rec_dataset}
+from ppdist.data.synthetic_seg import generate_seg_dataset  # noqa: E402  (no import cycle: see there)
+
+GENERATORS: Dict[str, Callable[..., dict]] = {"rec": generate_rec_dataset, "seg": generate_seg_dataset}

@@ -83,7 +83,9 @@ class Evaluator:
                 continue
             batch = move_to_device(batch, self.env.device, self.channels_last)
             with self.autocast():
-                preds = model(batch)
+                # a post-process with test-time augmentation runs the model itself
+                infer = getattr(self.postprocess, "infer", None)
+                preds = infer(model, batch) if infer is not None else model(batch)
             results = self.postprocess(preds, batch)
             self.metric.update(results, batch)
             samples += size

@@ -77,6 +77,8 @@ class ScalarWriter:
     def add_scalars(self, prefix: str, values: Mapping[str, float], step: int) -> None:
         if self.writer is not None:
             for key, value in values.items():
+                if not isinstance(value, (int, float)):
+                    continue  # per-class lists and the like
                 self.writer.add_scalar(f"{prefix}/{key}", float(value), step)
 
     def close(self) -> None:

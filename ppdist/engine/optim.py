@@ -60,34 +60,52 @@ def adamw(params: List[Dict[str, Any]], beta1: float = 0.9, beta2: float = 0.999
     return torch.optim.AdamW(out, lr=0.0, betas=(beta1, beta2), eps=epsilon)
 
 
-def _sgd(params: List[Dict[str, Any]], momentum: float, use_nesterov: bool) -> torch.optim.Optimizer:
+def _sgd(params: List[Dict[str, Any]], momentum: float, use_nesterov: bool,
+         weight_decay: Optional[float]) -> torch.optim.Optimizer:
+    if weight_decay is not None:  # PaddleSeg's key: coupled L2 on every parameter
+        if any(g.get("custom_decay") for g in params) or any(g["weight_decay"] for g in params):
+            raise ConfigError("Optimizer: set weight_decay or regularizer (or per-parameter factors), not both")
+        for group in params:
+            group["weight_decay"] = float(weight_decay)
     return torch.optim.SGD(params, lr=0.0, momentum=momentum, nesterov=use_nesterov and momentum > 0)
 
 
 @OPTIMIZERS.register(name="Momentum")
-def momentum_sgd(params: List[Dict[str, Any]], momentum: float = 0.9, use_nesterov: bool = False) -> torch.optim.Optimizer:
-    """Paddle's Momentum: v = m*v + g; p -= lr*v (torch SGD without dampening)."""
-    return _sgd(params, momentum, use_nesterov)
+def momentum_sgd(params: List[Dict[str, Any]], momentum: float = 0.9, use_nesterov: bool = False,
+                 weight_decay: Optional[float] = None) -> torch.optim.Optimizer:
+    """Paddle's Momentum: v = m*v + g; p -= lr*v (torch SGD without dampening).
+
+    ``weight_decay`` (PaddleSeg) is coupled L2 on all parameters, BN and biases included."""
+    return _sgd(params, momentum, use_nesterov, weight_decay)
 
 
 @OPTIMIZERS.register(name="SGD")
-def sgd(params: List[Dict[str, Any]], momentum: float = 0.0, use_nesterov: bool = False) -> torch.optim.Optimizer:
-    """Plain SGD (optionally with momentum)."""
-    return _sgd(params, momentum, use_nesterov)
+def sgd(params: List[Dict[str, Any]], momentum: float = 0.0, use_nesterov: bool = False,
+        weight_decay: Optional[float] = None) -> torch.optim.Optimizer:
+    """SGD (optionally with momentum; PaddleSeg's ``type: SGD, momentum: 0.9`` is Momentum)."""
+    return _sgd(params, momentum, use_nesterov, weight_decay)
 
 
 # --------------------------------------------------------------------------- LR schedules
 class LRSchedule:
-    """A learning rate as a function of the iteration; ``warmup_epoch`` ramps linearly from 0."""
+    """A learning rate as a function of the iteration.
 
-    def __init__(self, learning_rate: float, step_each_epoch: int, warmup_epoch: float = 0) -> None:
+    Linear warmup over ``warmup_epoch`` epochs (PaddleOCR) or ``warmup_iters`` iterations
+    (PaddleSeg), from ``warmup_start_lr`` (default 0) to the schedule's starting value.
+    """
+
+    def __init__(self, learning_rate: float, step_each_epoch: int, warmup_epoch: float = 0,
+                 warmup_iters: int = 0, warmup_start_lr: float = 0.0) -> None:
+        if warmup_epoch and warmup_iters:
+            raise ConfigError("Optimizer.lr: set warmup_epoch or warmup_iters, not both")
         self.base_lr = float(learning_rate)
         self.step_each_epoch = int(step_each_epoch)
-        self.warmup_steps = int(round(warmup_epoch * step_each_epoch))
+        self.warmup_steps = int(warmup_iters) if warmup_iters else int(round(warmup_epoch * step_each_epoch))
+        self.warmup_start_lr = float(warmup_start_lr)
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup_steps:
-            return self.base_lr * step / self.warmup_steps
+            return self.warmup_start_lr + (self.base_lr - self.warmup_start_lr) * step / self.warmup_steps
         return self.after_warmup(step - self.warmup_steps)
 
     def after_warmup(self, step: int) -> float:  # pragma: no cover - abstract
@@ -132,6 +150,25 @@ class LinearLR(LRSchedule):
 
     def after_warmup(self, step: int) -> float:
         frac = 1.0 - min(step, self.total) / self.total
+        return (self.base_lr - self.end_lr) * frac ** self.power + self.end_lr
+
+
+@LR_SCHEDULERS.register(name="PolynomialDecay")
+class PolynomialDecayLR(LRSchedule):
+    """PaddleSeg's schedule: ``(lr - end_lr) * (1 - t / decay_steps) ** power + end_lr`` with
+    ``t`` counted after the warmup and ``decay_steps`` defaulting to the run's iterations minus
+    ``warmup_iters`` (iteration-based runs: ``Global.max_iters``)."""
+
+    def __init__(self, learning_rate: float, total_steps: int, step_each_epoch: int, end_lr: float = 0.0,
+                 power: float = 0.9, decay_steps: Optional[int] = None, warmup_iters: int = 0,
+                 warmup_start_lr: float = 0.0, warmup_epoch: float = 0) -> None:
+        super().__init__(learning_rate, step_each_epoch, warmup_epoch, warmup_iters, warmup_start_lr)
+        self.decay_steps = max(1, int(decay_steps) if decay_steps else int(total_steps) - self.warmup_steps)
+        self.end_lr = float(end_lr)
+        self.power = float(power)
+
+    def after_warmup(self, step: int) -> float:
+        frac = 1.0 - min(step, self.decay_steps) / self.decay_steps
         return (self.base_lr - self.end_lr) * frac ** self.power + self.end_lr
 
 
@@ -184,18 +221,21 @@ class IterScheduler:
 # --------------------------------------------------------------------------- building
 def _param_groups(model: nn.Module, default_decay: float) -> List[Dict[str, Any]]:
     """Group trainable parameters by their L2 factor (``param.regularizer_factor`` overrides)."""
-    groups: Dict[float, Dict[str, Any]] = {}
+    groups: Dict[Tuple[float, bool], Dict[str, Any]] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
+        custom = hasattr(param, "regularizer_factor")
         factor = float(getattr(param, "regularizer_factor", default_decay))
-        group = groups.setdefault(factor, {"params": [], "names": [], "weight_decay": factor})
+        group = groups.setdefault((factor, custom), {"params": [], "names": [], "weight_decay": factor,
+                                                     "custom_decay": custom})
         group["params"].append(param)
         group["names"].append(name)
     return list(groups.values())
 
 
-def build_lr_schedule(lr_cfg: Any, epochs: int, step_each_epoch: int) -> LRSchedule:
+def build_lr_schedule(lr_cfg: Any, epochs: int, step_each_epoch: int,
+                      total_steps: Optional[int] = None) -> LRSchedule:
     """An ``LRSchedule`` from ``Optimizer.lr`` (a number or ``{name, learning_rate, ...}``)."""
     if not isinstance(lr_cfg, Mapping):
         return ConstLR(float(lr_cfg), step_each_epoch)
@@ -203,12 +243,14 @@ def build_lr_schedule(lr_cfg: Any, epochs: int, step_each_epoch: int) -> LRSched
     entry.setdefault("name", "Const")
     name = entry["name"]
     accepted, _ = LR_SCHEDULERS.accepted_keys(name)
-    extra = {k: v for k, v in (("epochs", epochs), ("step_each_epoch", step_each_epoch)) if k in accepted}
+    total = int(total_steps) if total_steps is not None else epochs * step_each_epoch
+    extra = {k: v for k, v in (("epochs", epochs), ("step_each_epoch", step_each_epoch), ("total_steps", total))
+             if k in accepted}
     return LR_SCHEDULERS.build(entry, where="Optimizer.lr", **extra)
 
 
-def build_optimizer(opt_cfg: Mapping[str, Any], model: nn.Module, epochs: int,
-                    step_each_epoch: int) -> Tuple[torch.optim.Optimizer, IterScheduler]:
+def build_optimizer(opt_cfg: Mapping[str, Any], model: nn.Module, epochs: int, step_each_epoch: int,
+                    total_steps: Optional[int] = None) -> Tuple[torch.optim.Optimizer, IterScheduler]:
     """Optimizer and per-iteration scheduler from the ``Optimizer`` section."""
     reg_cfg = opt_cfg.get("regularizer") or None
     default_decay = 0.0
@@ -219,7 +261,7 @@ def build_optimizer(opt_cfg: Mapping[str, Any], model: nn.Module, epochs: int,
         raise ConfigError("the model has no trainable parameters")
     kwargs = {k: v for k, v in opt_cfg.items() if k not in OPTIMIZER_COMMON_KEYS}
     optimizer = OPTIMIZERS.build(kwargs, where="Optimizer", params=groups)
-    schedule = build_lr_schedule(opt_cfg["lr"], epochs, step_each_epoch)
+    schedule = build_lr_schedule(opt_cfg["lr"], epochs, step_each_epoch, total_steps)
     return optimizer, IterScheduler(optimizer, schedule)
 
 

@@ -42,9 +42,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in value) + "]"
+    return str(value)
+
+
 def format_metrics(values: Mapping[str, Any]) -> str:
-    """``acc: 0.960000, norm_edit_dis: 0.991587, best_epoch: 6`` (floats to 6 decimals)."""
-    return ", ".join(f"{k}: {v:.6f}" if isinstance(v, float) else f"{k}: {v}" for k, v in values.items())
+    """``acc: 0.960000, norm_edit_dis: 0.991587, best_epoch: 6`` (floats to 6 decimals,
+    per-class lists to 4)."""
+    return ", ".join(f"{k}: {_format_value(v)}" for k, v in values.items())
 
 
 def count_trainable(model: nn.Module) -> int:
@@ -95,7 +104,7 @@ class Trainer:
         self.metric = build_metric(config)
         self.train_metric = build_metric(config) if glob["cal_metric_during_train"] else None
         self.optimizer, self.scheduler = build_optimizer(config["Optimizer"], self.model, self.epoch_num,
-                                                         self.steps_per_epoch)
+                                                         self.steps_per_epoch, self.total_steps)
         self.autocast, use_scaler = make_autocast(glob, env.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]),
                                            growth_interval=2000 if glob["use_dynamic_loss_scaling"] else 10**9)

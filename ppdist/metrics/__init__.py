@@ -1,5 +1,6 @@
 """Metrics; importing this package registers them in ``METRICS``."""
 from ppdist.metrics.base import Metric
 from ppdist.metrics.rec import RecMetric
+from ppdist.metrics.seg import SegMetric
 
-__all__ = ["Metric", "RecMetric"]
+__all__ = ["Metric", "RecMetric", "SegMetric"]

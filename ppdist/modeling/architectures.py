@@ -1,10 +1,13 @@
 """``BaseModel``: Backbone -> Neck -> Head built from an ``Architecture`` config section.
 
 Task-agnostic: each stage's ``out_channels`` becomes the next stage's ``in_channels``, and
-``forward`` returns whatever the last stage returns.
+``forward`` returns whatever the last stage returns. A stage whose ``forward`` takes an
+``input_size`` keyword (e.g. a segmentation head upsampling to the image) receives the
+input's spatial size.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Mapping, Optional, Union
 
 import torch
@@ -43,6 +46,8 @@ class BaseModel(nn.Module):
         if self.backbone is None and self.neck is None and self.head is None:
             raise ConfigError("Architecture needs at least a Backbone, a Neck or a Head")
         self.out_channels = getattr(self.head, "out_channels", channels)
+        self._wants_size = [stage is not None and "input_size" in inspect.signature(stage.forward).parameters
+                            for stage in (self.backbone, self.neck, self.head)]
 
     @staticmethod
     def _build_stage(registry: Registry, arch: Mapping[str, Any], key: str,
@@ -65,7 +70,8 @@ class BaseModel(nn.Module):
         else:
             raise TypeError("BaseModel.forward expects an image tensor or a mapping with key "
                             f"'image', got {type(batch).__name__}")
-        for stage in (self.backbone, self.neck, self.head):
+        size = x.shape[2:]
+        for stage, wants_size in zip((self.backbone, self.neck, self.head), self._wants_size):
             if stage is not None:
-                x = stage(x)
+                x = stage(x, input_size=size) if wants_size else stage(x)
         return x

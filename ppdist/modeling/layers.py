@@ -129,3 +129,36 @@ class L2TaggedModule(nn.Module):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self.tag_parameters()
+
+
+class ConvBNAct(nn.Module):
+    """Conv2d ('same' padding for odd kernels) -> BatchNorm2d -> optional activation.
+
+    Unlike ``ConvBNLayer`` the convolution may carry a bias (PaddleSeg's ``ConvBNReLU``
+    keeps Paddle's default bias unless told otherwise).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+                 groups: int = 1, bias: bool = False, act: Optional[str] = "relu") -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride,
+                              padding=kernel_size // 2, groups=groups, bias=bias)
+        self.bn = nn.BatchNorm2d(out_channels, eps=1e-5, momentum=0.1)
+        self.act = nn.LeakyReLU(0.01) if act == "leakyrelu" else make_activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+
+def init_paddle_conv_default(module: nn.Module) -> None:
+    """Paddle's default ``nn.Conv2D`` init on every conv in ``module``: weights from
+    Normal(0, sqrt(2 / (k*k*C_in/groups))), biases 0; BatchNorm weight 1, bias 0."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
+            fan_in = m.weight[0].numel()
+            nn.init.normal_(m.weight, 0.0, math.sqrt(2.0 / fan_in))
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.modules.batchnorm._BatchNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)

@@ -1,4 +1,5 @@
 """Post-processing; importing this package registers it in ``POSTPROCESSES``."""
 from ppdist.postprocess.ctc_decode import CTCLabelDecode
+from ppdist.postprocess.seg import SegPostProcess
 
-__all__ = ["CTCLabelDecode"]
+__all__ = ["CTCLabelDecode", "SegPostProcess"]

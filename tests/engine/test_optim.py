@@ -84,3 +84,28 @@ def test_gradient_clipping_global_and_per_tensor():
         p.grad = torch.full_like(p, 10.0)
     clip_gradients(model, {"clip_norm": 1.0}, None)
     assert all(p.grad.norm() == pytest.approx(1.0, rel=1e-4) for p in model.parameters())
+
+
+def test_polynomial_decay_with_warmup_matches_paddleseg_recipe():
+    from ppdist.engine.optim import PolynomialDecayLR
+
+    s = PolynomialDecayLR(learning_rate=0.005, total_steps=160000, step_each_epoch=186, end_lr=0.0, power=0.9,
+                          warmup_iters=1000, warmup_start_lr=1e-5)
+    assert s.lr_at(0) == pytest.approx(1e-5)
+    assert s.lr_at(500) == pytest.approx(1e-5 + (0.005 - 1e-5) * 0.5)
+    assert s.lr_at(1000) == pytest.approx(0.005)
+    t = 81000
+    assert s.lr_at(t) == pytest.approx(0.005 * (1 - (t - 1000) / 159000) ** 0.9)
+    assert s.lr_at(160000) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_momentum_weight_decay_covers_every_parameter_and_total_steps_reach_schedule():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    opt_cfg = {"name": "Momentum", "momentum": 0.9, "weight_decay": 5e-4,
+               "lr": {"name": "PolynomialDecay", "learning_rate": 0.01, "power": 0.9}}
+    optimizer, scheduler = build_optimizer(opt_cfg, model, epochs=3, step_each_epoch=7, total_steps=20)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [5e-4]
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == 4  # conv w, b; bn w, b
+    assert scheduler.schedule.decay_steps == 20
+    with pytest.raises(Exception, match="not both"):
+        build_optimizer(dict(opt_cfg, regularizer={"name": "L2", "factor": 1e-4}), model, 3, 7, 20)

@@ -1,0 +1,212 @@
+"""Semantic-segmentation datasets: PaddleSeg file lists (SegDataSet) and Cityscapes layout.
+
+Both read the image with cv2 (RGB uint8) and the label with PIL as the raw array (palette
+indices kept), check them, and after the transforms return exactly
+``{"image": float32 [C, H, W], "label": int64 [H, W]}``. In train mode the label is in
+``gt_fields`` (transformed with the image); in eval mode it stays at full resolution.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any, Dict, List, NamedTuple, Optional, Union
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from ppdist.data.base import BadSample, BaseDataSet
+from ppdist.errors import ConfigError, DataError
+from ppdist.registry import DATASETS
+
+
+def _section(mode: str) -> str:
+    return "Train.dataset" if mode == "train" else "Eval.dataset"
+
+
+class _Item(NamedTuple):
+    image: str       # absolute or dataset_root-joined path ("" when the entry is malformed)
+    label: str       # label path, or what is wrong with a malformed line
+    origin: str      # where the entry came from, for messages
+    ok: bool
+
+
+def _label_values(label: np.ndarray) -> np.ndarray:
+    """The distinct values of ``label`` (bincount for uint8: much faster than np.unique)."""
+    if label.dtype == np.uint8:
+        return np.flatnonzero(np.bincount(label.ravel(), minlength=256))
+    return np.unique(label)
+
+
+class _SegBase(BaseDataSet):
+    """Reading, checking and output layout shared by the segmentation datasets."""
+
+    def __init__(self, transforms: list, mode: str, num_classes: Optional[int], ignore_index: int,
+                 img_channels: int = 3) -> None:
+        super().__init__(transforms, mode)
+        sec = _section(mode)
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0:
+            raise ConfigError(f"{sec}.num_classes must be a positive int (the number of classes), "
+                              f"got {num_classes!r}")
+        if img_channels not in (1, 3):
+            raise ConfigError(f"{sec}.img_channels must be 1 or 3, got {img_channels!r}")
+        self.num_classes: int = num_classes
+        self.ignore_index = int(ignore_index)
+        self.img_channels = img_channels
+        self.items: List[_Item] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def origin(self, index: int) -> str:
+        return self.items[index].origin
+
+    def read(self, index: int) -> Dict[str, Any]:
+        item = self.items[index]
+        if not item.ok:
+            raise DataError(f"{item.origin}: malformed line: {item.label}")
+        flag = cv2.IMREAD_COLOR if self.img_channels == 3 else cv2.IMREAD_GRAYSCALE
+        image = cv2.imread(item.image, flag)
+        if image is None:
+            raise DataError(f"cannot read image {item.image} (missing or not an image)")
+        if image.ndim == 3:
+            image = np.ascontiguousarray(image[:, :, ::-1])  # BGR -> RGB
+        try:
+            with Image.open(item.label) as handle:
+                label = np.asarray(handle)
+        except Exception as exc:
+            raise DataError(f"cannot read label {item.label}: {type(exc).__name__}: {exc}") from exc
+        self.check(image, label, item)
+        return {"image": image, "label": label, "gt_fields": ["label"] if self.mode == "train" else []}
+
+    def check(self, image: np.ndarray, label: np.ndarray, item: _Item) -> None:
+        """Raise DataError when the label cannot go with the image."""
+        if label.ndim != 2:
+            raise DataError(f"label {item.label} has shape {label.shape}; expected a single-channel "
+                            "(L or P mode) image of class ids")
+        if label.shape != image.shape[:2]:
+            raise DataError(f"label {item.label} is {label.shape[1]}x{label.shape[0]} but image "
+                            f"{item.image} is {image.shape[1]}x{image.shape[0]} (WxH)")
+        values = _label_values(label)
+        bad = values[((values < 0) | (values >= self.num_classes)) & (values != self.ignore_index)]
+        if bad.size:
+            raise DataError(f"label {item.label} has value(s) {bad[:10].tolist()} outside "
+                            f"[0, {self.num_classes}) and not ignore_index {self.ignore_index}")
+
+    @staticmethod
+    def to_output(data: Dict[str, Any]) -> Dict[str, Any]:
+        """``image`` float32 [C, H, W] and ``label`` int64 [H, W]; nothing else."""
+        image = np.asarray(data["image"])
+        image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
+        out = {"image": np.ascontiguousarray(image, dtype=np.float32)}
+        if "label" in data:
+            label = np.asarray(data["label"])
+            if label.ndim == 3 and label.shape[0] == 1:
+                label = label[0]
+            out["label"] = np.ascontiguousarray(label, dtype=np.int64)
+        return out
+
+    def load(self, index: int) -> Union[Dict[str, Any], BadSample]:
+        result = super().load(index)
+        if isinstance(result, BadSample):
+            return result
+        try:
+            return self.to_output(result)
+        except Exception as exc:
+            return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")
+
+
+def _resolve_list(path: str, root: str, key: str) -> str:
+    """A file list path: absolute, relative to ``root`` or to the working directory."""
+    if os.path.isabs(path):
+        candidates = [path]
+    else:
+        candidates = [os.path.join(root, path), path]
+    for cand in candidates:
+        if os.path.isfile(cand):
+            return cand
+    raise DataError(f"{key}: file list not found: {' or '.join(candidates)}")
+
+
+@DATASETS.register
+class SegDataSet(_SegBase):
+    """PaddleSeg's generic file-list dataset: lines ``image_path<separator>label_path``.
+
+    Paths are relative to ``dataset_root`` (absolute ones are used as they are). Train mode
+    reads ``train_path``, eval mode ``val_path``. Malformed lines are kept and reported when read.
+    """
+
+    def __init__(self, dataset_root: str, transforms: list, mode: str = "train", seed: int = 1024,
+                 num_classes: Optional[int] = None, train_path: Optional[str] = None,
+                 val_path: Optional[str] = None, ignore_index: int = 255, separator: str = " ",
+                 img_channels: int = 3) -> None:
+        super().__init__(transforms, mode, num_classes, ignore_index, img_channels)
+        sec = _section(mode)
+        if not separator:
+            raise ConfigError(f"{sec}.separator must not be empty")
+        if not os.path.isdir(dataset_root):
+            raise DataError(f"{sec}.dataset_root: directory not found: {dataset_root}")
+        key, path = (f"{sec}.train_path", train_path) if mode == "train" else (f"{sec}.val_path", val_path)
+        if not path:
+            raise ConfigError(f"{key} is required: the file list of 'image label' lines for this dataset")
+        self.dataset_root = dataset_root
+        self.seed = seed
+        self.separator = separator
+        self.file_list = _resolve_list(path, dataset_root, key)
+        self.items = self._parse(self.file_list)
+
+    def _parse(self, path: str) -> List[_Item]:
+        items: List[_Item] = []
+        with open(path, "rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                where = f"{path}:{line_no}"
+                try:
+                    text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8").strip()
+                except UnicodeDecodeError as exc:
+                    items.append(_Item("", f"not valid UTF-8 ({exc.reason})", where, False))
+                    continue
+                if not text:
+                    continue
+                parts = text.split(self.separator)
+                if len(parts) != 2 or not parts[0] or not parts[1]:
+                    why = (f"expected 'image_path{{separator}}label_path' with separator {self.separator!r}, "
+                           f"got {text[:80]!r}")
+                    items.append(_Item("", why, where, False))
+                    continue
+                img, lbl = (os.path.join(self.dataset_root, p) for p in parts)
+                items.append(_Item(img, lbl, f"{where} ({parts[0]})", True))
+        return items
+
+
+@DATASETS.register
+class CityscapesDataSet(_SegBase):
+    """Cityscapes found by sorted glob: ``leftImg8bit/<split>/*/*_leftImg8bit.png`` with
+    ``gtFine/<split>/*/*_gtFine_labelTrainIds.png`` (split: train / val by mode)."""
+
+    def __init__(self, dataset_root: str, transforms: list, mode: str = "train", seed: int = 1024,
+                 split: Optional[str] = None, num_classes: int = 19, ignore_index: int = 255) -> None:
+        super().__init__(transforms, mode, num_classes, ignore_index)
+        sec = _section(mode)
+        if not os.path.isdir(dataset_root):
+            raise DataError(f"{sec}.dataset_root: directory not found: {dataset_root}")
+        self.dataset_root = dataset_root
+        self.seed = seed
+        self.split = split or ("train" if mode == "train" else "val")
+        pattern = os.path.join(dataset_root, "leftImg8bit", self.split, "*", "*_leftImg8bit.png")
+        images = sorted(glob.glob(pattern))
+        if not images:
+            raise DataError(f"{sec}: no Cityscapes image matches {pattern}. Expected leftImg8bit/"
+                            f"{self.split}/<city>/*_leftImg8bit.png with labels converted to gtFine/"
+                            f"{self.split}/<city>/*_gtFine_labelTrainIds.png (cityscapesScripts "
+                            "createTrainIdLabelImgs)")
+        missing = []
+        for img in images:
+            city = os.path.basename(os.path.dirname(img))
+            stem = os.path.basename(img)[: -len("_leftImg8bit.png")]
+            lbl = os.path.join(dataset_root, "gtFine", self.split, city, f"{stem}_gtFine_labelTrainIds.png")
+            if not os.path.isfile(lbl):
+                missing.append(lbl)
+            self.items.append(_Item(img, lbl, img, True))
+        if missing:
+            raise DataError(f"{sec}: {len(missing)} Cityscapes image(s) have no *_gtFine_labelTrainIds.png "
+                            f"label (convert the labels to trainIds first), e.g. {', '.join(missing[:3])}")

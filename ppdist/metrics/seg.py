@@ -1,0 +1,89 @@
+"""Semantic-segmentation metrics from per-class pixel areas (PaddleSeg's formulas).
+
+For each class ``i`` over non-ignored pixels: ``I_i`` (prediction and label are ``i``),
+``P_i`` (prediction is ``i``) and ``L_i`` (label is ``i``). The areas are int64 counts, so
+summing them over ranks gives exactly the single-process numbers.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+import numpy as np
+import torch
+
+from ppdist.metrics.base import Metric
+from ppdist.registry import METRICS
+
+INDICATORS = ("miou", "acc", "kappa", "mdice")
+
+
+def class_areas(pred: torch.Tensor, label: torch.Tensor, num_classes: int, ignore_index: int = 255) -> np.ndarray:
+    """``[3, C]`` int64 array of intersection, prediction and label areas (ignored pixels excluded)."""
+    pred = pred.reshape(-1).long()
+    label = label.reshape(-1).long().to(pred.device)
+    valid = label != ignore_index
+    pred, label = pred[valid], label[valid]
+    intersect = torch.bincount(pred[pred == label], minlength=num_classes)[:num_classes]
+    pred_area = torch.bincount(pred, minlength=num_classes)[:num_classes]
+    label_area = torch.bincount(label, minlength=num_classes)[:num_classes]
+    return torch.stack([intersect, pred_area, label_area]).cpu().numpy().astype(np.int64)
+
+
+def metrics_from_areas(intersect: np.ndarray, pred_area: np.ndarray, label_area: np.ndarray) -> Dict[str, Any]:
+    """mIoU, Acc, Kappa, mDice and per-class IoU / precision / recall / Dice."""
+    i, p, l = (np.asarray(a, dtype=np.float64) for a in (intersect, pred_area, label_area))
+    union = p + l - i
+    iou = np.where(union > 0, i / np.where(union > 0, union, 1), 1.0)  # empty union counts as 1
+    precision = np.where(p > 0, i / np.where(p > 0, p, 1), 0.0)
+    recall = np.where(l > 0, i / np.where(l > 0, l, 1), 0.0)
+    dice = np.where(p + l > 0, 2 * i / np.where(p + l > 0, p + l, 1), 0.0)
+    total_p, total_l = p.sum(), l.sum()
+    acc = float(i.sum() / total_p) if total_p > 0 else 0.0
+    if total_l > 0:
+        po = i.sum() / total_l
+        pe = float((p * l).sum()) / float(total_l * total_l)
+        kappa = float((po - pe) / (1 - pe)) if pe != 1 else 1.0
+    else:
+        kappa = 0.0
+    return {"miou": float(iou.mean()), "acc": acc, "kappa": kappa, "mdice": float(dice.mean()),
+            "class_iou": iou.tolist(), "class_precision": precision.tolist(), "class_recall": recall.tolist(),
+            "class_dice": dice.tolist()}
+
+
+@METRICS.register
+class SegMetric(Metric):
+    """``update(pred_labels [N,H,W], batch)`` against ``batch["label"]``; see the module doc."""
+
+    def __init__(self, num_classes: int, ignore_index: int = 255, main_indicator: str = "miou") -> None:
+        if main_indicator not in INDICATORS:
+            raise ValueError(f"SegMetric.main_indicator must be one of {INDICATORS}, got {main_indicator!r}")
+        if num_classes is None or num_classes <= 0:
+            raise ValueError("num_classes must be a positive integer (set Global.num_classes)")
+        self.num_classes = int(num_classes)
+        self.ignore_index = int(ignore_index)
+        self.main_indicator = main_indicator
+        self.reset()
+
+    def reset(self) -> None:
+        self.areas = np.zeros((3, self.num_classes), dtype=np.int64)
+        self.images = 0
+
+    def update(self, results: Any, batch: Mapping[str, Any]) -> None:
+        label = torch.as_tensor(batch["label"])
+        pred = torch.as_tensor(results)
+        if pred.shape != label.shape:
+            raise ValueError(f"prediction shape {tuple(pred.shape)} differs from label shape {tuple(label.shape)}")
+        self.areas += class_areas(pred, label, self.num_classes, self.ignore_index)
+        self.images += int(label.shape[0])
+
+    def state(self) -> Dict[str, Any]:
+        return {"areas": self.areas.tolist(), "images": self.images}
+
+    def load_states(self, states: List[Dict[str, Any]]) -> None:
+        self.reset()
+        for state in states:
+            self.areas += np.asarray(state["areas"], dtype=np.int64)
+            self.images += int(state["images"])
+
+    def compute(self) -> Dict[str, Any]:
+        return dict(metrics_from_areas(*self.areas), images=self.images)

@@ -1,0 +1,85 @@
+"""OHEM and pixel cross entropy on hand-made examples; the loss list maps onto outputs."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ppdist.components  # noqa: F401
+from ppdist.errors import ConfigError
+from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntropyLoss
+
+
+def logits_for(probs):
+    """(1, 2, 1, N) logits whose class-1 softmax probabilities are ``probs``."""
+    p = torch.tensor(probs, dtype=torch.float64)
+    return torch.stack([torch.zeros_like(p), torch.log(p / (1 - p))]).reshape(1, 2, 1, -1).float()
+
+
+def test_ohem_keeps_pixels_strictly_below_threshold():
+    # ground truth is class 1 everywhere except one ignored pixel
+    probs = [0.1, 0.5, 0.7, 0.8, 0.95, 0.3]
+    logit = logits_for(probs)
+    label = torch.tensor([[[1, 1, 1, 1, 1, 255]]])
+    loss = OhemCrossEntropyLoss(thresh=0.7, min_kept=2)
+    mask = loss.kept_mask(logit, label)
+    # 2nd smallest valid p is 0.5 < 0.7 -> threshold 0.7; 0.7 itself is NOT kept (strict <)
+    assert mask.reshape(-1).tolist() == [True, True, False, False, False, False]
+    expected = (-math.log(0.1) - math.log(0.5)) / 2
+    value = loss(logit, label).item()
+    assert value == pytest.approx(expected / (1 + 1e-5 * 6 / 2), rel=1e-5)
+
+
+def test_ohem_threshold_rises_to_kth_probability():
+    probs = [0.1, 0.75, 0.8, 0.9]
+    logit = logits_for(probs)
+    label = torch.ones(1, 1, 4, dtype=torch.long)
+    mask = OhemCrossEntropyLoss(thresh=0.7, min_kept=3).kept_mask(logit, label)
+    # 3rd smallest p = 0.8 > 0.7 -> threshold 0.8, keep p < 0.8
+    assert mask.reshape(-1).tolist() == [True, True, False, False]
+
+
+def test_ohem_keeps_all_valid_when_min_kept_not_below_valid_count():
+    logit = logits_for([0.9, 0.95, 0.99])
+    label = torch.tensor([[[1, 1, 255]]])
+    assert OhemCrossEntropyLoss(min_kept=2).kept_mask(logit, label).reshape(-1).tolist() == [True, True, False]
+
+
+def test_cross_entropy_averages_over_non_ignored_and_weights():
+    torch.manual_seed(0)
+    logit = torch.randn(2, 3, 4, 5)
+    label = torch.randint(0, 3, (2, 4, 5))
+    label[0, 0, :3] = 255
+    plain = CrossEntropyLoss()(logit, label)
+    assert plain.item() == pytest.approx(F.cross_entropy(logit, label, ignore_index=255).item(), rel=1e-6)
+    weighted = CrossEntropyLoss(weight=[1.0, 2.0, 0.5])(logit, label)
+    ref = F.cross_entropy(logit, label, weight=torch.tensor([1.0, 2.0, 0.5]), ignore_index=255)
+    assert weighted.item() == pytest.approx(ref.item(), rel=1e-5)
+
+
+def test_multi_output_loss_maps_losses_and_coefficients_onto_outputs():
+    torch.manual_seed(0)
+    outs = [torch.randn(2, 3, 4, 4, requires_grad=True) for _ in range(3)]
+    label = torch.randint(0, 3, (2, 4, 4))
+    loss = MultiOutputLoss(types=[{"name": "CrossEntropyLoss"}], coef=[1.0, 0.5, 0.25])
+    result = loss(outs, {"label": label})
+    parts = [F.cross_entropy(o, label).item() * c for o, c in zip(outs, (1.0, 0.5, 0.25))]
+    assert result["loss"].item() == pytest.approx(sum(parts), rel=1e-5)
+    assert [result[f"loss_{i}"].item() for i in range(3)] == pytest.approx(parts, rel=1e-5)
+    result["loss"].backward()
+    assert all(o.grad is not None for o in outs)
+    with pytest.raises(ValueError, match="3 output"):
+        MultiOutputLoss(types=[{"name": "CrossEntropyLoss"}] * 2)(outs, {"label": label})
+
+
+def test_multi_output_loss_passes_ignore_index_and_checks_entries():
+    loss = MultiOutputLoss(types=[{"name": "OhemCrossEntropyLoss", "min_kept": 5}], ignore_index=7)
+    assert loss.losses[0].ignore_index == 7 and loss.losses[0].min_kept == 5
+    with pytest.raises(ConfigError, match=r"Loss.types\[0\]"):
+        MultiOutputLoss(types=[{"name": "OhemCrossEntropyLoss", "min_keep": 5}])
+
+
+def test_pixel_loss_as_top_level_loss_on_single_output():
+    logit = torch.randn(1, 2, 3, 3)
+    label = torch.zeros(1, 3, 3, dtype=torch.long)
+    assert set(CrossEntropyLoss()([logit], {"label": label})) == {"loss"}

@@ -1,0 +1,59 @@
+"""Test-time options: whole image, scales, flips and sliding windows."""
+import pytest
+import torch
+from torch import nn
+
+from ppdist.postprocess.seg import SegPostProcess
+
+
+class PixelModel(nn.Module):
+    """Per-pixel linear model: logits depend only on each pixel, so any tiling is exact."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.calls = []
+
+    def forward(self, x):
+        self.calls.append(tuple(x.shape[2:]))
+        return [self.conv(x)]
+
+
+def test_slide_equals_whole_image_for_a_pixelwise_model_and_covers_edges():
+    model = PixelModel()
+    image = torch.randn(2, 3, 37, 53)
+    whole = SegPostProcess().infer(model, {"image": image})
+    model.calls.clear()
+    slide = SegPostProcess(is_slide=True, crop_size=[20, 16], stride=[15, 10]).infer(model, {"image": image})
+    assert torch.allclose(whole, slide, atol=1e-5)
+    # rows: ceil((37-16)/10)+1 = 4, cols: ceil((53-20)/15)+1 = 4; every window full size
+    assert len(model.calls) == 16 and set(model.calls) == {(16, 20)}
+
+
+def test_flips_are_undone_and_scales_resized_back():
+    model = PixelModel()
+    image = torch.randn(1, 3, 20, 30)
+    whole = SegPostProcess().infer(model, {"image": image})
+    flipped = SegPostProcess(aug_eval=True, flip_horizontal=True, flip_vertical=True).infer(model, {"image": image})
+    assert torch.allclose(whole, flipped, atol=1e-5)
+    model.calls.clear()
+    scaled = SegPostProcess(aug_eval=True, scales=[0.5, 0.75]).infer(model, {"image": image})
+    assert model.calls == [(10, 15), (15, 23)] and tuple(scaled.shape) == (1, 4, 20, 30)
+
+
+def test_scales_ignored_without_aug_eval_and_argmax_at_label_size():
+    model = PixelModel()
+    post = SegPostProcess(scales=0.5)
+    image = torch.randn(1, 3, 8, 8)
+    logits = post.infer(model, {"image": image})
+    assert model.calls == [(8, 8)]
+    pred = post(logits, {"image": image, "label": torch.zeros(1, 16, 16, dtype=torch.long)})
+    assert tuple(pred.shape) == (1, 16, 16) and pred.dtype == torch.int64
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="crop_size"):
+        SegPostProcess(is_slide=True)
+    with pytest.raises(ValueError, match="scales"):
+        SegPostProcess(scales=[])
