@@ -33,19 +33,31 @@ def _launch_rank() -> int:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0)
 
 
+def error_message(exc: BaseException) -> str:
+    """The message of ``exc``; for an error re-raised from a DataLoader worker (whose text
+    embeds the worker's traceback) only the original message, not the stack."""
+    text = str(exc)
+    if "\nOriginal Traceback" not in text:
+        return text
+    marker = f"{type(exc).__module__}.{type(exc).__name__}: "
+    position = text.rfind(marker)
+    return text[position + len(marker):].strip() if position >= 0 else text.strip().splitlines()[-1]
+
+
 def run_main(main: Callable[[], Any]) -> None:
     """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback."""
     try:
         result = main()
     except ConfigError as exc:
         if _launch_rank() == 0:
-            print(f"ppdist: config error: {exc}", file=sys.stderr)
+            print(f"ppdist: config error: {error_message(exc)}", file=sys.stderr)
         else:  # every rank read the same config: let rank 0 report it before torchrun stops the group
             time.sleep(3)
         sys.exit(EXIT_CONFIG_ERROR)
     except PPDistError as exc:
-        logging.getLogger("ppdist").error("%s", exc)
-        print(f"ppdist: error: {exc}", file=sys.stderr)
+        message = error_message(exc)
+        logging.getLogger("ppdist").error("%s", message)
+        print(f"ppdist: error: {message}", file=sys.stderr)
         sys.exit(EXIT_RUNTIME_ERROR)
     except KeyboardInterrupt:
         print("ppdist: interrupted", file=sys.stderr)

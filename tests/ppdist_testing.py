@@ -63,3 +63,34 @@ def run_tool(args: List[str], nproc: Optional[int] = None, timeout: int = 420) -
 def check_ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert result.returncode == 0, f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-4000:]}\nSTDERR:\n{result.stderr[-4000:]}"
     return result
+
+
+SEG_QUICKSTART = os.path.join(REPO, "configs", "seg", "quickstart_synth.yml")
+
+
+def tiny_seg_config(path: str, data_dir: str, save_dir: str, max_iters: int = 150, num_train: int = 256,
+                    num_val: int = 37, **global_extra) -> str:
+    """A narrow PP-LiteSeg (STDC1 at base 16, thin decoder) on 64x64 synthetic shapes, 4 classes."""
+    min_kept = 8 * 64 * 64 // 16
+    config = {
+        "_BASE_": [SEG_QUICKSTART],
+        "Global": dict({
+            "max_iters": max_iters, "save_model_dir": save_dir, "print_batch_step": 10,
+            "eval_batch_step": [0, 1000000], "dist_timeout": 300, "num_classes": 4,
+            "synthetic_data": {"kind": "seg", "data_dir": data_dir, "num_train": num_train, "num_val": num_val,
+                               "seed": 3, "image_size": 64, "num_classes": 4},
+        }, **global_extra),
+        "Architecture": {"Backbone": {"name": "STDC1", "base": 16},
+                         "Head": {"name": "PPLiteSegHead", "arm_out_chs": [16, 16, 32],
+                                  "seg_head_inter_chs": [16, 16, 16], "cm_out_ch": 32}},
+        "Loss": {"types": [{"name": "OhemCrossEntropyLoss", "thresh": 0.7, "min_kept": min_kept}] * 3},
+        "Optimizer": {"lr": {"name": "PolynomialDecay", "learning_rate": 0.05, "warmup_iters": 20}},
+        "Train": {"dataset": {"dataset_root": data_dir,
+                              "transforms": [{"RandomPaddingCrop": {"crop_size": [64, 64]}},
+                                             {"RandomHorizontalFlip": {}}, {"Normalize": {}}]},
+                  "loader": {"batch_size_per_card": 8, "num_workers": 1}},
+        "Eval": {"dataset": {"dataset_root": data_dir}, "loader": {"batch_size_per_card": 4, "num_workers": 0}},
+    }
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle)
+    return path
