@@ -24,7 +24,7 @@ BASE_KEY = "_BASE_"
 # constructor has a parameter of the same name; Global wins, as in PaddleOCR.
 # Unset (null) Global values are not injected.
 SHARED_GLOBAL_KEYS = ("character_dict_path", "max_text_length", "use_space_char", "infer_mode",
-                      "num_classes", "ignore_index")
+                      "num_classes", "ignore_index", "width_mult", "depth_mult")
 
 
 class _Loader(yaml.SafeLoader):
@@ -93,6 +93,9 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "find_unused_parameters": GlobalKey((bool,), False, "DDP find_unused_parameters."),
     "use_ema": GlobalKey((bool,), False, "Keep an exponential moving average of the weights for eval/saving."),
     "ema_decay": GlobalKey(_NUM, 0.9998, "EMA decay."),
+    "ema_decay_type": GlobalKey((str,), "constant",
+                                "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)) (PaddleDetection).",
+                                choices=("constant", "threshold")),
     "grad_clip": GlobalKey(_NUM + (_NONE,), None, "Clip the global gradient norm to this value."),
     "dist_timeout": GlobalKey((int,), 1800, "Seconds before a collective that waits on a dead peer fails."),
     "max_bad_sample_ratio": GlobalKey(_NUM, 0.1, "Fail the run when more than this fraction of samples is bad."),
@@ -104,6 +107,10 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "ignore_index": GlobalKey((int, _NONE), None,
                               "Label value excluded from loss and metric, given to every component that takes it "
                               "(components default to 255)."),
+    "width_mult": GlobalKey(_NUM + (_NONE,), None,
+                            "Detection: channel multiplier given to every component that takes width_mult (PP-YOLOE s/m/l/x)."),
+    "depth_mult": GlobalKey(_NUM + (_NONE,), None,
+                            "Detection: block-count multiplier given to every component that takes depth_mult."),
     "synthetic_data": GlobalKey((dict, _NONE), None,
                                 "{kind, data_dir, num_train, num_val, seed}: generate data there if absent."),
 }
@@ -321,10 +328,11 @@ def _validate_data_section(config: Dict[str, Any], section: str, shared: Mapping
     if not isinstance(dataset, dict) or "name" not in dataset:
         raise ConfigError(f"missing required key {section}.dataset.name")
     DATASETS.get(dataset["name"], f"{section}.dataset.name")
-    kwargs = {k: v for k, v in dataset.items() if k not in ("name", "transforms")}
+    kwargs = {k: v for k, v in dataset.items() if k not in ("name", "transforms", "batch_transforms")}
     kwargs = inject_globals(DATASETS, dataset["name"], kwargs, shared)
     DATASETS.check(dataset["name"], kwargs, f"{section}.dataset", injected=("transforms", "mode", "seed"))
     _check_transforms(dataset.get("transforms") or [], f"{section}.dataset.transforms", shared)
+    _check_transforms(dataset.get("batch_transforms") or [], f"{section}.dataset.batch_transforms", shared)
     loader = part.get("loader") or {}
     if not isinstance(loader, dict):
         raise ConfigError(f"{section}.loader must be a mapping")

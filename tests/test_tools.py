@@ -9,7 +9,7 @@ def test_config_typo_exits_2_with_one_paragraph(tmp_path, digits_dir):
     result = run_tool(["train.py", "-c", cfg, "-o", "Optimizer.lr.name=Cosin"])
     assert result.returncode == 2
     assert result.stderr.strip() == (f"ppdist: config error: {cfg}: unknown lr schedule name 'Cosin' at "
-                                     f"Optimizer.lr. Did you mean: 'Cosine', 'Const'?")
+                                     f"Optimizer.lr. Did you mean: 'Cosine', 'CosineDecay', 'Const'?")
     assert not os.path.exists(tmp_path / "o")  # validation happens before anything runs
 
 

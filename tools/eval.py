@@ -1,4 +1,5 @@
-"""Evaluate a checkpoint: ``python tools/eval.py -c CFG -o Global.checkpoints=PATH [--output_json F]``.
+"""Evaluate a checkpoint: ``python tools/eval.py -c CFG -o Global.checkpoints=PATH [--output_json F]
+[--output_dir DIR] [--classwise]``.
 
 Runs on all processes under torchrun (exact, unpadded shards) and prints the metrics.
 """
@@ -16,14 +17,19 @@ from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
 def main() -> int:
     parser = base_parser(__doc__)
     parser.add_argument("--output_json", default=None, help="write the metrics to this JSON file")
+    parser.add_argument("--output_dir", default=None,
+                        help="metric outputs (detection: bbox.json in COCO results format); = -o Metric.output_dir=DIR")
+    parser.add_argument("--classwise", action="store_true", help="per-class AP (detection); = -o Metric.classwise=true")
     args = parser.parse_args()
+    extra = ([f"Metric.output_dir={args.output_dir}"] if args.output_dir else []) + \
+        (["Metric.classwise=true"] if args.classwise else [])
     from ppdist.config import load_config
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
     from ppdist.engine.logger import setup_logger
     from ppdist.eval_runner import evaluate_checkpoint
 
-    config = load_config(args.config, flat_overrides(args.opt))
+    config = load_config(args.config, flat_overrides(args.opt) + extra)
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(None, env.rank)

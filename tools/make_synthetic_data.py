@@ -7,6 +7,9 @@ Tasks:
 - ``seg``: shapes over textured backgrounds in PaddleSeg file-list layout (``images/``,
   ``labels/``, ``train.txt``, ``val.txt``, ``labels.txt``), e.g.
   ``python tools/make_synthetic_data.py seg --out DIR --num 2000 --num_classes 5``.
+- ``det``: shapes over textured backgrounds in COCO layout (``images/{train,val}/``,
+  ``annotations/instances_{train,val}.json`` with category ids 1, 3, 5, ..., ``train.txt``),
+  e.g. ``python tools/make_synthetic_data.py det --out DIR --num 4000 --num_classes 4``.
 
 Skips generation when the output already holds a dataset; prints a JSON summary.
 """
@@ -43,6 +46,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     seg.add_argument("--seed", type=int, default=0)
     seg.add_argument("--image_size", type=int, default=128, help="side of the square images in pixels")
     seg.add_argument("--num_classes", type=int, default=5, help="classes including background (2-8)")
+    det = tasks.add_parser("det", help="object detection (shapes) in COCO layout")
+    det.add_argument("--out", required=True, help="output directory (created atomically)")
+    det.add_argument("--num", type=int, required=True, help="number of training images")
+    det.add_argument("--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)")
+    det.add_argument("--seed", type=int, default=0)
+    det.add_argument("--image_size", type=int, default=160, help="side of the square images in pixels")
+    det.add_argument("--num_classes", type=int, default=4, help="object classes (1-7)")
     return parser.parse_args(argv)
 
 
@@ -56,6 +66,10 @@ def main(argv: Optional[List[str]] = None) -> dict:
     elif args.task == "seg":
         num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
         summary = GENERATORS["seg"](args.out, num_train=args.num, num_val=num_val, seed=args.seed,
+                                    image_size=args.image_size, num_classes=args.num_classes)
+    elif args.task == "det":
+        num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
+        summary = GENERATORS["det"](args.out, num_train=args.num, num_val=num_val, seed=args.seed,
                                     image_size=args.image_size, num_classes=args.num_classes)
     else:  # pragma: no cover - argparse restricts the choices
         raise SystemExit(f"unknown task {args.task}")

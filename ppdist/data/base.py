@@ -12,6 +12,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
 BAD_SAMPLES_KEY = "_bad_samples"
+SAMPLE_SEED_KEY = "_sample_seed"  # seeds batch transforms (see ppdist.data.build.collate)
 
 
 @dataclass
@@ -106,6 +107,8 @@ class BaseDataSet(Dataset):
         np.random.seed(rng_seed)
         torch.manual_seed(rng_seed)
         result = self.load(index)
+        if isinstance(result, dict):
+            result[SAMPLE_SEED_KEY] = rng_seed
         if self.mode == "eval" or not isinstance(result, BadSample):
             return result
         bad: List[BadSample] = [result]
@@ -113,6 +116,7 @@ class BaseDataSet(Dataset):
             candidate = self.load((index + step) % len(self))
             if not isinstance(candidate, BadSample):
                 candidate[BAD_SAMPLES_KEY] = [str(result)]  # neighbours report themselves
+                candidate[SAMPLE_SEED_KEY] = rng_seed
                 return candidate
             bad.append(candidate)
         return BadSample(self.origin(index), f"no usable sample within {self.max_replacement_tries} "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -10,7 +11,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
 from ppdist.config import inject_globals, shared_global_values
-from ppdist.data.base import BAD_SAMPLES_KEY, BadSample
+from ppdist.data.base import BAD_SAMPLES_KEY, SAMPLE_SEED_KEY, BadSample
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
@@ -29,19 +30,53 @@ def build_transforms(ops_cfg: Optional[Sequence[Mapping[str, Any]]], config: Map
 
 
 def build_dataset(config: Mapping[str, Any], section: str, mode: str) -> Any:
-    """The dataset of ``config[section]`` with its transforms; ``mode`` is 'train' or 'eval'."""
+    """The dataset of ``config[section]`` with its transforms; ``mode`` is 'train' or 'eval'.
+
+    ``batch_transforms`` (PaddleDetection's) are not the dataset's: see ``build_dataloader``.
+    """
     cfg = dict(config[section]["dataset"])
+    cfg.pop("batch_transforms", None)
     ops = build_transforms(cfg.pop("transforms", None), config, f"{section}.dataset.transforms")
     cfg = inject_globals(DATASETS, cfg["name"], cfg, shared_global_values(config))
     return DATASETS.build(cfg, where=f"{section}.dataset", transforms=ops, mode=mode,
                           seed=int(config["Global"]["seed"]))
 
 
-def collate(samples: List[Any]) -> Dict[str, Any]:
+def apply_batch_transforms(ops: Sequence[Any], samples: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Run batch-level ops on one process's samples: an op with ``batch_op = True`` gets the
+    whole list (e.g. one random size per batch), any other op is applied to each sample."""
+    for op in ops:
+        if getattr(op, "batch_op", False):
+            samples = list(op(samples))
+        else:
+            samples = [op(sample) for sample in samples]
+            if any(sample is None for sample in samples):
+                raise DataError(f"batch transform {type(op).__name__} rejected a sample")
+    return samples
+
+
+def _seeded(run: Any, seeds: List[int]) -> Any:
+    """Run ``run()`` with random/numpy/torch seeded from the batch's sample seeds (so a batch's
+    random choices do not depend on workers or resumes), restoring the RNG states after."""
+    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    seed = zlib.crc32(np.asarray(seeds, dtype=np.int64).tobytes())
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        return run()
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+
+
+def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]:
     """Stack dict samples into a batch; drop and report ``BadSample`` entries.
 
-    The returned batch always has ``_bad_samples``: descriptions of the samples that were
-    skipped or replaced in it (see ``BaseDataSet``).
+    ``batch_ops`` run on the good samples first. The returned batch always has
+    ``_bad_samples``: descriptions of the samples that were skipped or replaced in it (see
+    ``BaseDataSet``).
     """
     bad: List[str] = []
     good: List[Dict[str, Any]] = []
@@ -51,6 +86,9 @@ def collate(samples: List[Any]) -> Dict[str, Any]:
             continue
         bad.extend(sample.pop(BAD_SAMPLES_KEY, []))
         good.append(sample)
+    seeds = [int(sample.pop(SAMPLE_SEED_KEY, 0)) for sample in good]
+    if good and batch_ops:
+        good = _seeded(lambda: apply_batch_transforms(batch_ops, good), seeds)
     try:
         batch: Dict[str, Any] = default_collate(good) if good else {}
     except RuntimeError as exc:
@@ -62,6 +100,16 @@ def collate(samples: List[Any]) -> Dict[str, Any]:
                         f"resize/crop transform") from None
     batch[BAD_SAMPLES_KEY] = bad
     return batch
+
+
+class Collate:
+    """``collate`` with the section's batch transforms (picklable for worker processes)."""
+
+    def __init__(self, batch_ops: Sequence[Any] = ()) -> None:
+        self.batch_ops = list(batch_ops)
+
+    def __call__(self, samples: List[Any]) -> Dict[str, Any]:
+        return collate(samples, self.batch_ops)
 
 
 class WorkerInit:
@@ -93,6 +141,8 @@ def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: i
                      world_size: int = 1, device_type: str = "cpu") -> DataLoader:
     """A DataLoader over ``config[section]`` with ppdist's samplers and collate."""
     dataset = build_dataset(config, section, mode)
+    batch_ops = build_transforms(config[section]["dataset"].get("batch_transforms"), config,
+                                 f"{section}.dataset.batch_transforms")
     loader_cfg = config[section]["loader"]
     seed = int(config["Global"]["seed"])
     batch_size = int(loader_cfg["batch_size_per_card"])
@@ -119,7 +169,7 @@ def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: i
         dataset,
         batch_sampler=sampler,
         num_workers=workers,
-        collate_fn=collate,
+        collate_fn=Collate(batch_ops),
         pin_memory=(device_type == "cuda") if pin is None else bool(pin),
         worker_init_fn=WorkerInit(seed, rank),
         generator=generator,

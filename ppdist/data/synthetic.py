@@ -7,8 +7,9 @@
     out_dir/images/val/00000000.jpg     out_dir/val.txt
 
 Validation strings never occur in the training set (compared case-insensitively).
-``generate_seg_dataset`` (``ppdist.data.synthetic_seg``) draws segmentation data; ``GENERATORS``
-maps task names to both.
+``generate_seg_dataset`` (``ppdist.data.synthetic_seg``) draws segmentation data and
+``generate_det_dataset`` (``ppdist.data.synthetic_det``) detection data in COCO layout;
+``GENERATORS`` maps task names to all three.
 """
 from __future__ import annotations
 
@@ -238,6 +239,8 @@ def _skipped(summary: dict, out_dir: str) -> dict:
     return summary
 
 
+from ppdist.data.synthetic_det import generate_det_dataset  # noqa: E402  (no import cycle: see there)
 from ppdist.data.synthetic_seg import generate_seg_dataset  # noqa: E402  (no import cycle: see there)
 
-GENERATORS: Dict[str, Callable[..., dict]] = {"rec": generate_rec_dataset, "seg": generate_seg_dataset}
+GENERATORS: Dict[str, Callable[..., dict]] = {"rec": generate_rec_dataset, "seg": generate_seg_dataset,
+                                              "det": generate_det_dataset}

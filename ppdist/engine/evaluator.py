@@ -65,6 +65,9 @@ class Evaluator:
         self.channels_last = channels_last
         self.last_fps = 0.0
         self.last_bad: List[str] = []
+        bind = getattr(metric, "bind_dataset", None)  # e.g. COCO ground truth and category ids
+        if bind is not None:
+            bind(getattr(loader, "dataset", None))
 
     @torch.no_grad()
     def run(self, model: nn.Module, desc: str = "eval") -> Dict[str, float]:

@@ -153,6 +153,22 @@ class LinearLR(LRSchedule):
         return (self.base_lr - self.end_lr) * frac ** self.power + self.end_lr
 
 
+@LR_SCHEDULERS.register(name="CosineDecay")
+class CosineDecayLR(LRSchedule):
+    """PaddleDetection's cosine: ``lr * 0.5 * (1 + cos(pi * t / (M - W)))`` with ``t`` counted
+    after the warmup ``W`` and ``M = max_epochs * step_each_epoch``; ``max_epochs`` may exceed
+    the run's epochs (PP-YOLOE: 360 for 300), so the LR never reaches 0."""
+
+    def __init__(self, learning_rate: float, epochs: int, step_each_epoch: int, max_epochs: Optional[int] = None,
+                 warmup_epoch: float = 0, warmup_iters: int = 0, warmup_start_lr: float = 0.0) -> None:
+        super().__init__(learning_rate, step_each_epoch, warmup_epoch, warmup_iters, warmup_start_lr)
+        self.max_steps = int((max_epochs or epochs) * step_each_epoch)
+        self.span = max(1, self.max_steps - self.warmup_steps)
+
+    def after_warmup(self, step: int) -> float:
+        return self.base_lr * 0.5 * (1 + math.cos(math.pi * min(step, self.span) / self.span))
+
+
 @LR_SCHEDULERS.register(name="PolynomialDecay")
 class PolynomialDecayLR(LRSchedule):
     """PaddleSeg's schedule: ``(lr - end_lr) * (1 - t / decay_steps) ** power + end_lr`` with

@@ -108,7 +108,8 @@ class Trainer:
         self.autocast, use_scaler = make_autocast(glob, env.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]),
                                            growth_interval=2000 if glob["use_dynamic_loss_scaling"] else 10**9)
-        self.ema = ModelEMA(self.model, decay=glob["ema_decay"]) if glob["use_ema"] else None
+        self.ema = (ModelEMA(self.model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
+                    if glob["use_ema"] else None)
         self.evaluator = (Evaluator(self.eval_loader, self.postprocess, self.metric, env, self.autocast,
                                      glob["channels_last"])
                           if self.eval_loader is not None else None)
@@ -305,6 +306,7 @@ class Trainer:
                 bad += len(bad_here)
                 seen += size
                 batch = move_to_device(batch, env.device, glob["channels_last"])
+                batch["epoch_id"] = epoch - 1  # 0-based, for epoch-dependent losses (PP-YOLOE's assigner switch)
                 values = self._step(batch)
                 self.global_step += 1
                 self.next_epoch, self.next_batch = epoch, batch_index + 1

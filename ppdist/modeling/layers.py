@@ -162,3 +162,28 @@ def init_paddle_conv_default(module: nn.Module) -> None:
         elif isinstance(m, nn.modules.batchnorm._BatchNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
+
+
+def tag_norm_no_decay(module: nn.Module) -> None:
+    """Set ``regularizer_factor = 0.0`` on every norm layer's weight and bias in ``module``.
+
+    PaddleDetection exempts BatchNorm scale/shift from L2 decay; ppdist's optimizer builder
+    reads ``param.regularizer_factor``. Other parameters are left untouched.
+    """
+    for m in module.modules():
+        if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)):
+            for param in (m.weight, m.bias):
+                if param is not None:
+                    param.regularizer_factor = 0.0
+
+
+class NormNoDecayModule(nn.Module):
+    """A module whose norm parameters are tagged by ``tag_norm_no_decay``.
+
+    Subclasses call ``tag_norm_no_decay(self)`` at the end of ``__init__``; the tags are
+    re-applied after ``copy.deepcopy`` / unpickling, which drop parameter attributes.
+    """
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        tag_norm_no_decay(self)

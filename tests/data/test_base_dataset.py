@@ -67,3 +67,34 @@ def test_eval_skips_bad_sample_and_collate_reports_it():
     assert batch["x"].shape == (2, 1)
     assert batch[BAD_SAMPLES_KEY] == ["list.txt:4: FileNotFoundError: img3.jpg"]
     assert isinstance(ds[(3, 0, 0)], BadSample)
+
+
+class _PickOneSize:
+    """A batch op: one random size for the whole batch."""
+
+    batch_op = True
+
+    def __call__(self, samples):
+        size = int(np.random.randint(0, 1000))
+        return [dict(s, size=np.array([size])) for s in samples]
+
+
+class _AddOne:
+    def __call__(self, sample):
+        return dict(sample, x=sample["x"] + 1)
+
+
+def test_batch_transforms_get_the_batch_and_are_seeded_by_its_samples():
+    from ppdist.data.base import SAMPLE_SEED_KEY
+
+    def samples(seeds):
+        return [{"x": np.array([i]), SAMPLE_SEED_KEY: s} for i, s in enumerate(seeds)]
+
+    ops = [_PickOneSize(), _AddOne()]
+    np.random.seed(1)
+    a = collate(samples([11, 12]), ops)
+    np.random.seed(2)
+    b = collate(samples([11, 12]), ops)
+    assert a["size"].tolist() == b["size"].tolist() and len(set(a["size"].reshape(-1).tolist())) == 1
+    assert a["x"].tolist() == [[1], [2]]
+    assert SAMPLE_SEED_KEY not in a

@@ -64,7 +64,7 @@ def test_train_items_and_collate(tree):
     assert raw["gt_fields"] == ["label"]
     items = [ds[(i, 0, 5)] for i in range(3)]
     for item in items:
-        assert set(item) == {"image", "label"}
+        assert {k for k in item if not k.startswith("_")} == {"image", "label"}
         assert item["image"].shape == (3, 16, 16) and item["image"].dtype == np.float32
         assert item["label"].shape == (16, 16) and item["label"].dtype == np.int64
         assert set(np.unique(item["label"]).tolist()) <= {0, 1, 2, 255}

@@ -8,7 +8,7 @@ Labels are always resized with nearest-neighbour interpolation. Randomness comes
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
@@ -191,25 +191,45 @@ class RandomVerticalFlip(_RandomFlip):
 
 @TRANSFORMS.register
 class Resize:
-    """Resize to ``target_size`` = [w, h] (``keep_ratio``: the largest size that fits, same
-    aspect ratio). ``interp`` names the image interpolation (or RANDOM); gt fields nearest."""
+    """Resize; one op for both suites, told apart by the sample.
 
-    def __init__(self, target_size: Sequence[int] = (512, 512), keep_ratio: bool = False,
-                 interp: str = "LINEAR") -> None:
+    Segmentation samples (PaddleSeg): ``target_size`` = [w, h]; ``keep_ratio`` takes the
+    largest size that fits, same aspect ratio; ``interp`` names the image interpolation (or
+    RANDOM; cv2 codes 0-4 also work); gt fields nearest.
+
+    Detection samples (those carrying ``im_shape``, set by ``Decode``; PaddleDetection):
+    ``target_size`` is an int or [h, w]; ``interp`` a cv2 code (e.g. 2 = cubic) or a name;
+    boxes, ``im_shape`` and ``scale_factor`` follow (see ``det.resize_detection``).
+    """
+
+    def __init__(self, target_size: Union[int, Sequence[int]] = (512, 512), keep_ratio: bool = False,
+                 interp: Union[int, str] = "LINEAR") -> None:
+        if isinstance(target_size, int) and not isinstance(target_size, bool):
+            target_size = [target_size, target_size]
         self.target_w, self.target_h = _size_pair(target_size, "Resize.target_size")
+        if isinstance(interp, int) and not isinstance(interp, bool):
+            names = {code: name for name, code in INTERPOLATIONS.items()}
+            if interp not in names:
+                raise ConfigError(f"Resize.interp must be a cv2 code in 0-4, one of {', '.join(INTERPOLATIONS)} "
+                                  f"or RANDOM, got {interp!r}")
+            interp = names[interp]
         if interp != "RANDOM" and interp not in INTERPOLATIONS:
-            raise ConfigError(f"Resize.interp must be one of {', '.join(INTERPOLATIONS)} or RANDOM, "
-                              f"got {interp!r}")
+            raise ConfigError(f"Resize.interp must be one of {', '.join(INTERPOLATIONS)} or RANDOM "
+                              f"(or a cv2 code in 0-4), got {interp!r}")
         self.keep_ratio = bool(keep_ratio)
         self.interp = interp
 
     def __call__(self, data: Sample) -> Sample:
+        name = random.choice(list(INTERPOLATIONS)) if self.interp == "RANDOM" else self.interp
+        if "im_shape" in data:  # a detection sample: PaddleDetection's [h, w] semantics
+            from ppdist.data.transforms.det import resize_detection
+            # the first entry was stored as target_w: for detection it is the height
+            return resize_detection(data, (self.target_w, self.target_h), self.keep_ratio, INTERPOLATIONS[name])
         h, w = _image(data, "Resize").shape[:2]
         width, height = self.target_w, self.target_h
         if self.keep_ratio:
             scale = min(self.target_w / w, self.target_h / h)
             width, height = max(1, int(round(w * scale))), max(1, int(round(h * scale)))
-        name = random.choice(list(INTERPOLATIONS)) if self.interp == "RANDOM" else self.interp
         return _resize_all(data, width, height, INTERPOLATIONS[name])
 
 
@@ -229,6 +249,10 @@ class RandomDistort:
     Each op fires with its own probability; enhancement factors are U[1 - r, 1 + r], the hue
     shift is U[-hue_range, hue_range] on PIL's HSV hue channel. The image is cast to uint8
     first (RGB, 3 channels); the result keeps the input's dtype.
+
+    Also PaddleDetection's ``RandomDistort``: only ``image`` is touched, and the defaults are
+    its defaults (brightness, contrast, saturation U[0.5, 1.5] and hue U[-18, 18], each with
+    probability 0.5, PIL ops in random order; sharpness off).
     """
 
     def __init__(self, brightness_range: float = 0.5, brightness_prob: float = 0.5,

@@ -1,5 +1,6 @@
 """Heads; importing this package registers them in ``HEADS``."""
 from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
+from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
 
-__all__ = ["CTCHead", "PPLiteSegHead"]
+__all__ = ["CTCHead", "PPLiteSegHead", "PPYOLOEHead"]

@@ -1,0 +1,68 @@
+"""PP-YOLOE post-processing: multi-class NMS (Paddle's ``multiclass_nms3`` semantics) on
+torchvision ops, boxes mapped back to the original image."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+import torch
+from torchvision.ops import batched_nms
+
+from ppdist.registry import POSTPROCESSES
+
+
+def per_class_top_k(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` best-scoring entries of every class (score order inside a class)."""
+    order = torch.argsort(scores, descending=True, stable=True)
+    order = order[torch.argsort(labels[order], stable=True)]  # grouped by class, best first
+    sorted_labels = labels[order]
+    starts = torch.searchsorted(sorted_labels, sorted_labels, right=False)
+    rank = torch.arange(order.numel(), device=order.device) - starts
+    return order[rank < k]
+
+
+def multiclass_nms(scores: torch.Tensor, boxes: torch.Tensor, score_threshold: float, nms_top_k: int,
+                   nms_threshold: float, keep_top_k: int) -> Dict[str, torch.Tensor]:
+    """One image: ``scores`` [C, A], ``boxes`` [A, 4] -> kept ``boxes``, ``scores``, ``labels``.
+
+    Per class: scores strictly above ``score_threshold``, the best ``nms_top_k``, hard NMS at
+    ``nms_threshold`` (no +1 in areas); then the best ``keep_top_k`` over all classes.
+    """
+    labels, anchors = torch.nonzero(scores > score_threshold, as_tuple=True)
+    values = scores[labels, anchors]
+    if nms_top_k > -1 and values.numel():
+        keep = per_class_top_k(values, labels, nms_top_k)
+        labels, anchors, values = labels[keep], anchors[keep], values[keep]
+    candidate_boxes = boxes[anchors].float()
+    keep = batched_nms(candidate_boxes, values.float(), labels, nms_threshold)  # sorted by score
+    if keep_top_k > -1:
+        keep = keep[:keep_top_k]
+    return {"boxes": candidate_boxes[keep], "scores": values[keep].float(), "labels": labels[keep]}
+
+
+@POSTPROCESSES.register
+class MultiClassNMS:
+    """``preds``: ``{"scores": [B, C, A], "boxes": [B, A, 4]}`` on the network input; the batch's
+    ``scale_factor`` [B, 2] = (h, w) input/original ratios maps the boxes back (no clipping).
+    Returns one dict per image: ``im_id``, ``boxes`` (xyxy), ``scores``, ``labels``."""
+
+    def __init__(self, score_threshold: float = 0.01, nms_top_k: int = 1000, keep_top_k: int = 300,
+                 nms_threshold: float = 0.7) -> None:
+        self.score_threshold = float(score_threshold)
+        self.nms_top_k = int(nms_top_k)
+        self.keep_top_k = int(keep_top_k)
+        self.nms_threshold = float(nms_threshold)
+
+    def __call__(self, preds: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> List[Dict[str, Any]]:
+        scores, boxes = preds["scores"], preds["boxes"]
+        scale = batch.get("scale_factor")
+        ids = batch.get("im_id")
+        results = []
+        for i in range(scores.shape[0]):
+            kept = multiclass_nms(scores[i], boxes[i], self.score_threshold, self.nms_top_k,
+                                  self.nms_threshold, self.keep_top_k)
+            if scale is not None:
+                h_ratio, w_ratio = (float(v) for v in scale[i].reshape(-1)[:2])
+                kept["boxes"] = kept["boxes"] / kept["boxes"].new_tensor([w_ratio, h_ratio, w_ratio, h_ratio])
+            kept["im_id"] = int(ids[i].reshape(-1)[0]) if ids is not None else i
+            results.append(kept)
+        return results
