@@ -94,3 +94,37 @@ def tiny_seg_config(path: str, data_dir: str, save_dir: str, max_iters: int = 15
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
     return path
+
+
+DET_QUICKSTART = os.path.join(REPO, "configs", "det", "quickstart_synth.yml")
+
+
+def tiny_det_config(path: str, data_dir: str, save_dir: str, epochs: int = 8, num_train: int = 256,
+                    num_val: int = 37, **global_extra) -> str:
+    """A narrow PP-YOLOE (width 0.25, depth 0.33) on 96x96 synthetic shapes, 2 classes."""
+    config = {
+        "_BASE_": [DET_QUICKSTART],
+        "Global": dict({
+            "epoch_num": epochs, "save_model_dir": save_dir, "print_batch_step": 8, "eval_batch_epoch": epochs,
+            "dist_timeout": 300, "num_classes": 2, "width_mult": 0.25, "depth_mult": 0.33,
+            "synthetic_data": {"kind": "det", "data_dir": data_dir, "num_train": num_train, "num_val": num_val,
+                               "seed": 5, "image_size": 96, "num_classes": 2, "max_objects": 3},
+        }, **global_extra),
+        "Loss": {"static_assigner_epoch": 4},
+        "Optimizer": {"lr": {"name": "CosineDecay", "learning_rate": 0.01, "max_epochs": epochs + 2,
+                             "warmup_epoch": 1, "warmup_start_lr": 0.0}},
+        "Train": {"dataset": {"dataset_dir": data_dir,
+                              "transforms": [{"Decode": {}}, {"RandomFlip": {}}],
+                              "batch_transforms": [{"BatchRandomResize": {"target_size": [96], "random_size": True,
+                                                                          "random_interp": False, "keep_ratio": False}},
+                                                   {"NormalizeImage": {}}, {"Permute": {}}, {"PadGT": {}}]},
+                  "loader": {"batch_size_per_card": 8, "num_workers": 1}},
+        "Eval": {"dataset": {"dataset_dir": data_dir,
+                             "transforms": [{"Decode": {}}, {"Resize": {"target_size": [96, 96], "keep_ratio": False,
+                                                                        "interp": 2}},
+                                            {"NormalizeImage": {}}, {"Permute": {}}]},
+                 "loader": {"batch_size_per_card": 4, "num_workers": 0}},
+    }
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle)
+    return path

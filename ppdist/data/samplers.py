@@ -73,19 +73,27 @@ class TrainBatchSampler(Sampler[List[Item]]):
         self.start_batch = 0  # only the resumed epoch starts in the middle
 
 
-def eval_shard(dataset_len: int, rank: int, world_size: int) -> range:
-    """Contiguous, unpadded shard of ``rank``: sizes differ by at most one, union is exact."""
-    base, extra = divmod(dataset_len, world_size)
-    start = rank * base + min(rank, extra)
-    return range(start, start + base + (1 if rank < extra else 0))
+def eval_shard(dataset_len: int, rank: int, world_size: int, batch_size: int = 1) -> range:
+    """Contiguous, unpadded shard of ``rank``, made of whole batches of the single-process order.
+
+    The ``ceil(len / batch_size)`` batches are split into contiguous runs whose counts differ
+    by at most one, so every sample is evaluated in exactly the batch it would be in with one
+    process (same shapes, same kernels: bitwise-equal outputs) and the union is exact.
+    """
+    batches = -(-dataset_len // batch_size)
+    base, extra = divmod(batches, world_size)
+    first = rank * base + min(rank, extra)
+    last = first + base + (1 if rank < extra else 0)
+    return range(min(first * batch_size, dataset_len), min(last * batch_size, dataset_len))
 
 
 class EvalBatchSampler(Sampler[List[Item]]):
-    """Batches over this rank's contiguous shard; no sample is repeated or missed."""
+    """Batches over this rank's contiguous shard (whole single-process batches); no sample is
+    repeated or missed."""
 
     def __init__(self, dataset_len: int, batch_size: int, rank: int = 0, world_size: int = 1,
                  seed: int = 0) -> None:
-        self.shard = eval_shard(dataset_len, rank, world_size)
+        self.shard = eval_shard(dataset_len, rank, world_size, batch_size)
         self.batch_size = batch_size
         self.seed = seed
 

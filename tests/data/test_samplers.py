@@ -58,3 +58,8 @@ def test_eval_shards_contiguous_no_duplicates(n, world):
     assert max(map(len, shards)) - min(map(len, shards)) <= 1
     batches = [indices(EvalBatchSampler(n, 3, r, world)) for r in range(world)]
     assert [i for b in batches for i in b] == list(range(n))
+    single = [list(batch) for batch in EvalBatchSampler(n, 3, 0, 1)]
+    split = [list(batch) for r in range(world) for batch in EvalBatchSampler(n, 3, r, world)]
+    assert split == single  # the same batches as one process, dealt out in contiguous runs
+    sizes = [len(eval_shard(n, r, world, 3)) for r in range(world)]
+    assert max(sizes) - min(sizes) < 2 * 3  # one batch, plus a short last batch

@@ -50,7 +50,7 @@ def test_eval_one_and_two_processes_agree_exactly(trained):
                       nproc=2))
     with open(out1) as a, open(out2) as b:
         single, double = json.load(a), json.load(b)
-    assert single == double  # 51 val samples: shards of 26 and 25
+    assert single == double  # 51 val samples: batches of 8, shards of 32 and 19
     stored = torch.load(ckpt + ".pt", weights_only=True)["metrics"]
     assert single == stored  # eval of the saved weights reproduces the in-training eval
 
