@@ -128,3 +128,18 @@ def tiny_det_config(path: str, data_dir: str, save_dir: str, epochs: int = 8, nu
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
     return path
+
+
+def tree_digest(root: str) -> str:
+    """SHA-256 over every file's relative path and bytes under ``root`` (sorted walk)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            digest.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as handle:
+                digest.update(handle.read())
+    return digest.hexdigest()

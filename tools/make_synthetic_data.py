@@ -26,31 +26,32 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ppdist.data.synthetic import GENERATORS  # noqa: E402
 
 
+COMMON_KEYS = ("out", "num", "num_val", "seed", "task")
+
+
+def _task_parser(tasks: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
+    """A sub-command with the options every generator takes."""
+    sub = tasks.add_parser(name, help=help_text)
+    sub.add_argument("--out", required=True, help="output directory (created atomically)")
+    sub.add_argument("--num", type=int, required=True, help="number of training images")
+    sub.add_argument("--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)")
+    sub.add_argument("--seed", type=int, default=0)
+    return sub
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     tasks = parser.add_subparsers(dest="task", required=True, metavar="TASK")
-    rec = tasks.add_parser("rec", help="text-recognition lines in PaddleOCR SimpleDataSet layout")
-    rec.add_argument("--out", required=True, help="output directory (created atomically)")
-    rec.add_argument("--num", type=int, required=True, help="number of training images")
-    rec.add_argument("--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)")
-    rec.add_argument("--seed", type=int, default=0)
+    rec = _task_parser(tasks, "rec", "text-recognition lines in PaddleOCR SimpleDataSet layout")
     rec.add_argument("--min_len", type=int, default=3)
     rec.add_argument("--max_len", type=int, default=7)
     rec.add_argument("--charset", default="0123456789abcdefghijklmnopqrstuvwxyz")
     rec.add_argument("--upper_case_ratio", type=float, default=0.0,
                      help="fraction of letters rendered upper case (labels keep the case)")
-    seg = tasks.add_parser("seg", help="semantic segmentation (shapes) in PaddleSeg file-list layout")
-    seg.add_argument("--out", required=True, help="output directory (created atomically)")
-    seg.add_argument("--num", type=int, required=True, help="number of training images")
-    seg.add_argument("--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)")
-    seg.add_argument("--seed", type=int, default=0)
+    seg = _task_parser(tasks, "seg", "semantic segmentation (shapes) in PaddleSeg file-list layout")
     seg.add_argument("--image_size", type=int, default=128, help="side of the square images in pixels")
     seg.add_argument("--num_classes", type=int, default=5, help="classes including background (2-8)")
-    det = tasks.add_parser("det", help="object detection (shapes) in COCO layout")
-    det.add_argument("--out", required=True, help="output directory (created atomically)")
-    det.add_argument("--num", type=int, required=True, help="number of training images")
-    det.add_argument("--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)")
-    det.add_argument("--seed", type=int, default=0)
+    det = _task_parser(tasks, "det", "object detection (shapes) in COCO layout")
     det.add_argument("--image_size", type=int, default=160, help="side of the square images in pixels")
     det.add_argument("--num_classes", type=int, default=4, help="object classes (1-7)")
     return parser.parse_args(argv)
@@ -58,21 +59,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
-    if args.task == "rec":
-        num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
-        summary = GENERATORS["rec"](args.out, num_train=args.num, num_val=num_val, seed=args.seed,
-                                    min_len=args.min_len, max_len=args.max_len, charset=args.charset,
-                                    upper_case_ratio=args.upper_case_ratio)
-    elif args.task == "seg":
-        num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
-        summary = GENERATORS["seg"](args.out, num_train=args.num, num_val=num_val, seed=args.seed,
-                                    image_size=args.image_size, num_classes=args.num_classes)
-    elif args.task == "det":
-        num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
-        summary = GENERATORS["det"](args.out, num_train=args.num, num_val=num_val, seed=args.seed,
-                                    image_size=args.image_size, num_classes=args.num_classes)
-    else:  # pragma: no cover - argparse restricts the choices
-        raise SystemExit(f"unknown task {args.task}")
+    num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
+    task_options = {k: v for k, v in vars(args).items() if k not in COMMON_KEYS}
+    summary = GENERATORS[args.task](args.out, num_train=args.num, num_val=num_val, seed=args.seed, **task_options)
     print(json.dumps(summary, indent=2))
     return summary
 

@@ -50,7 +50,8 @@ class BaseDataSet(Dataset):
 
     Subclasses implement ``__len__``, ``read(index) -> dict`` (raw sample, e.g.
     ``{"image": bytes, "label": str}``; raise on failure) and ``origin(index) -> str``
-    (e.g. ``"train.txt:12 (imgs/a.jpg)"``) for messages.
+    (e.g. ``"train.txt:12 (imgs/a.jpg)"``) for messages, and may override ``finish(data)``
+    (the final output layout, applied after the transforms; failures are bad samples too).
 
     Items are requested as ``(index, epoch, seed)`` tuples by ppdist's samplers (plain ints
     also work). A sample that fails to read or transform is reported, never silently lost:
@@ -84,8 +85,13 @@ class BaseDataSet(Dataset):
                     return BadSample(self.origin(index), f"rejected by {type(op).__name__} "
                                      "(unreadable image, or a label that is empty, too long or has no "
                                      "character of the dictionary)")
+            data = self.finish(data)
         except Exception as exc:  # any reader/transform failure is a bad sample
             return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")
+        return data
+
+    def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
+        """The transformed sample in the layout the collate expects (subclasses may override)."""
         return data
 
     def __getitem__(self, item: Union[int, Tuple[int, int, int]]) -> Union[Dict[str, Any], BadSample]:

@@ -13,11 +13,11 @@ import contextlib
 import io
 import logging
 import os
-from typing import Any, Dict, List, NamedTuple, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 
-from ppdist.data.base import BadSample, BaseDataSet
+from ppdist.data.base import BaseDataSet
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 
@@ -218,11 +218,3 @@ class COCODataSet(BaseDataSet):
             out["is_crowd"] = np.asarray(out["is_crowd"], dtype=np.int32).reshape(-1, 1)
         return out
 
-    def load(self, index: int) -> Union[Dict[str, Any], BadSample]:
-        result = super().load(index)
-        if isinstance(result, BadSample):
-            return result
-        try:
-            return self.finish(result)
-        except Exception as exc:
-            return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")

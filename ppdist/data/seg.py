@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Union
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import cv2
 import numpy as np
 from PIL import Image
 
-from ppdist.data.base import BadSample, BaseDataSet
+from ppdist.data.base import BaseDataSet
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 
@@ -93,8 +93,7 @@ class _SegBase(BaseDataSet):
             raise DataError(f"label {item.label} has value(s) {bad[:10].tolist()} outside "
                             f"[0, {self.num_classes}) and not ignore_index {self.ignore_index}")
 
-    @staticmethod
-    def to_output(data: Dict[str, Any]) -> Dict[str, Any]:
+    def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """``image`` float32 [C, H, W] and ``label`` int64 [H, W]; nothing else."""
         image = np.asarray(data["image"])
         image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
@@ -106,14 +105,6 @@ class _SegBase(BaseDataSet):
             out["label"] = np.ascontiguousarray(label, dtype=np.int64)
         return out
 
-    def load(self, index: int) -> Union[Dict[str, Any], BadSample]:
-        result = super().load(index)
-        if isinstance(result, BadSample):
-            return result
-        try:
-            return self.to_output(result)
-        except Exception as exc:
-            return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")
 
 
 def _resolve_list(path: str, root: str, key: str) -> str:

@@ -14,15 +14,16 @@ Validation strings never occur in the training set (compared case-insensitively)
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import time
 from functools import lru_cache
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+
+from ppdist.data.synthetic_det import generate_det_dataset
+from ppdist.data.synthetic_io import build_atomically
+from ppdist.data.synthetic_seg import generate_seg_dataset
 
 FONT_ROOT = "/usr/share/fonts"
 PREFERRED_FACES = (
@@ -138,11 +139,6 @@ def render_text_line(text: str, rng: np.random.Generator, fonts: Sequence[Option
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _count_lines(path: str) -> int:
-    with open(path, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
 def _write_split(root: str, split: str, strings: List[str], seed: int, split_id: int,
                  fonts: Sequence[Optional[str]], upper_prob: float) -> None:
     img_dir = os.path.join(root, "images", split)
@@ -180,67 +176,22 @@ def generate_rec_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
         raise ValueError(f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
     if not charset or any(c in "\t\n\r" for c in charset):
         raise ValueError("charset must be non-empty and hold no tab or newline")
-    if num_train < 0 or num_val < 0:
-        raise ValueError("num_train and num_val must be >= 0")
     out_dir = os.path.abspath(out_dir)
-    train_txt = os.path.join(out_dir, "train.txt")
     fonts: List[Optional[str]] = list(find_fonts()) or [None]
     font_names = [os.path.basename(f) if f else "pillow-default" for f in fonts]
     summary = {"task": "rec", "out_dir": out_dir, "seed": seed, "fonts": font_names}
-    if os.path.exists(train_txt):
-        return _skipped(summary, out_dir)
-
-    start = time.perf_counter()
     auto_case = any(c.islower() for c in charset) and not any(c.isupper() for c in charset)
     upper_prob = (0.25 if auto_case else 0.0) if upper_case_ratio is None else float(upper_case_ratio)
-    rng = np.random.default_rng(seed & 0xFFFFFFFF)
-    train = _random_strings(rng, num_train, charset, min_len, max_len, exclude=set())
-    val = _random_strings(rng, num_val, charset, min_len, max_len, exclude={s.lower() for s in train})
 
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    try:
+    def write(tmp: str) -> None:
+        rng = np.random.default_rng(seed & 0xFFFFFFFF)
+        train = _random_strings(rng, num_train, charset, min_len, max_len, exclude=set())
+        val = _random_strings(rng, num_val, charset, min_len, max_len, exclude={s.lower() for s in train})
         _write_split(tmp, "train", train, seed, 0, fonts, upper_prob)
         _write_split(tmp, "val", val, seed, 1, fonts, upper_prob)
-        os.chmod(tmp, 0o755)
-        _move_into_place(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if os.path.exists(train_txt):  # another process finished first: use its data
-            return _skipped(summary, out_dir)
-        raise
-    seconds = time.perf_counter() - start
-    total = num_train + num_val
-    summary.update(skipped=False, num_train=num_train, num_val=num_val, seconds=round(seconds, 3),
-                   images_per_second=round(total / seconds, 1) if seconds > 0 else None)
-    return summary
 
+    return build_atomically(out_dir, summary, num_train, num_val, write)
 
-def _move_into_place(tmp: str, out_dir: str) -> None:
-    """Rename ``tmp`` to ``out_dir``; an existing empty ``out_dir`` is replaced."""
-    if os.path.isdir(out_dir) and not os.listdir(out_dir):
-        try:
-            os.rmdir(out_dir)
-        except OSError:
-            pass
-    elif os.path.exists(out_dir):
-        if os.path.exists(os.path.join(out_dir, "train.txt")):
-            raise FileExistsError(out_dir)  # a concurrent generator won; caller falls back
-        raise FileExistsError(f"{out_dir} exists, is not empty and holds no train.txt; "
-                              "remove it or choose another --out")
-    os.rename(tmp, out_dir)
-
-
-def _skipped(summary: dict, out_dir: str) -> dict:
-    val_txt = os.path.join(out_dir, "val.txt")
-    summary.update(skipped=True, num_train=_count_lines(os.path.join(out_dir, "train.txt")),
-                   num_val=_count_lines(val_txt) if os.path.exists(val_txt) else 0)
-    return summary
-
-
-from ppdist.data.synthetic_det import generate_det_dataset  # noqa: E402  (no import cycle: see there)
-from ppdist.data.synthetic_seg import generate_seg_dataset  # noqa: E402  (no import cycle: see there)
 
 GENERATORS: Dict[str, Callable[..., dict]] = {"rec": generate_rec_dataset, "seg": generate_seg_dataset,
                                               "det": generate_det_dataset}

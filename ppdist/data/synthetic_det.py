@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-import time
 from typing import Any, Dict, List, Tuple
 
 import cv2
 import numpy as np
 
+from ppdist.data.synthetic_io import build_atomically
 from ppdist.data.synthetic_seg import SHAPES, _background, _shape_fill
 
 CLASS_NAMES = ("ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
@@ -118,16 +116,11 @@ def generate_det_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
     Deterministic for a seed; train and val use separate random streams. Built in a temporary
     directory beside ``out_dir`` and renamed into place. Returns a summary dict.
     """
-    from ppdist.data.synthetic import _move_into_place, _skipped  # here: synthetic imports this module
-
     if not 1 <= num_classes <= len(CLASS_NAMES):
         raise ValueError(f"num_classes must be in [1, {len(CLASS_NAMES)}], got {num_classes}")
     if image_size < 32 or max_objects < 1 or not 0.0 <= empty_ratio < 1.0:
         raise ValueError("need image_size >= 32, max_objects >= 1 and 0 <= empty_ratio < 1")
-    if num_train < 0 or num_val < 0:
-        raise ValueError("num_train and num_val must be >= 0")
     out_dir = os.path.abspath(out_dir)
-    train_txt = os.path.join(out_dir, "train.txt")
     names = list(CLASS_NAMES[:num_classes])
     categories = [{"id": category_id(k), "name": n, "supercategory": "shape"} for k, n in enumerate(names)]
     summary: Dict[str, object] = {"task": "det", "out_dir": out_dir, "seed": seed, "image_size": image_size,
@@ -136,26 +129,10 @@ def generate_det_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
                                   "image_dir": {"train": "images/train", "val": "images/val"},
                                   "anno_path": {"train": "annotations/instances_train.json",
                                                 "val": "annotations/instances_val.json"}}
-    if os.path.exists(train_txt):
-        return _skipped(summary, out_dir)
 
-    start = time.perf_counter()
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    try:
+    def write(tmp: str) -> Dict[str, Any]:
         args = (image_size, num_classes, max_objects, empty_ratio, categories)
-        num_objects = {"train": _write_split(tmp, "train", num_train, seed, 0, *args),
-                       "val": _write_split(tmp, "val", num_val, seed, 1, *args)}
-        os.chmod(tmp, 0o755)
-        _move_into_place(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if os.path.exists(train_txt):  # another process finished first: use its data
-            return _skipped(summary, out_dir)
-        raise
-    seconds = time.perf_counter() - start
-    total = num_train + num_val
-    summary.update(skipped=False, num_train=num_train, num_val=num_val, num_objects=num_objects,
-                   seconds=round(seconds, 3), images_per_second=round(total / seconds, 1) if seconds > 0 else None)
-    return summary
+        return {"num_objects": {"train": _write_split(tmp, "train", num_train, seed, 0, *args),
+                                "val": _write_split(tmp, "val", num_val, seed, 1, *args)}}
+
+    return build_atomically(out_dir, summary, num_train, num_val, write)

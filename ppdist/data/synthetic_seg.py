@@ -13,13 +13,12 @@ boundary between classes (the ignore region). Later shapes occlude earlier ones.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import time
 from typing import Callable, Dict, List, Tuple
 
 import cv2
 import numpy as np
+
+from ppdist.data.synthetic_io import build_atomically
 
 CLASS_NAMES = ("background", "ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
 IGNORE = 255
@@ -186,41 +185,20 @@ def generate_seg_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
     has ``num_classes - 1`` images. Built in a temporary directory beside ``out_dir`` and
     renamed into place. Returns a summary dict.
     """
-    from ppdist.data.synthetic import _move_into_place, _skipped  # here: synthetic imports this module
-
     if not 2 <= num_classes <= len(CLASS_NAMES):
         raise ValueError(f"num_classes must be in [2, {len(CLASS_NAMES)}], got {num_classes}")
     if image_size < 16 or max_shapes < 1 or ignore_border < 0:
         raise ValueError("need image_size >= 16, max_shapes >= 1 and ignore_border >= 0")
-    if num_train < 0 or num_val < 0:
-        raise ValueError("num_train and num_val must be >= 0")
     out_dir = os.path.abspath(out_dir)
-    train_txt = os.path.join(out_dir, "train.txt")
     names = list(CLASS_NAMES[:num_classes])
     summary: Dict[str, object] = {"task": "seg", "out_dir": out_dir, "seed": seed, "image_size": image_size,
                                   "num_classes": num_classes, "class_names": names, "ignore_index": IGNORE}
-    if os.path.exists(train_txt):
-        return _skipped(summary, out_dir)
 
-    start = time.perf_counter()
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    try:
+    def write(tmp: str) -> None:
         args = (image_size, num_classes, max_shapes, ignore_border)
         _write_split(tmp, "train", num_train, seed, 0, *args)
         _write_split(tmp, "val", num_val, seed, 1, *args)
         with open(os.path.join(tmp, "labels.txt"), "w", encoding="utf-8", newline="\n") as handle:
             handle.write("".join(f"{n}\n" for n in names))
-        os.chmod(tmp, 0o755)
-        _move_into_place(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if os.path.exists(train_txt):  # another process finished first: use its data
-            return _skipped(summary, out_dir)
-        raise
-    seconds = time.perf_counter() - start
-    total = num_train + num_val
-    summary.update(skipped=False, num_train=num_train, num_val=num_val, seconds=round(seconds, 3),
-                   images_per_second=round(total / seconds, 1) if seconds > 0 else None)
-    return summary
+
+    return build_atomically(out_dir, summary, num_train, num_val, write)

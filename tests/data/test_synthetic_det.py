@@ -1,5 +1,4 @@
 """Synthetic detection generator: COCO layout, boxes, determinism, CLI, and COCODataSet over it."""
-import hashlib
 import json
 import os
 import sys
@@ -10,22 +9,12 @@ import pytest
 
 from ppdist.data.det import COCODataSet
 from ppdist.data.synthetic import GENERATORS
+from ppdist_testing import tree_digest
 from ppdist.data.synthetic_det import generate_det_dataset, render_det_sample
 from ppdist.data.transforms import Decode
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def _digest(root):
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            h.update(os.path.relpath(path, root).encode())
-            with open(path, "rb") as handle:
-                h.update(handle.read())
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +76,10 @@ def test_deterministic_and_split_streams(dataset, tmp_path):
     root, _ = dataset
     again = str(tmp_path / "again")
     generate_det_dataset(again, num_train=30, num_val=8, seed=3, image_size=64, num_classes=4, empty_ratio=0.2)
-    assert _digest(again) == _digest(root)
+    assert tree_digest(again) == tree_digest(root)
     other = str(tmp_path / "other")
     generate_det_dataset(other, num_train=30, num_val=8, seed=4, image_size=64, num_classes=4, empty_ratio=0.2)
-    assert _digest(other) != _digest(root)
+    assert tree_digest(other) != tree_digest(root)
     assert _load(root, "train")["annotations"][:3] != _load(root, "val")["annotations"][:3]
 
 

@@ -1,5 +1,4 @@
 """Synthetic segmentation generator, its CLI sub-command and SegDataSet over its output."""
-import hashlib
 import os
 import subprocess
 import sys
@@ -10,22 +9,12 @@ from PIL import Image
 
 from ppdist.data.seg import SegDataSet
 from ppdist.data.synthetic import GENERATORS
+from ppdist_testing import tree_digest
 from ppdist.data.synthetic_seg import generate_seg_dataset
 from ppdist.data.transforms import Normalize
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def _digest(root):
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            h.update(os.path.relpath(path, root).encode())
-            with open(path, "rb") as handle:
-                h.update(handle.read())
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +57,10 @@ def test_deterministic_and_split_streams(dataset, tmp_path):
     root, _ = dataset
     again = str(tmp_path / "again")
     generate_seg_dataset(again, num_train=24, num_val=8, seed=4, image_size=64, num_classes=6)
-    assert _digest(again) == _digest(root)
+    assert tree_digest(again) == tree_digest(root)
     other = str(tmp_path / "other")
     generate_seg_dataset(other, num_train=24, num_val=8, seed=5, image_size=64, num_classes=6)
-    assert _digest(other) != _digest(root)
+    assert tree_digest(other) != tree_digest(root)
     train0 = open(os.path.join(root, "labels/train/00000000.png"), "rb").read()
     val0 = open(os.path.join(root, "labels/val/00000000.png"), "rb").read()
     assert train0 != val0

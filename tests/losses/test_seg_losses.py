@@ -82,4 +82,8 @@ def test_multi_output_loss_passes_ignore_index_and_checks_entries():
 def test_pixel_loss_as_top_level_loss_on_single_output():
     logit = torch.randn(1, 2, 3, 3)
     label = torch.zeros(1, 3, 3, dtype=torch.long)
-    assert set(CrossEntropyLoss()([logit], {"label": label})) == {"loss"}
+    out = CrossEntropyLoss()([logit], {"label": label})
+    assert set(out) == {"loss"}
+    assert out["loss"].item() == pytest.approx(F.cross_entropy(logit, label).item(), rel=1e-6)
+    with pytest.raises(ValueError, match="MultiOutputLoss"):
+        CrossEntropyLoss()([logit, logit], {"label": label})

@@ -60,6 +60,10 @@ def test_uafm_variants_fuse_to_out_channels():
 
 def test_channel_attention_head_builds_and_runs():
     model = build("STDC1", num_classes=3, arm_type="UAFM_ChAtten", **T_HEAD)
+    # channel attention: 1x1 convs 4C -> C/2 -> C (+BN) in place of the spatial 3x3 convs 4 -> 2 -> 1
+    fusion = model.head.arm_list[0]
+    assert [m.conv.kernel_size for m in fusion.conv_xy_atten] == [(1, 1), (1, 1)]
+    assert fusion.conv_xy_atten[0].conv.in_channels == 4 * 64 and fusion.conv_xy_atten[1].conv.out_channels == 64
     model.eval()
     with torch.no_grad():
         assert tuple(model(torch.randn(1, 3, 64, 64))[0].shape) == (1, 3, 64, 64)

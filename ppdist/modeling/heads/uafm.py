@@ -36,7 +36,11 @@ class UAFM(nn.Module):
         x = self.conv_x(x)
         y = self.upsample(y, x.shape[2:])
         atten = self.attention(x, y)
-        return self.conv_out(x * atten + y * (1.0 - atten))
+        return self.conv_out(x * atten + y * self.complement(atten))
+
+    def complement(self, atten: torch.Tensor) -> torch.Tensor:
+        """``1 - a``, the weight of the upsampled high-level feature."""
+        return 1.0 - atten
 
 
 class UAFM_SpAtten(UAFM):
@@ -53,11 +57,8 @@ class UAFM_SpAtten(UAFM):
                            y.mean(1, keepdim=True), y.amax(1, keepdim=True)], dim=1)
         return torch.sigmoid(self.conv_xy_atten(stats))
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        x = self.conv_x(x)
-        y = self.upsample(y, x.shape[2:])
-        atten = self.attention(x, y)
-        return self.conv_out(x * atten + y * (self._scale - atten))
+    def complement(self, atten: torch.Tensor) -> torch.Tensor:
+        return self._scale - atten
 
 
 class UAFM_ChAtten(UAFM):
