@@ -10,8 +10,8 @@ setup(
     packages=find_packages(include=["ppdist", "ppdist.*"]),
     python_requires=">=3.9",
     install_requires=[
-        "torch>=2.1,<3",
-        "torchvision>=0.16",
+        "torch>=2.3,<3",  # torchrun LogsSpecs (ppdist.launch --log_dir)
+        "torchvision>=0.18",
         "numpy>=1.23",
         "pyyaml>=6.0",
         "opencv-python-headless>=4.7",

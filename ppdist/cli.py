@@ -44,8 +44,32 @@ def error_message(exc: BaseException) -> str:
     return text[position + len(marker):].strip() if position >= 0 else text.strip().splitlines()[-1]
 
 
+def merge_stderr_into_stdout() -> None:
+    """Point file descriptor 2 at stdout's file, so that a worker started by ``ppdist.launch --log_dir``
+    (which sets ``PPDIST_STDERR_TO_STDOUT=1``) has everything it prints in its workerlog, in order."""
+    try:
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os.dup2(sys.stdout.fileno(), sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # streams without a file descriptor (e.g. captured)
+        return
+    reconfigure = getattr(sys.stderr, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
+
+
+def _peer_failure(exc: BaseException) -> Any:
+    if "torch" not in sys.modules:
+        return None
+    from ppdist.engine.dist import peer_failure_message
+
+    return peer_failure_message(exc)
+
+
 def run_main(main: Callable[[], Any]) -> None:
     """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback."""
+    if os.environ.get("PPDIST_STDERR_TO_STDOUT") == "1":
+        merge_stderr_into_stdout()
     try:
         result = main()
     except ConfigError as exc:
@@ -62,4 +86,11 @@ def run_main(main: Callable[[], Any]) -> None:
     except KeyboardInterrupt:
         print("ppdist: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:  # a peer that died or hung surfaces here as a torch.distributed error
+        message = _peer_failure(exc)
+        if message is None:
+            raise
+        logging.getLogger("ppdist").error("%s", message)
+        print(f"ppdist: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_RUNTIME_ERROR)
     sys.exit(result if isinstance(result, int) else 0)

@@ -67,6 +67,8 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "print_batch_step": GlobalKey((int,), 10, "Log every N global steps."),
     "save_model_dir": GlobalKey((str,), "./output/run", "Where checkpoints, train.log and config.yml go."),
     "save_epoch_step": GlobalKey((int,), 1, "Keep an iter_epoch_N checkpoint every N epochs."),
+    "save_iter_step": GlobalKey((int, _NONE), None,
+                                "Also write 'latest' every N global steps (mid-epoch), so a restart loses little work."),
     "eval_batch_step": GlobalKey((list, int), [0, 2000], "[start, interval] in global steps; an int means [0, int]."),
     "eval_batch_epoch": GlobalKey((int, _NONE), None, "Evaluate every N epochs instead of eval_batch_step."),
     "cal_metric_during_train": GlobalKey((bool,), False, "Compute the metric on each training batch for the log."),
@@ -98,6 +100,9 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
                                 choices=("constant", "threshold")),
     "grad_clip": GlobalKey(_NUM + (_NONE,), None, "Clip the global gradient norm to this value."),
     "dist_timeout": GlobalKey((int,), 1800, "Seconds before a collective that waits on a dead peer fails."),
+    "auto_scale_lr": GlobalKey((dict, _NONE), None,
+                               "{base_batch_size: N[, enable: true]}: scale every learning rate by global batch / N; "
+                               "also allows resuming with another number of processes."),
     "max_bad_sample_ratio": GlobalKey(_NUM, 0.1, "Fail the run when more than this fraction of samples is bad."),
     "log_ranks": GlobalKey((str, int), "0", "Accepted for compatibility; only rank 0 logs."),
     "print_mem_info": GlobalKey((bool,), True, "Append max CUDA memory to log lines."),
@@ -272,6 +277,30 @@ def _validate_global(config: Dict[str, Any]) -> None:
         validate_synthetic_spec(glob["synthetic_data"])
     if glob["print_batch_step"] <= 0 or glob["log_smooth_window"] <= 0 or glob["save_epoch_step"] <= 0:
         raise ConfigError("Global.print_batch_step, log_smooth_window and save_epoch_step must be > 0")
+    if glob["save_iter_step"] is not None and glob["save_iter_step"] <= 0:
+        raise ConfigError(f"Global.save_iter_step must be a positive number of steps (or null), got {glob['save_iter_step']}")
+    if glob["auto_scale_lr"] is not None:
+        _validate_auto_scale_lr(glob["auto_scale_lr"])
+
+
+def _validate_auto_scale_lr(spec: Mapping[str, Any]) -> None:
+    for key in spec:
+        if key not in ("base_batch_size", "enable"):
+            raise ConfigError(f"unknown key Global.auto_scale_lr.{key}.{did_you_mean(key, ['base_batch_size', 'enable'])}")
+    base = spec.get("base_batch_size")
+    if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
+        raise ConfigError(f"Global.auto_scale_lr.base_batch_size must be a positive integer (the global batch the "
+                          f"learning rate was tuned for), got {base!r}")
+    if not isinstance(spec.get("enable", True), bool):
+        raise ConfigError(f"Global.auto_scale_lr.enable must be true or false, got {spec['enable']!r}")
+
+
+def auto_scale_lr_base(glob: Mapping[str, Any]) -> Optional[int]:
+    """``Global.auto_scale_lr.base_batch_size`` when LR scaling is on, else None."""
+    spec = glob.get("auto_scale_lr")
+    if not spec or not spec.get("enable", True):
+        return None
+    return int(spec["base_batch_size"])
 
 
 def shared_global_values(config: Mapping[str, Any]) -> Dict[str, Any]:

@@ -26,7 +26,7 @@ def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, fl
     if not config.get("Eval"):
         raise ConfigError("missing required section Eval")
     model = build_model(config)
-    data = ckpt.load_file(ckpt.checkpoint_path(source))
+    data, source = ckpt.load_across_ranks(source, env)  # also when only some nodes have the file
     state = data["ema"]["module"] if data.get("ema") else ckpt.extract_model_state(data)
     loaded, mismatched, missing = ckpt.load_matching_weights(model, state, source)
     if mismatched or missing:

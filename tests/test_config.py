@@ -87,6 +87,9 @@ def test_paddle_config_loads_with_defaults(repo_root):
     ("Train.dataset.label_file_list=[a.txt]", r"unknown key Train.dataset.label_file_list.*It is a key of: SimpleDataSet"),
     ("Global.to_static=true", r"Global.to_static is not supported yet"),
     ("Global.eval_batch_step=[1]", r"\[start, interval\]"),
+    ("Global.save_iter_step=0", r"Global.save_iter_step must be a positive number of steps"),
+    ("Global.auto_scale_lr={base_batch_size: 0}", r"auto_scale_lr.base_batch_size must be a positive integer"),
+    ("Global.auto_scale_lr={base_batch: 64}", r"unknown key Global.auto_scale_lr.base_batch.*'base_batch_size'"),
 ])
 def test_validation_errors_name_file_key_and_suggestion(repo_root, override, pattern):
     path = os.path.join(repo_root, REC_CONFIG)

@@ -16,11 +16,13 @@ Item = Tuple[int, int, int]
 class TrainBatchSampler(Sampler[List[Item]]):
     """Seeded permutation shared by all ranks, padded to divide evenly, sharded by rank.
 
-    Every rank draws the same permutation from ``(seed, epoch)``, pads it by repeating its
-    head so that all ranks get the same number of samples (DDP lockstep), and takes the
-    indices ``rank, rank + world, ...``. ``set_epoch(e)`` selects the epoch and
-    ``set_start_batch(k)`` skips the first ``k`` batches of that epoch, so a resumed run
-    continues with the next unseen batch.
+    Every rank draws the same permutation of the data set from ``(seed, epoch)``. The samples
+    not yet trained in this epoch (all of them, or those after ``consumed`` when a run resumes)
+    are padded by cycling the permutation from its start so that every rank gets the same
+    number (DDP lockstep), and rank ``r`` takes positions ``r, r + world, ...``. After ``k``
+    steps the ranks together have used exactly the first ``k * batch_size * world_size``
+    samples of the permutation, so a position is a single number that any world size can
+    continue from: no sample of the epoch is repeated or skipped.
     """
 
     def __init__(self, dataset_len: int, batch_size: int, rank: int = 0, world_size: int = 1,
@@ -37,40 +39,55 @@ class TrainBatchSampler(Sampler[List[Item]]):
         self.drop_last = drop_last
         self.seed = seed
         self.epoch = 0
-        self.start_batch = 0
-        self.samples_per_rank = -(-dataset_len // world_size)
+        self.consumed = 0
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples of the permutation used by one step of all ranks together."""
+        return self.batch_size * self.world_size
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def set_start_batch(self, start_batch: int) -> None:
-        self.start_batch = max(0, int(start_batch))
+    def set_position(self, consumed: int) -> None:
+        """Skip the first ``consumed`` samples of this epoch's permutation (all ranks together)."""
+        self.consumed = max(0, int(consumed))
+
+    def epoch_order(self) -> List[int]:
+        """The epoch's permutation of all sample indices (identical on every rank)."""
+        if not self.shuffle:
+            return list(range(self.dataset_len))
+        gen = torch.Generator()
+        gen.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.dataset_len, generator=gen).tolist()
+
+    def _batches(self, remaining: int) -> int:
+        per_rank = -(-remaining // self.world_size)
+        return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 
     def rank_indices(self) -> List[int]:
-        """This rank's sample indices for the current epoch, in order."""
-        if self.shuffle:
-            gen = torch.Generator()
-            gen.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.dataset_len, generator=gen).tolist()
-        else:
-            order = list(range(self.dataset_len))
-        total = self.samples_per_rank * self.world_size
-        while len(order) < total:
-            order += order[: total - len(order)]
-        return order[self.rank:total:self.world_size]
+        """This rank's sample indices for the rest of the epoch, in order."""
+        order = self.epoch_order()
+        rest = order[self.consumed:]
+        total = -(-len(rest) // self.world_size) * self.world_size
+        while len(rest) < total:
+            rest += order[: total - len(rest)]
+        return rest[self.rank:total:self.world_size]
 
     def __len__(self) -> int:
-        """Batches per epoch (independent of ``start_batch``)."""
-        if self.drop_last:
-            return self.samples_per_rank // self.batch_size
-        return -(-self.samples_per_rank // self.batch_size)
+        """Batches in a whole epoch (independent of the position)."""
+        return self._batches(self.dataset_len)
+
+    def remaining_batches(self) -> int:
+        """Batches the next iteration yields (the rest of the epoch from the position)."""
+        return self._batches(max(0, self.dataset_len - self.consumed))
 
     def __iter__(self) -> Iterator[List[Item]]:
         indices = self.rank_indices()
-        for b in range(self.start_batch, len(self)):
+        for b in range(self.remaining_batches()):
             chunk = indices[b * self.batch_size:(b + 1) * self.batch_size]
             yield [(i, self.epoch, self.seed) for i in chunk]
-        self.start_batch = 0  # only the resumed epoch starts in the middle
+        self.consumed = 0  # only the resumed epoch starts in the middle
 
 
 def eval_shard(dataset_len: int, rank: int, world_size: int, batch_size: int = 1) -> range:

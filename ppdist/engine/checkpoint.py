@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import random
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
+from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
 from ppdist.errors import CheckpointError
 
 logger = logging.getLogger("ppdist")
@@ -50,6 +51,47 @@ def load_file(path: str) -> Dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a dict (got {type(data).__name__})")
     return data
+
+
+def load_across_ranks(path: str, env: DistEnv, missing_ok: bool = False) -> Optional[Tuple[Dict[str, Any], str]]:
+    """``(state, source)`` of ``path`` on every process, whichever of them have the file.
+
+    Checkpoints are written to global rank 0's disk only, and after a restart rank 0 may sit on
+    another node (c10d rendezvous), so without a shared filesystem some processes have no copy or
+    an older one. Every process reads its own; the newest (highest ``global_step``) wins and is
+    broadcast to the processes that lack it. All processes take the same decision: the same
+    error, or None when no process has the file and ``missing_ok``.
+    """
+    state: Optional[Dict[str, Any]] = None
+    missing = error = None
+    try:
+        resolved = checkpoint_path(path)
+    except CheckpointError as exc:
+        missing = str(exc)
+    else:
+        try:
+            state = load_file(resolved)
+        except CheckpointError as exc:
+            error = str(exc)
+    step = int(state.get("global_step", -1)) if state is not None else None
+    views = all_gather_object((step, error, missing), env)
+    errors = [(rank, view[1]) for rank, view in enumerate(views) if view[1]]
+    if errors:
+        rank, message = errors[0]
+        raise CheckpointError(message if not env.distributed else f"rank {rank}: {message}")
+    steps = [view[0] for view in views]
+    if all(s is None for s in steps):
+        if missing_ok:
+            return None
+        raise CheckpointError(views[0][2])
+    newest = max(s for s in steps if s is not None)
+    if all(s == newest for s in steps):
+        return state, path
+    source_rank = steps.index(newest)
+    received = broadcast_object(state if env.rank == source_rank else None, env, src=source_rank)
+    logger.info("checkpoint %s (global_step %d) found on %d of %d processes; sent from rank %d to the others",
+                path, newest, sum(s == newest for s in steps), env.world_size, source_rank)
+    return received, f"{path} (from rank {source_rank})"
 
 
 # --------------------------------------------------------------------------- RNG states

@@ -5,13 +5,22 @@ import datetime
 import logging
 import os
 import re
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
 
+from ppdist.errors import PPDistError
+
 logger = logging.getLogger("ppdist")
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 15000, 20000
+
+
+class DistributedError(PPDistError):
+    """The processes of a job could not meet or lost contact with each other."""
 
 
 @dataclass
@@ -35,15 +44,30 @@ class DistEnv:
 
 
 def world_info_from_env() -> tuple:
-    """(rank, local_rank, world_size, master_addr) from torchrun's or SLURM's variables."""
+    """(rank, local_rank, world_size, master_addr) from torchrun's or SLURM's variables.
+
+    torchrun's ``RANK``/``WORLD_SIZE`` win; otherwise an ``srun`` step with several tasks
+    (``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS`` or ``SLURM_NTASKS``, ``SLURM_LOCALID``) is used,
+    with the first host of the step's node list as the master.
+    """
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         return int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), env.get("MASTER_ADDR")
-    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
-        nodelist = env.get("SLURM_NODELIST", "127.0.0.1")
-        return (int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), int(env["SLURM_NTASKS"]),
-                first_slurm_host(nodelist))
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+    if "SLURM_PROCID" in env and tasks > 1:
+        nodelist = (env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+                    or "127.0.0.1")
+        return int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), tasks, first_slurm_host(nodelist)
     return 0, 0, 1, None
+
+
+def slurm_master_port() -> str:
+    """``MASTER_PORT`` if set, else a port derived from ``SLURM_JOB_ID`` (the same on every task,
+    different for jobs sharing a node)."""
+    if os.environ.get("MASTER_PORT"):
+        return os.environ["MASTER_PORT"]
+    job = os.environ.get("SLURM_JOB_ID", "0")
+    return str(SLURM_PORT_BASE + (int(job) if job.isdigit() else 0) % SLURM_PORT_SPAN)
 
 
 def first_slurm_host(nodelist: str) -> str:
@@ -61,7 +85,8 @@ def init_distributed(use_gpu: bool = True, timeout_s: int = 1800) -> DistEnv:
     """Initialise the default process group if the environment describes a multi-process job.
 
     NCCL on GPU, gloo on CPU, with an explicit timeout. Without torchrun/SLURM variables the
-    same code runs as a single process.
+    same code runs as a single process. A rendezvous that does not complete in ``timeout_s``
+    raises ``DistributedError`` naming the endpoint.
     """
     rank, local_rank, world_size, master_addr = world_info_from_env()
     cuda = use_gpu and torch.cuda.is_available()
@@ -73,18 +98,105 @@ def init_distributed(use_gpu: bool = True, timeout_s: int = 1800) -> DistEnv:
     env = DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
     if world_size == 1:
         return env
-    if "MASTER_ADDR" not in os.environ:  # SLURM launch without torchrun
-        os.environ["MASTER_ADDR"] = master_addr or "127.0.0.1"
-        os.environ.setdefault("MASTER_PORT", "29500")
+    if "RANK" not in os.environ:  # srun launch without torchrun: env:// needs these
+        os.environ.setdefault("MASTER_ADDR", master_addr or "127.0.0.1")
+        os.environ["MASTER_PORT"] = slurm_master_port()
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world_size)
+        os.environ["LOCAL_RANK"] = str(local_rank)
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         kwargs = {"device_id": device} if cuda else {}
-        dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
+        try:
+            if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+                kwargs.update(store=fresh_agent_store(rank, world_size, timeout_s), rank=rank, world_size=world_size)
+            dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
+        except (dist.DistError, RuntimeError, TimeoutError) as exc:
+            raise DistributedError(rendezvous_failure_message(exc, rank, world_size, timeout_s)) from None
     env.backend = backend
     env.object_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     return env
+
+
+def fresh_agent_store(rank: int, world_size: int, timeout_s: int) -> "dist.Store":
+    """torchrun's shared store, under a key prefix that is new for this group of processes.
+
+    torchrun keeps one TCP store for all restarts of a job, so after ``--max-restarts`` a new
+    group would find the previous group's process-group keys and try to connect to dead
+    processes (pytorch/pytorch#167288). The processes agree on a fresh namespace instead: each
+    rank posts a random hello, rank 0 answers every hello with its own random token, and a rank
+    accepts only the answer to its own hello, so stale keys are never taken for current ones.
+    """
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
+    namespace = agree_on_namespace(base, rank, world_size, timeout_s)
+    return dist.PrefixStore(f"ppdist/{namespace}/", base)
+
+
+def agree_on_namespace(store: "dist.Store", rank: int, world_size: int, timeout_s: float,
+                       poll_s: float = 0.02) -> str:
+    """A token that all ``world_size`` processes of this group receive from rank 0 (see
+    ``fresh_agent_store``); raises ``TimeoutError`` naming the missing ranks after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    if rank == 0:
+        token = uuid.uuid4().hex
+        pending = set(range(1, world_size))
+        while pending:
+            for peer in sorted(pending):
+                if store.check([f"ppdist/joined/{token}/{peer}"]):
+                    pending.discard(peer)
+                elif store.check([f"ppdist/hello/{peer}"]):
+                    hello = store.get(f"ppdist/hello/{peer}").decode()
+                    store.set(f"ppdist/ack/{peer}", f"{hello}:{token}")
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"rank(s) {sorted(pending)[:16]} did not join within {timeout_s} s")
+            if pending:
+                time.sleep(poll_s)
+        return token
+    hello = uuid.uuid4().hex
+    store.set(f"ppdist/hello/{rank}", hello)
+    while True:
+        if store.check([f"ppdist/ack/{rank}"]):
+            answer = store.get(f"ppdist/ack/{rank}").decode()
+            if answer.startswith(hello + ":"):
+                token = answer.split(":", 1)[1]
+                store.set(f"ppdist/joined/{token}/{rank}", "1")
+                return token
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 did not answer within {timeout_s} s")
+        time.sleep(poll_s)
+
+
+def rendezvous_failure_message(exc: BaseException, rank: int, world_size: int, timeout_s: int) -> str:
+    """What to check when the processes of a job did not all meet."""
+    endpoint = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (f"rank {rank}: the {world_size} processes did not all meet at the rendezvous {endpoint} within "
+            f"Global.dist_timeout={timeout_s} s ({first_line}). Check that every process was started (srun "
+            f"--ntasks / torchrun on every node), that {endpoint} is reachable from all nodes (firewall, port in "
+            f"use), and the network interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)")
+
+
+# Substrings of the errors gloo/NCCL/c10d raise when a peer died or stopped answering.
+_PEER_FAILURE_MARKERS = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe",
+                         "closed by peer", "pair closure", "nccl", "gloo", "socket", "store")
+
+
+def peer_failure_message(exc: BaseException, timeout_s: Optional[int] = None) -> Optional[str]:
+    """A clear message when ``exc`` means another process died or hung, else None."""
+    is_dist = isinstance(exc, dist.DistError) or type(exc).__module__.startswith("torch.distributed")
+    text = str(exc).strip()
+    multi_process = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # the group may already be destroyed
+    if not is_dist and not (isinstance(exc, RuntimeError) and multi_process and "DataLoader" not in text
+                            and any(m in text.lower() for m in _PEER_FAILURE_MARKERS)):
+        return None
+    rank = int(os.environ.get("RANK", 0) or 0)
+    first_line = (text.splitlines() or [type(exc).__name__])[0][:300]
+    limit = f"Global.dist_timeout={timeout_s} s" if timeout_s else "Global.dist_timeout"
+    return (f"rank {rank} lost contact with the other processes ({type(exc).__name__}: {first_line}). Another "
+            f"process died or stopped responding for longer than {limit}; the first failing rank's output "
+            f"(torchrun's summary, or --log_dir/workerlog.N) says why. With -o Global.checkpoints=auto and "
+            f"torchrun --max-restarts K the job restarts from its last checkpoint")
 
 
 def barrier(env: DistEnv) -> None:

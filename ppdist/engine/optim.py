@@ -265,6 +265,24 @@ def build_lr_schedule(lr_cfg: Any, epochs: int, step_each_epoch: int,
     return LR_SCHEDULERS.build(entry, where="Optimizer.lr", **extra)
 
 
+LR_VALUE_KEYS = ("learning_rate", "end_lr", "eta_min", "warmup_start_lr")
+
+
+def scale_learning_rates(lr_cfg: Any, factor: float) -> Any:
+    """``Optimizer.lr`` with every absolute learning rate multiplied by ``factor`` (linear scaling
+    rule): the peak, the end / minimum, the warm-up start and Piecewise ``values``, so the schedule
+    keeps its shape."""
+    if not isinstance(lr_cfg, Mapping):
+        return float(lr_cfg) * factor
+    scaled = dict(lr_cfg)
+    for key in LR_VALUE_KEYS:
+        if isinstance(scaled.get(key), (int, float)) and not isinstance(scaled[key], bool):
+            scaled[key] = float(scaled[key]) * factor
+    if isinstance(scaled.get("values"), (list, tuple)):
+        scaled["values"] = [float(v) * factor for v in scaled["values"]]
+    return scaled
+
+
 def build_optimizer(opt_cfg: Mapping[str, Any], model: nn.Module, epochs: int, step_each_epoch: int,
                     total_steps: Optional[int] = None) -> Tuple[torch.optim.Optimizer, IterScheduler]:
     """Optimizer and per-iteration scheduler from the ``Optimizer`` section."""

@@ -12,7 +12,7 @@ import math
 import os
 import random
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ppdist.builder import build_loss, build_metric, build_model, build_postprocess
-from ppdist.config import dump_config
+from ppdist.config import auto_scale_lr_base, dump_config
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
@@ -29,8 +29,8 @@ from ppdist.engine.ema import ModelEMA
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.logger import ScalarWriter, SmoothedValues, format_train_line
-from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping
-from ppdist.errors import CheckpointError, DataError
+from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping, scale_learning_rates
+from ppdist.errors import CheckpointError, ConfigError, DataError
 
 logger = logging.getLogger("ppdist")
 BAD_RATIO_MIN_SAMPLES = 200  # judge the bad-sample ratio only past this many samples
@@ -83,6 +83,10 @@ class Trainer:
         self.eval_loader = (build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
                             if config.get("Eval") else None)
         self.steps_per_epoch = len(self.train_loader)
+        sampler = self.train_loader.batch_sampler
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"the training set has {sampler.dataset_len} samples: not one full batch of "
+                              f"{sampler.batch_size} per process x {env.world_size} process(es) with drop_last")
         if glob["max_iters"]:
             self.total_steps = int(glob["max_iters"])
             self.epoch_num = math.ceil(self.total_steps / self.steps_per_epoch)
@@ -103,7 +107,12 @@ class Trainer:
         self.postprocess = build_postprocess(config)
         self.metric = build_metric(config)
         self.train_metric = build_metric(config) if glob["cal_metric_during_train"] else None
-        self.optimizer, self.scheduler = build_optimizer(config["Optimizer"], self.model, self.epoch_num,
+        base_batch = auto_scale_lr_base(glob)
+        self.lr_factor = sampler.samples_per_step / base_batch if base_batch else 1.0
+        opt_cfg = config["Optimizer"]
+        if base_batch:
+            opt_cfg = dict(opt_cfg, lr=scale_learning_rates(opt_cfg["lr"], self.lr_factor))
+        self.optimizer, self.scheduler = build_optimizer(opt_cfg, self.model, self.epoch_num,
                                                          self.steps_per_epoch, self.total_steps)
         self.autocast, use_scaler = make_autocast(glob, env.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]),
@@ -115,8 +124,9 @@ class Trainer:
                           if self.eval_loader is not None else None)
         self.main_indicator = self.metric.main_indicator
 
-        # position: the next batch to run is batch ``next_batch`` of epoch ``next_epoch``
-        self.next_epoch, self.next_batch, self.global_step = 1, 0, 0
+        # position: epoch ``next_epoch`` continues after its first ``epoch_consumed`` samples
+        # (all ranks together), i.e. with its batch ``next_batch`` under this run's layout
+        self.next_epoch, self.next_batch, self.epoch_consumed, self.global_step = 1, 0, 0, 0
         self.best: Dict[str, Any] = {}
         self.last_eval_step = -1
         self._load_initial_weights()
@@ -135,18 +145,26 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def _load_initial_weights(self) -> None:
         self._resume_rng = None
-        path = self.glob["checkpoints"]
-        if path == "auto":
-            latest = os.path.join(self.save_dir, "latest" + ckpt.SUFFIX)
-            path = latest if os.path.isfile(latest) else None
-            if path is None:
-                logger.info("Global.checkpoints is 'auto' and %s does not exist: starting a new run", latest)
-        if path:
-            self.load_state_dict(ckpt.load_file(ckpt.checkpoint_path(path)), source=path)
+        found = self._find_resume_state()
+        if found is not None:
+            self.load_state_dict(*found)
         elif self.glob["pretrained_model"]:
             ckpt.load_pretrained(self.model, self.glob["pretrained_model"])
             if self.ema is not None:  # the average starts from the pretrained weights
                 self.ema.module.load_state_dict(self.model.state_dict())
+
+    def _find_resume_state(self) -> Optional[Tuple[Dict[str, Any], str]]:
+        """The checkpoint to resume from (``auto``: ``latest`` if any process has one)."""
+        path = self.glob["checkpoints"]
+        if not path:
+            return None
+        auto = path == "auto"
+        if auto:
+            path = os.path.join(self.save_dir, "latest" + ckpt.SUFFIX)
+        found = ckpt.load_across_ranks(path, self.env, missing_ok=auto)
+        if found is None:
+            logger.info("Global.checkpoints is 'auto' and %s does not exist: starting a new run", path)
+        return found
 
     def state_dict(self, rng_states: Any) -> Dict[str, Any]:
         """Everything needed to continue this run exactly."""
@@ -158,6 +176,9 @@ class Trainer:
             "ema": self.ema.state_dict() if self.ema else None,
             "next_epoch": self.next_epoch,
             "next_batch": self.next_batch,
+            "epoch_consumed": self.epoch_consumed,
+            "dataset_len": self.train_loader.batch_sampler.dataset_len,
+            "batch_size_per_card": self.train_loader.batch_sampler.batch_size,
             "global_step": self.global_step,
             "steps_per_epoch": self.steps_per_epoch,
             "best": dict(self.best),
@@ -168,17 +189,20 @@ class Trainer:
         }
 
     def load_state_dict(self, state: Mapping[str, Any], source: str) -> None:
-        """Resume from a checkpoint written by ``state_dict``."""
+        """Resume from a checkpoint written by ``state_dict`` (the same or, with
+        ``Global.auto_scale_lr``, another number of processes or batch size)."""
         if "optimizer" not in state or "next_epoch" not in state:
             raise CheckpointError(f"{source} holds weights only; use Global.pretrained_model to start from it")
-        if state["world_size"] != self.env.world_size:
-            raise CheckpointError(
-                f"{source} was written by a run with {state['world_size']} process(es) and this run has "
-                f"{self.env.world_size}; resume with the same number of processes (or start a new run "
-                f"from it with Global.pretrained_model)")
-        if state["steps_per_epoch"] != self.steps_per_epoch:
-            raise CheckpointError(f"{source}: the training set gives {self.steps_per_epoch} batches per epoch but the "
-                                  f"checkpoint was taken with {state['steps_per_epoch']}; the data or batch size changed")
+        sampler = self.train_loader.batch_sampler
+        saved_len = state.get("dataset_len")
+        if saved_len is not None and saved_len != sampler.dataset_len:
+            raise CheckpointError(f"{source} was taken with a training set of {saved_len} samples and this run has "
+                                  f"{sampler.dataset_len}; resume with the same data (or start a new run from it "
+                                  f"with Global.pretrained_model)")
+        same_layout = (state["world_size"] == self.env.world_size and state["steps_per_epoch"] == self.steps_per_epoch
+                       and state.get("batch_size_per_card", sampler.batch_size) == sampler.batch_size)
+        if not same_layout:
+            self._check_relayout_allowed(state, source)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -186,13 +210,59 @@ class Trainer:
         if self.ema is not None and state.get("ema"):
             self.ema.load_state_dict(state["ema"])
         self.next_epoch, self.next_batch = int(state["next_epoch"]), int(state["next_batch"])
+        self.epoch_consumed = int(state.get("epoch_consumed", self.next_batch * sampler.samples_per_step))
         self.global_step = int(state["global_step"])
         self.best = dict(state.get("best") or {})
         self.last_eval_step = int(state.get("last_eval_step", -1))
+        if not same_layout:
+            self._map_position(state)
         rng = state.get("rng") or []
-        self._resume_rng = rng[self.env.rank] if len(rng) == self.env.world_size else None
+        self._resume_rng = rng[self.env.rank] if same_layout and len(rng) == self.env.world_size else None
         logger.info("resumed from %s: epoch %d, batch %d, global_step %d, best %s", source, self.next_epoch,
                     self.next_batch, self.global_step, self.best or "-")
+
+    def _check_relayout_allowed(self, state: Mapping[str, Any], source: str) -> None:
+        """A resume with another world size or batch needs auto_scale_lr and the sample position."""
+        batch = self.train_loader.batch_sampler.batch_size
+        if state["world_size"] != self.env.world_size:
+            change = (f"{source} was written by a run with {state['world_size']} process(es) and this run has "
+                      f"{self.env.world_size}")
+        elif state.get("batch_size_per_card", batch) != batch:
+            change = (f"{source} was written with batch_size_per_card {state['batch_size_per_card']} and this run "
+                      f"has {batch}")
+        else:
+            change = (f"{source}: the training set gives {self.steps_per_epoch} batches per epoch but the "
+                      f"checkpoint was taken with {state['steps_per_epoch']}; the data or batch size changed")
+        if auto_scale_lr_base(self.glob) is None:
+            raise CheckpointError(f"{change}; resume with the same number of processes and batch size, or set "
+                                  f"Global.auto_scale_lr: {{base_batch_size: N}} to continue with the new layout "
+                                  f"(learning rate rescaled, the epoch continues where it stopped), or start a new "
+                                  f"run from it with Global.pretrained_model")
+        if "epoch_consumed" not in state or "dataset_len" not in state:
+            raise CheckpointError(f"{change}, and the checkpoint does not record its sample position (written by an "
+                                  f"older ppdist); resume it with its original layout")
+
+    def _map_position(self, state: Mapping[str, Any]) -> None:
+        """Continue the checkpoint's epoch from the same sample with this run's layout.
+
+        Epoch-based runs restart the step count of the epoch so that it ends exactly at
+        ``epoch * steps_per_epoch``; iteration-based runs keep their step count (max_iters).
+        """
+        sampler = self.train_loader.batch_sampler
+        sampler.set_epoch(self.next_epoch)
+        sampler.set_position(self.epoch_consumed)
+        left = sampler.remaining_batches()
+        self.next_batch = self.steps_per_epoch - left
+        old_step = self.global_step
+        if not self.glob["max_iters"]:
+            self.global_step = (self.next_epoch - 1) * self.steps_per_epoch + self.next_batch
+        self.scheduler.load_state_dict({"last_step": self.global_step})
+        logger.warning("resuming a run of %d process(es) x %d per process with %d x %d (Global.auto_scale_lr): "
+                       "epoch %d continues after %d of %d samples with %d batch(es) left; global_step %d -> %d; "
+                       "learning rate x%.4g of the configured one", state["world_size"],
+                       state.get("batch_size_per_card", 0), self.env.world_size, sampler.batch_size,
+                       self.next_epoch, self.epoch_consumed, sampler.dataset_len, left, old_step,
+                       self.global_step, self.lr_factor)
 
     def save(self, name: str, extra: Optional[Mapping[str, Any]] = None) -> None:
         """Collect every rank's RNG state, then rank 0 writes ``<name>.pt`` atomically."""
@@ -277,27 +347,36 @@ class Trainer:
     def train(self) -> Dict[str, Any]:
         """Run to the end of the schedule; returns the best metrics."""
         glob, env = self.glob, self.env
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         if env.is_main:
             dump_config(self.config, os.path.join(self.save_dir, "config.yml"))
             logger.info("trainable parameters: %s", f"{count_trainable(self.model):,}")
             logger.info("%d process(es), device %s, %d batches/epoch per process, %d epochs, %d steps",
                         env.world_size, env.device, self.steps_per_epoch, self.epoch_num, self.total_steps)
+            self._log_lr_scaling()
+            if restarts:
+                logger.warning("torchrun restart %d (of at most %s): continuing at epoch %d, batch %d, global_step %d",
+                               restarts, os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?"), self.next_epoch,
+                               self.next_batch, self.global_step)
         smoothed = SmoothedValues(glob["log_smooth_window"])
         sampler = self.train_loader.batch_sampler
         processes = env.world_size
+        save_every = glob["save_iter_step"]
         run_start, steps_run = time.perf_counter(), 0
-        for epoch in range(self.next_epoch, self.epoch_num + 1):
-            if self.global_step >= self.total_steps:
-                break
+        epoch = self.next_epoch
+        while self.global_step < self.total_steps:
             sampler.set_epoch(epoch)
-            sampler.set_start_batch(self.next_batch if epoch == self.next_epoch else 0)
+            start_consumed = self.epoch_consumed if epoch == self.next_epoch else 0
+            sampler.set_position(start_consumed)
+            batches_left = sampler.remaining_batches()
+            first_batch = self.steps_per_epoch - batches_left
             self.ddp_model.train()
             bad = seen = 0
             reader_sum = batch_sum = samples_sum = 0.0
             window_steps = 0
+            finished_epoch = True
             tick = time.perf_counter()
-            batch_index = sampler.start_batch - 1
-            for batch_index, batch in enumerate(self.train_loader, start=sampler.start_batch):
+            for offset, batch in enumerate(self.train_loader):
                 reader_cost = time.perf_counter() - tick
                 bad_here = batch.pop(BAD_SAMPLES_KEY, [])
                 for line in bad_here:
@@ -309,16 +388,18 @@ class Trainer:
                 batch["epoch_id"] = epoch - 1  # 0-based, for epoch-dependent losses (PP-YOLOE's assigner switch)
                 values = self._step(batch)
                 self.global_step += 1
-                self.next_epoch, self.next_batch = epoch, batch_index + 1
-                if self.next_batch >= self.steps_per_epoch:
-                    self.next_epoch, self.next_batch = epoch + 1, 0
+                epoch_done = offset + 1 >= batches_left
+                if epoch_done:
+                    self.next_epoch, self.next_batch, self.epoch_consumed = epoch + 1, 0, 0
+                else:
+                    self.next_epoch, self.next_batch = epoch, first_batch + offset + 1
+                    self.epoch_consumed = start_consumed + (offset + 1) * sampler.samples_per_step
                 smoothed.update(values)
                 batch_cost = time.perf_counter() - tick
                 reader_sum, batch_sum, samples_sum = reader_sum + reader_cost, batch_sum + batch_cost, samples_sum + size * processes
                 window_steps += 1
                 steps_run += 1
-                last_in_epoch = batch_index + 1 >= self.steps_per_epoch or self.global_step >= self.total_steps
-                if self.global_step % glob["print_batch_step"] == 0 or last_in_epoch:
+                if self.global_step % glob["print_batch_step"] == 0 or epoch_done or self.global_step >= self.total_steps:
                     self._check_bad_ratio(bad, seen, final=False)
                     mean_cost = (time.perf_counter() - run_start) / steps_run
                     line = format_train_line(epoch, self.epoch_num, self.global_step, self.scheduler.get_lr(),
@@ -333,21 +414,37 @@ class Trainer:
                 if self._should_eval(epoch, epoch_end=False):
                     self.evaluate(epoch)
                 if self.global_step >= self.total_steps:
+                    finished_epoch = epoch_done
                     break
+                if save_every and self.global_step % save_every == 0 and not epoch_done:
+                    self.save("latest")
                 tick = time.perf_counter()
+            if finished_epoch:  # also when a re-laid-out resume left no batch in this epoch
+                self.next_epoch, self.next_batch, self.epoch_consumed = epoch + 1, 0, 0
             self._check_bad_ratio(bad, seen, final=True)
             if self._should_eval(epoch, epoch_end=True):
                 self.evaluate(epoch)
             self.save("latest")
             if epoch % glob["save_epoch_step"] == 0:
                 self.save(f"iter_epoch_{epoch}")
+            epoch += 1
         if self.evaluator is not None and self.last_eval_step != self.global_step:
             self.evaluate(self.next_epoch if self.next_batch else self.next_epoch - 1)
             self.save("latest")
         self.writer.close()
         if env.is_main:
-            logger.info("training finished: %d steps, best %s", self.global_step, format_metrics(self.best) or "-")
+            logger.info("training finished: %d steps%s, best %s", self.global_step,
+                        f" ({restarts} torchrun restart(s))" if restarts else "", format_metrics(self.best) or "-")
         return self.best
+
+    def _log_lr_scaling(self) -> None:
+        if auto_scale_lr_base(self.glob) is None:
+            return
+        sampler = self.train_loader.batch_sampler
+        peak = self.scheduler.schedule.base_lr
+        logger.info("Global.auto_scale_lr: global batch %d (%d per process x %d) / base_batch_size %d -> learning "
+                    "rates x%.4g (peak %.6g -> %.6g)", sampler.samples_per_step, sampler.batch_size,
+                    self.env.world_size, auto_scale_lr_base(self.glob), self.lr_factor, peak / self.lr_factor, peak)
 
     def _memory_info(self) -> str:
         if self.env.device.type != "cuda" or not self.glob["print_mem_info"]:

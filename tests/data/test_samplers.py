@@ -31,16 +31,67 @@ def test_items_carry_epoch_and_seed():
     assert all(e == 3 and seed == 9 for batch in s for (_, e, seed) in batch)
 
 
+def _global_batches(samplers):
+    """The steps of all ranks together: step k is the concatenation of every rank's batch k."""
+    per_rank = [list(s) for s in samplers]
+    assert len({len(b) for b in per_rank}) == 1  # lockstep
+    return [[i for rank in per_rank for (i, _, _) in rank[k]] for k in range(len(per_rank[0]))]
+
+
 def test_resume_offset_continues_with_next_unseen_batch():
     full = TrainBatchSampler(40, 3, rank=1, world_size=2, shuffle=True, seed=2)
     full.set_epoch(4)
     expected = list(full)
     resumed = TrainBatchSampler(40, 3, rank=1, world_size=2, shuffle=True, seed=2)
     resumed.set_epoch(4)
-    resumed.set_start_batch(3)
+    resumed.set_position(3 * resumed.samples_per_step)  # three steps of 2 ranks x 3 samples done
+    assert resumed.remaining_batches() == len(expected) - 3
     assert list(resumed) == expected[3:]
     assert len(resumed) == len(expected)
-    assert list(resumed) == expected  # the offset applies to one epoch only
+    assert list(resumed) == expected  # the position applies to one epoch only
+
+
+def test_steps_consume_a_prefix_of_the_epoch_permutation():
+    samplers = [TrainBatchSampler(23, 2, r, 3, shuffle=True, seed=7) for r in range(3)]
+    order = samplers[0].epoch_order()
+    consumed = [i for step in _global_batches(samplers) for i in step]
+    assert sorted(set(consumed)) == list(range(23))
+    # a step covers the next batch_size * world_size positions of the permutation (rank-interleaved)
+    assert sorted(consumed[:6]) == sorted(order[:6]) and sorted(consumed[6:12]) == sorted(order[6:12])
+
+
+@pytest.mark.parametrize("old_world,old_batch,new_world,new_batch,steps_done,drop_last", [
+    (2, 3, 3, 3, 4, False), (2, 3, 1, 3, 5, False), (4, 2, 3, 5, 2, False), (1, 4, 2, 4, 3, False),
+    (3, 2, 2, 2, 3, True), (2, 4, 4, 4, 6, True),
+])
+def test_position_maps_onto_another_world_size_without_repeats_or_gaps(old_world, old_batch, new_world, new_batch,
+                                                                        steps_done, drop_last):
+    n, seed, epoch = 61, 3, 2
+    old = [TrainBatchSampler(n, old_batch, r, old_world, shuffle=True, seed=seed, drop_last=drop_last)
+           for r in range(old_world)]
+    for s in old:
+        s.set_epoch(epoch)
+    before = [i for step in _global_batches(old)[:steps_done] for i in step]
+    consumed = steps_done * old[0].samples_per_step
+    new = [TrainBatchSampler(n, new_batch, r, new_world, shuffle=True, seed=seed, drop_last=drop_last)
+           for r in range(new_world)]
+    for s in new:
+        s.set_epoch(epoch)
+        s.set_position(consumed)
+    expected_steps = new[0].remaining_batches()
+    after_steps = _global_batches(new)
+    assert len(after_steps) == expected_steps
+    after = [i for step in after_steps for i in step]
+    assert len(set(before)) == len(before) == consumed  # nothing trained twice before the switch
+    real_after = set(after) - set(before)
+    if not drop_last:
+        assert set(before) | real_after == set(range(n))  # nothing skipped
+        padding = len(after) - len(real_after)
+        assert padding < new_world  # only the lockstep padding repeats a sample
+    else:
+        leftover = set(range(n)) - set(before) - real_after
+        assert len(leftover) < new[0].samples_per_step  # drop_last drops less than one global batch
+        assert len(after) - len(real_after) < new_world  # lockstep padding only
 
 
 def test_drop_last():

@@ -117,3 +117,59 @@ def test_pretrained_weights_seed_the_model_and_its_ema(tmp_path, digits_dir):
         assert torch.equal(target.model.state_dict()[key], value), key
         assert torch.equal(target.ema.module.state_dict()[key], value), key
     assert target.global_step == 0 and target.scheduler.last_step == 0  # weights only, no resume
+
+
+class SaveRecorder(Trainer):
+    """Records (name, global_step, position) of every checkpoint written."""
+
+    def save(self, name, extra=None):
+        super().save(name, extra)
+        self.saves = getattr(self, "saves", []) + [(name, self.global_step, self.next_epoch, self.next_batch,
+                                                    self.epoch_consumed)]
+
+
+def test_save_iter_step_writes_latest_mid_epoch(tmp_path, digits_dir):
+    setup_logger(None)
+    cfg = config_for(tmp_path, digits_dir, "iters", ["Global.epoch_num=1", "Global.eval_batch_epoch=null"],
+                     save_iter_step=10)
+    trainer = SaveRecorder(cfg, DistEnv())
+    trainer.train()
+    latest = [s for s in trainer.saves if s[0] == "latest"]
+    # every 10 steps mid-epoch with the sample position, then the end of the 32-step epoch
+    assert latest[:4] == [("latest", 10, 1, 10, 160), ("latest", 20, 1, 20, 320), ("latest", 30, 1, 30, 480),
+                          ("latest", 32, 2, 0, 0)]
+    stored = torch.load(tmp_path / "iters" / "latest.pt", weights_only=True)
+    assert (stored["dataset_len"], stored["batch_size_per_card"], stored["epoch_consumed"]) == (512, 16, 0)
+
+
+def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_epoch(tmp_path, digits_dir):
+    from ppdist.errors import CheckpointError
+
+    setup_logger(None)
+    cfg = config_for(tmp_path, digits_dir, "first", ["Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,12]"])
+    SnapshotTrainer.snapshot = None
+    SnapshotTrainer(cfg, DistEnv()).train()  # snapshot at step 12: epoch 1, 12 x 16 = 192 samples used
+    resume = ["Global.eval_batch_epoch=null", f"Global.checkpoints={SnapshotTrainer.snapshot}",
+              "Train.loader.batch_size_per_card=8"]
+    with pytest.raises(CheckpointError, match=r"Global.auto_scale_lr: \{base_batch_size: N\}"):
+        Trainer(config_for(tmp_path, digits_dir, "refused", resume), DistEnv())
+
+    scaled = config_for(tmp_path, digits_dir, "scaled", resume + ["Global.auto_scale_lr={base_batch_size: 16}"])
+    trainer = Trainer(scaled, DistEnv())
+    assert trainer.lr_factor == 0.5 and trainer.scheduler.schedule.base_lr == pytest.approx(0.001)
+    # 512 - 192 = 320 samples left in epoch 1 = 40 batches of 8; the epoch has 64 such batches
+    assert (trainer.next_epoch, trainer.epoch_consumed, trainer.next_batch, trainer.global_step) == (1, 192, 24, 24)
+    assert trainer.scheduler.last_step == 24
+    trainer.train()
+    assert trainer.global_step == 2 * 64
+
+
+def test_auto_scale_lr_scales_every_learning_rate_of_the_schedule():
+    from ppdist.engine.optim import scale_learning_rates
+
+    cfg = {"name": "PolynomialDecay", "learning_rate": 0.01, "end_lr": 0.001, "warmup_start_lr": 1e-5, "power": 0.9}
+    assert scale_learning_rates(cfg, 2.0) == {"name": "PolynomialDecay", "learning_rate": 0.02, "end_lr": 0.002,
+                                              "warmup_start_lr": 2e-5, "power": 0.9}
+    assert scale_learning_rates({"name": "Piecewise", "values": [0.1, 0.01], "decay_epochs": [3]}, 0.5)["values"] \
+        == [0.05, 0.005]
+    assert scale_learning_rates(0.001, 4) == 0.004
