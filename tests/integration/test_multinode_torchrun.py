@@ -216,3 +216,36 @@ def test_hung_peer_ends_the_job_within_the_timeout_with_a_clear_message(tmp_path
     assert waited < 10 + 30 + 25, waited
     assert "ppdist: error: rank 0 lost contact with the other processes" in output
     assert "Global.dist_timeout" in output
+
+
+class _StopAfterMidEpochSave(Exception):
+    pass
+
+
+def test_resume_on_more_processes_with_auto_scale_lr_continues_the_epoch(tmp_path, digits_dir):
+    """1 process stops mid-epoch (latest at step 12 of 32); 2 processes continue the same epoch."""
+    from ppdist.config import load_config
+    from ppdist.engine.dist import DistEnv
+    from ppdist.engine.logger import setup_logger
+    from ppdist.engine.trainer import Trainer
+
+    class StopAfterSave(Trainer):
+        def save(self, name, extra=None):
+            super().save(name, extra)
+            if name == "latest" and self.global_step == 12:
+                raise _StopAfterMidEpochSave
+
+    setup_logger(None)
+    cfg = tiny_config(str(tmp_path / "run.yml"), digits_dir, str(tmp_path / "out"), epochs=2, save_iter_step=12,
+                      checkpoints="auto", auto_scale_lr={"base_batch_size": 16})
+    with pytest.raises(_StopAfterMidEpochSave):
+        StopAfterSave(load_config(cfg, ["Train.loader.num_workers=0"]), DistEnv()).train()
+    result = check_ok(subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", TRAIN, "-c", cfg],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300))
+    # 512 samples: 12 x 16 = 192 used; the other 320 are 10 steps of 2 x 16 in epoch 1 (16 steps at 2 x 16)
+    assert ("resuming a run of 1 process(es) x 16 per process with 2 x 16 (Global.auto_scale_lr): epoch 1 "
+            "continues after 192 of 512 samples with 10 batch(es) left; global_step 12 -> 6") in result.stdout
+    assert "learning rates x2 (peak 0.002 -> 0.004)" in result.stdout
+    final = weights(str(tmp_path / "out" / "latest.pt"))
+    assert final["global_step"] == 2 * 16 and final["world_size"] == 2
