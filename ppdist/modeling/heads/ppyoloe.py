@@ -133,6 +133,19 @@ class PPYOLOEHead(NormNoDecayModule):
             self._anchor_cache[key] = cached
         return cached
 
+    def traced_anchor_points(self, feats: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``anchor_points`` and ``stride_tensor`` of ``generate_anchors``, computed from the feature
+        shapes as graph operations (no Python ints), for an export with dynamic height and width."""
+        points, strides = [], []
+        for feat, stride in zip(feats, self.fpn_strides):
+            xs = (torch.arange(feat.shape[3], device=feat.device, dtype=torch.float32) + self.grid_cell_offset) * stride
+            ys = (torch.arange(feat.shape[2], device=feat.device, dtype=torch.float32) + self.grid_cell_offset) * stride
+            yy, xx = torch.meshgrid(ys, xs, indexing="ij")
+            point = torch.stack([xx, yy], dim=-1).reshape(-1, 2)
+            points.append(point)
+            strides.append(torch.ones_like(point[:, :1]) * float(stride))
+        return torch.cat(points).to(feats[0].dtype), torch.cat(strides).to(feats[0].dtype)
+
     def _level(self, i: int, feat: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         avg = F.adaptive_avg_pool2d(feat, 1)
         cls_logit = self.pred_cls[i](self.stem_cls[i](feat, avg) + feat)
@@ -159,6 +172,8 @@ class PPYOLOEHead(NormNoDecayModule):
             return {"cls_logits": torch.cat(cls_list, dim=2).transpose(1, 2),
                     "reg_distri": reg_distri, "anchors": anchors, "anchor_points": anchor_points,
                     "num_anchors_list": list(num_anchors_list), "stride_tensor": stride_tensor}
+        if torch.onnx.is_in_onnx_export():  # shapes stay symbolic: an exported graph takes any size
+            anchor_points, stride_tensor = self.traced_anchor_points(feats)
         scores = torch.cat(cls_list, dim=2).sigmoid()
         dist = self.decode_distances(reg_distri)
         boxes = distance2bbox(anchor_points / stride_tensor, dist) * stride_tensor
