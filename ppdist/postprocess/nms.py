@@ -2,7 +2,7 @@
 torchvision ops, boxes mapped back to the original image."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 from torchvision.ops import batched_nms
@@ -37,6 +37,33 @@ def multiclass_nms(scores: torch.Tensor, boxes: torch.Tensor, score_threshold: f
     if keep_top_k > -1:
         keep = keep[:keep_top_k]
     return {"boxes": candidate_boxes[keep], "scores": values[keep].float(), "labels": labels[keep]}
+
+
+def batched_multiclass_nms(scores: torch.Tensor, boxes: torch.Tensor, score_threshold: float, nms_top_k: int,
+                           nms_threshold: float, keep_top_k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``multiclass_nms`` for a whole batch with tensor operations only (traceable to ONNX with a
+    dynamic batch and anchor count, as PaddleDetection's exported ``multiclass_nms3``).
+
+    ``scores`` [B, C, A], ``boxes`` [B, A, 4] -> ``bbox`` [M, 6] rows ``(label, score, x1, y1, x2,
+    y2)`` grouped by image in batch order, best first, and ``bbox_num`` [B] rows per image.
+    """
+    batch, num_classes, num_anchors = scores.shape
+    k = num_anchors if nms_top_k < 0 else torch.clamp(torch.as_tensor(num_anchors), max=nms_top_k)
+    top_scores, top_anchors = torch.topk(scores, k, dim=2)  # [B, C, k] per class, best first
+    image, label, slot = torch.nonzero(top_scores > score_threshold, as_tuple=True)
+    values = top_scores[image, label, slot]
+    anchors = top_anchors[image, label, slot]
+    candidates = boxes[image, anchors].float()
+    keep = batched_nms(candidates, values.float(), image * num_classes + label, nms_threshold)  # by score
+    image, label, values, candidates = image[keep], label[keep], values[keep].float(), candidates[keep]
+    position = torch.arange(image.shape[0], device=image.device)  # kept boxes come best first
+    order = torch.argsort(image * image.shape[0] + position)  # by image, best first; unique keys, exact
+    image, label, values, candidates = image[order], label[order], values[order], candidates[order]
+    one_hot = (image.unsqueeze(1) == torch.arange(batch, device=image.device)).long()  # [M, B]
+    rank = (one_hot.cumsum(0) * one_hot).sum(1) - 1  # position inside its image
+    kept = rank < keep_top_k if keep_top_k > -1 else torch.ones_like(rank, dtype=torch.bool)
+    bbox = torch.cat([label[kept].unsqueeze(1).float(), values[kept].unsqueeze(1), candidates[kept]], dim=1)
+    return bbox, (one_hot * kept.unsqueeze(1).long()).sum(0)
 
 
 @POSTPROCESSES.register
