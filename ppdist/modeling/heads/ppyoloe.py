@@ -172,7 +172,7 @@ class PPYOLOEHead(NormNoDecayModule):
             return {"cls_logits": torch.cat(cls_list, dim=2).transpose(1, 2),
                     "reg_distri": reg_distri, "anchors": anchors, "anchor_points": anchor_points,
                     "num_anchors_list": list(num_anchors_list), "stride_tensor": stride_tensor}
-        if torch.onnx.is_in_onnx_export():  # shapes stay symbolic: an exported graph takes any size
+        if torch.onnx.is_in_onnx_export() or torch.jit.is_tracing():  # symbolic shapes: an exported graph takes any size
             anchor_points, stride_tensor = self.traced_anchor_points(feats)
         scores = torch.cat(cls_list, dim=2).sigmoid()
         dist = self.decode_distances(reg_distri)

@@ -1,0 +1,1 @@
+"""Deployment: export a trained model to ONNX / TorchScript and describe it in ``inference.yml``."""

@@ -1,0 +1,126 @@
+"""Eval-mode models wrapped into what an exported graph computes, one wrapper per task.
+
+The task is read from the config's post-process (``CTCLabelDecode`` -> rec, ``MultiClassNMS`` ->
+det, ``SegPostProcess`` -> seg), so no task name has to be added to a config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ppdist.errors import ConfigError
+
+TASK_BY_POSTPROCESS = {"CTCLabelDecode": "rec", "MultiClassNMS": "det", "SegPostProcess": "seg"}
+
+
+def task_of(config: Mapping[str, Any]) -> str:
+    """``rec``, ``det`` or ``seg`` from ``PostProcess.name``."""
+    name = (config.get("PostProcess") or {}).get("name")
+    if name not in TASK_BY_POSTPROCESS:
+        raise ConfigError(f"cannot export a model whose PostProcess.name is {name!r}; expected one of "
+                          f"{sorted(TASK_BY_POSTPROCESS)}")
+    return TASK_BY_POSTPROCESS[name]
+
+
+@dataclass
+class GraphSpec:
+    """Inputs/outputs of an exported graph and the example sizes used to export and check it."""
+
+    input_names: List[str]
+    output_names: List[str]
+    dynamic_axes: Dict[str, Dict[int, str]]
+    example_shapes: List[Tuple[int, ...]]  # image shapes [N, 3, H, W]: first exports, all check
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+class RecDeploy(nn.Module):
+    """image [N, 3, 32, W] -> softmax probabilities [N, T, C] (CTC frames)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        out = self.model(image)  # CTCHead applies the softmax in eval mode
+        return out[-1] if isinstance(out, (list, tuple)) else out
+
+
+class SegDeploy(nn.Module):
+    """image [N, 3, H, W] -> logits [N, K, H, W] of the main head (argmax/softmax in the runner)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        out = self.model(image)
+        return out[0] if isinstance(out, (list, tuple)) else out
+
+
+class DetDeploy(nn.Module):
+    """image [N, 3, H, W], scale_factor [N, 2] (h, w input/original) -> with NMS ``bbox`` [M, 6]
+    (label, score, x1, y1, x2, y2 on the original image) and ``bbox_num`` [N], or without NMS
+    ``boxes`` [N, A, 4] (original image) and ``scores`` [N, C, A]."""
+
+    def __init__(self, model: nn.Module, nms: Mapping[str, Any], exclude_nms: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.nms = dict(nms)
+        self.exclude_nms = exclude_nms
+
+    def forward(self, image: torch.Tensor, scale_factor: torch.Tensor):
+        from ppdist.postprocess.nms import batched_multiclass_nms
+
+        out = self.model(image)
+        ratio = torch.cat([scale_factor[:, 1:2], scale_factor[:, 0:1]], dim=1).repeat(1, 2).unsqueeze(1)
+        boxes = out["boxes"] / ratio
+        if self.exclude_nms:
+            return boxes, out["scores"]
+        return batched_multiclass_nms(out["scores"], boxes, self.nms["score_threshold"], self.nms["nms_top_k"],
+                                      self.nms["nms_threshold"], self.nms["keep_top_k"])
+
+
+def _eval_size(config: Mapping[str, Any], default: Sequence[int]) -> List[int]:
+    """[H, W] of the Eval resize, else ``default``."""
+    for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms", []) or []:
+        if not isinstance(entry, Mapping):
+            continue
+        (name, args), = entry.items() if len(entry) == 1 else ((None, None),)
+        args = args or {}
+        if name == "RecResizeImg":
+            return list(args["image_shape"][1:])
+        if name == "Resize" and "target_size" in args:
+            size = args["target_size"]
+            return [size, size] if isinstance(size, int) else list(size)
+    return list(default)
+
+
+def build_deploy(model: nn.Module, config: Mapping[str, Any], exclude_nms: bool = False) -> Tuple[nn.Module, GraphSpec]:
+    """The wrapper for ``config``'s task around the eval-mode ``model``, and its graph spec."""
+    task = task_of(config)
+    model.eval()
+    if task == "rec":
+        height, width = _eval_size(config, (32, 100))
+        spec = GraphSpec(["image"], ["probs"], {"image": {0: "batch", 3: "width"}, "probs": {0: "batch", 1: "frames"}},
+                         [(1, 3, height, width), (3, 3, height, width * 3 + 8)])
+        return RecDeploy(model).eval(), spec
+    if task == "seg":
+        height, width = _eval_size(config, (512, 512))
+        spec = GraphSpec(["image"], ["logits"],
+                         {"image": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch", 2: "height", 3: "width"}},
+                         [(1, 3, height, width), (2, 3, height // 2 + 32, width // 2 + 64)])
+        return SegDeploy(model).eval(), spec
+    height, width = _eval_size(config, (640, 640))
+    nms = {k: v for k, v in config["PostProcess"].items() if k != "name"}
+    defaults = {"score_threshold": 0.01, "nms_top_k": 1000, "keep_top_k": 300, "nms_threshold": 0.7}
+    nms = {**defaults, **nms}
+    outputs = ["boxes", "scores"] if exclude_nms else ["bbox", "bbox_num"]
+    axes = {"image": {0: "batch", 2: "height", 3: "width"}, "scale_factor": {0: "batch"}}
+    axes.update({"boxes": {0: "batch", 1: "anchors"}, "scores": {0: "batch", 2: "anchors"}} if exclude_nms
+                else {"bbox": {0: "detections"}, "bbox_num": {0: "batch"}})
+    spec = GraphSpec(["image", "scale_factor"], outputs, axes,
+                     [(1, 3, height, width), (2, 3, height - 64, width + 64)], {"nms": nms})
+    return DetDeploy(model, nms, exclude_nms).eval(), spec

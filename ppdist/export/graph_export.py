@@ -1,0 +1,85 @@
+"""ONNX and TorchScript files from a deploy module, and an ONNX Runtime parity check."""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Dict, List, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ppdist.export.deploy_modules import GraphSpec
+
+logger = logging.getLogger("ppdist")
+OPSET = 17
+
+
+def example_inputs(spec: GraphSpec, shape: Sequence[int], seed: int = 0) -> Tuple[torch.Tensor, ...]:
+    """Random inputs of the graph for an image ``shape`` (detection adds scale_factor)."""
+    gen = torch.Generator().manual_seed(seed)
+    image = torch.randn(*shape, generator=gen)
+    if "scale_factor" in spec.input_names:
+        return image, torch.rand(shape[0], 2, generator=gen) * 0.5 + 0.75
+    return (image,)
+
+
+def export_onnx(module: nn.Module, spec: GraphSpec, path: str) -> str:
+    """Write ``path`` with the TorchScript-based exporter (opset 17), falling back to the dynamo
+    exporter (opset 18) for graphs it cannot express with dynamic sizes; returns which one."""
+    inputs = example_inputs(spec, spec.example_shapes[0])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, inputs, path, opset_version=OPSET, dynamo=False, input_names=spec.input_names,
+                              output_names=spec.output_names, dynamic_axes=spec.dynamic_axes)
+        return "torchscript"
+    except Exception as exc:  # noqa: BLE001 - any exporter failure: try the other exporter
+        logger.info("TorchScript-based ONNX export failed (%s); using the dynamo exporter",
+                    str(exc).splitlines()[0][:200])
+    dims = {}
+    for name, axes in spec.dynamic_axes.items():
+        if name in spec.input_names:
+            dims[name] = {axis: torch.export.Dim(f"{name}_{label}", min=1 if label == "batch" else 32, max=8192)
+                          for axis, label in axes.items()}
+    program = torch.onnx.export(module, inputs, dynamo=True, dynamic_shapes=dims, opset_version=OPSET + 1,
+                                input_names=spec.input_names, output_names=spec.output_names, verbose=False)
+    program.save(path)
+    return "dynamo"
+
+
+def export_torchscript(module: nn.Module, spec: GraphSpec, path: str) -> None:
+    """Traced, frozen (Conv+BN folded) TorchScript module."""
+    inputs = example_inputs(spec, spec.example_shapes[0])
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(module, inputs, check_trace=False)
+        frozen = torch.jit.freeze(traced.eval())
+    frozen.save(path)
+
+
+def onnx_parity(path: str, module: nn.Module, spec: GraphSpec) -> List[Dict[str, float]]:
+    """Max abs difference per output between ONNX Runtime and PyTorch at every example shape."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    report = []
+    for seed, shape in enumerate(spec.example_shapes):
+        inputs = example_inputs(spec, shape, seed=seed + 1)
+        with torch.no_grad():
+            expected = module(*inputs)
+        expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+        got = session.run(None, {name: tensor.numpy() for name, tensor in zip(spec.input_names, inputs)})
+        row = {"shape": list(shape)}
+        for name, want, have in zip(spec.output_names, expected, got):
+            want = want.detach().numpy()
+            if want.shape != have.shape:
+                row[name] = float("inf")
+            else:
+                row[name] = float(abs(want.astype("float64") - have).max()) if want.size else 0.0
+        report.append(row)
+    return report
+
+
+def file_size_mb(path: str) -> float:
+    return os.path.getsize(path) / 2**20
