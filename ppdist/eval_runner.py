@@ -27,7 +27,7 @@ def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, fl
         raise ConfigError("missing required section Eval")
     model = build_model(config)
     data, source = ckpt.load_across_ranks(source, env)  # also when only some nodes have the file
-    state = data["ema"]["module"] if data.get("ema") else ckpt.extract_model_state(data)
+    state = ckpt.inference_weights(data)
     loaded, mismatched, missing = ckpt.load_matching_weights(model, state, source)
     if mismatched or missing:
         raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "

@@ -160,6 +160,12 @@ def load_matching_weights(model: nn.Module, state: Mapping[str, Any], source: st
     return loaded, mismatched, missing
 
 
+def inference_weights(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The weights to evaluate or deploy: the EMA average when the run kept one."""
+    ema = data.get("ema")
+    return ema["module"] if isinstance(ema, Mapping) and "module" in ema else extract_model_state(data)
+
+
 def load_pretrained(model: nn.Module, path: str) -> None:
     """``Global.pretrained_model``: weights only, shape mismatches skipped and listed."""
     data = load_file(checkpoint_path(path))

@@ -59,7 +59,8 @@ def export_torchscript(module: nn.Module, spec: GraphSpec, path: str) -> None:
 
 
 def onnx_parity(path: str, module: nn.Module, spec: GraphSpec) -> List[Dict[str, float]]:
-    """Max abs difference per output between ONNX Runtime and PyTorch at every example shape."""
+    """Max abs difference per output between ONNX Runtime and PyTorch at every example shape,
+    divided by the output's largest magnitude when that exceeds 1 (so logits compare relatively)."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -75,8 +76,9 @@ def onnx_parity(path: str, module: nn.Module, spec: GraphSpec) -> List[Dict[str,
             want = want.detach().numpy()
             if want.shape != have.shape:
                 row[name] = float("inf")
-            else:
-                row[name] = float(abs(want.astype("float64") - have).max()) if want.size else 0.0
+            else:  # relative to the output's magnitude when it exceeds 1 (e.g. logits)
+                scale = max(1.0, float(abs(want).max())) if want.size else 1.0
+                row[name] = float(abs(want.astype("float64") - have).max()) / scale if want.size else 0.0
         report.append(row)
     return report
 

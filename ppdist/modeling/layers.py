@@ -187,3 +187,28 @@ class NormNoDecayModule(nn.Module):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         tag_norm_no_decay(self)
+
+
+def _pooling_matrix(length: torch.Tensor, bins: int, like: torch.Tensor) -> torch.Tensor:
+    """[bins, length] averaging weights of adaptive pooling along one axis: bin i covers
+    ``[floor(i * L / bins), ceil((i + 1) * L / bins))``, as ``F.adaptive_avg_pool2d``."""
+    index = torch.arange(bins, device=like.device).unsqueeze(1)
+    start = torch.div(index * length, bins, rounding_mode="floor")
+    end = torch.div((index + 1) * length + bins - 1, bins, rounding_mode="floor")
+    position = torch.arange(length, device=like.device).unsqueeze(0)
+    inside = ((position >= start) & (position < end)).to(like.dtype)
+    return inside / (end - start).to(like.dtype)
+
+
+class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
+    """``nn.AdaptiveAvgPool2d`` that, while being exported or traced, pools with two averaging
+    matrices built from the input's symbolic size, so the exported graph is exact for any input
+    size (ONNX has no adaptive pooling; exporters assume sizes divisible by the bins)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()):
+            return super().forward(x)
+        bins_h, bins_w = (self.output_size, self.output_size) if isinstance(self.output_size, int) else self.output_size
+        rows = _pooling_matrix(torch.as_tensor(x.shape[2]), int(bins_h), x)
+        cols = _pooling_matrix(torch.as_tensor(x.shape[3]), int(bins_w), x)
+        return torch.matmul(torch.matmul(rows, x), cols.transpose(0, 1))

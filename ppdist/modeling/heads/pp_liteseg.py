@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ppdist.modeling.heads.uafm import FUSION_MODULES
-from ppdist.modeling.layers import ConvBNAct, init_paddle_conv_default
+from ppdist.modeling.layers import AdaptiveAvgPool2d, ConvBNAct, init_paddle_conv_default
 from ppdist.registry import HEADS
 
 
@@ -23,7 +23,7 @@ class SPPM(nn.Module):
     def __init__(self, in_channels: int, inter_channels: int, out_channels: int, bin_sizes: Sequence[int]) -> None:
         super().__init__()
         self.stages = nn.ModuleList(
-            nn.Sequential(nn.AdaptiveAvgPool2d(size), ConvBNAct(in_channels, inter_channels, 1, bias=True))
+            nn.Sequential(AdaptiveAvgPool2d(size), ConvBNAct(in_channels, inter_channels, 1, bias=True))
             for size in bin_sizes)
         self.conv_out = ConvBNAct(inter_channels, out_channels, 3, bias=True)
 

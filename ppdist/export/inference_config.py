@@ -1,0 +1,102 @@
+"""``inference.yml``: everything needed to run an exported model without the training config.
+
+``{ppdist_inference: 1, task, files: {onnx, torchscript}, inputs: [{name, shape}], outputs,
+preprocess: [transform entries], postprocess: {name, ...}, labels, export: {...}}``; the rec
+dictionary is written beside it as ``characters.txt``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional
+
+import yaml
+
+from ppdist.config import shared_global_values
+from ppdist.errors import ConfigError
+
+FORMAT_VERSION = 1
+FILE_NAME = "inference.yml"
+CHARACTERS_FILE = "characters.txt"
+# Eval transforms that only prepare labels; inference has none
+LABEL_ONLY_TRANSFORMS = ("CTCLabelEncode", "KeepKeys")
+
+
+def inference_preprocess(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The Eval transforms minus label-only ones, with the shared Global values they take filled in."""
+    from ppdist.registry import TRANSFORMS
+
+    shared = shared_global_values(config)
+    steps = []
+    for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms") or []:
+        (name, args), = entry.items()
+        if name in LABEL_ONLY_TRANSFORMS:
+            continue
+        args = dict(args or {})
+        accepted, _ = TRANSFORMS.accepted_keys(name)
+        args.update({k: v for k, v in shared.items() if k in accepted and k not in args})
+        steps.append({name: args})
+    return steps
+
+
+def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """``[{id, name}]`` from the Eval COCO annotation file's categories, else ``class_i``."""
+    dataset = (config.get("Eval") or {}).get("dataset") or {}
+    path = os.path.join(dataset.get("dataset_dir") or "", dataset.get("anno_path") or "")
+    if dataset.get("anno_path") and os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            categories = json.load(handle).get("categories") or []
+        return [{"id": int(c["id"]), "name": str(c.get("name", c["id"]))} for c in sorted(categories, key=lambda c: c["id"])]
+    num_classes = int(config["Global"].get("num_classes") or config["Architecture"]["Head"].get("num_classes", 80))
+    return [{"id": i + 1, "name": f"class_{i}"} for i in range(num_classes)]
+
+
+def write_inference_config(out_dir: str, task: str, config: Mapping[str, Any], files: Mapping[str, str],
+                           inputs: List[Dict[str, Any]], outputs: List[str], export_info: Mapping[str, Any]) -> str:
+    """Write ``out_dir/inference.yml`` (and the rec dictionary); returns its path."""
+    from ppdist.builder import build_postprocess
+
+    postprocess = {k: v for k, v in config["PostProcess"].items()}
+    info: Dict[str, Any] = {"ppdist_inference": FORMAT_VERSION, "task": task, "files": dict(files),
+                            "inputs": inputs, "outputs": list(outputs), "preprocess": inference_preprocess(config),
+                            "export": dict(export_info)}
+    if task == "rec":
+        characters = build_postprocess(config).character[1:]  # without the CTC blank
+        with open(os.path.join(out_dir, CHARACTERS_FILE), "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{c}\n" for c in characters))
+        postprocess.update(character_dict_path=CHARACTERS_FILE, use_space_char=False)
+        info["labels"] = {"num_characters": len(characters), "file": CHARACTERS_FILE}
+    elif task == "det":
+        info["labels"] = detection_labels(config)
+    else:
+        info["labels"] = {"num_classes": int(config["Global"].get("num_classes")
+                                             or config["Architecture"]["Head"]["num_classes"])}
+    info["postprocess"] = postprocess
+    path = os.path.join(out_dir, FILE_NAME)
+    with open(path, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(info, handle, sort_keys=False, allow_unicode=True)
+    return path
+
+
+def read_inference_config(model_dir: str) -> Dict[str, Any]:
+    """``model_dir/inference.yml`` checked against what this ppdist understands; file paths made absolute."""
+    path = os.path.join(model_dir, FILE_NAME)
+    if not os.path.isfile(path):
+        raise ConfigError(f"{model_dir} is not an exported model directory: {FILE_NAME} not found "
+                          f"(run tools/export_model.py first)")
+    with open(path, encoding="utf-8") as handle:
+        info = yaml.safe_load(handle) or {}
+    if info.get("ppdist_inference") != FORMAT_VERSION:
+        raise ConfigError(f"{path}: ppdist_inference is {info.get('ppdist_inference')!r}, this ppdist reads "
+                          f"version {FORMAT_VERSION}; export the model again with this version")
+    for key in ("task", "files", "inputs", "outputs", "preprocess", "postprocess"):
+        if key not in info:
+            raise ConfigError(f"{path}: missing key {key}")
+    if info["task"] not in ("rec", "det", "seg"):
+        raise ConfigError(f"{path}: task must be rec, det or seg, got {info['task']!r}")
+    info["files"] = {k: os.path.join(model_dir, v) for k, v in info["files"].items()}
+    dict_path: Optional[str] = info["postprocess"].get("character_dict_path")
+    if dict_path:
+        info["postprocess"]["character_dict_path"] = os.path.join(model_dir, dict_path)
+    info["path"] = path
+    return info

@@ -1,0 +1,87 @@
+"""Export a trained model: weights (EMA when kept), deploy re-parameterisation, ONNX and/or
+TorchScript files, ``inference.yml`` and an optional ONNX Runtime parity check."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, Mapping, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ppdist.builder import build_model
+from ppdist.engine import checkpoint as ckpt
+from ppdist.errors import ConfigError, PPDistError
+from ppdist.export.deploy_modules import GraphSpec, build_deploy, task_of
+from ppdist.export.graph_export import OPSET, export_onnx, export_torchscript, file_size_mb, onnx_parity
+from ppdist.export.inference_config import write_inference_config
+from ppdist.modeling.deploy import convert_to_deploy
+
+logger = logging.getLogger("ppdist")
+FORMATS = {"onnx": ("onnx",), "torchscript": ("torchscript",), "both": ("onnx", "torchscript")}
+
+
+def load_deploy_model(config: Mapping[str, Any]) -> Tuple[nn.Module, Dict[str, Any]]:
+    """The eval-mode model with ``Global.checkpoints`` (or ``pretrained_model``) weights, the EMA
+    average when the run kept one, re-parameterised for deployment (RepVGG branches merged)."""
+    glob = config["Global"]
+    source = glob["checkpoints"] or glob["pretrained_model"]
+    if not source or source == "auto":
+        raise ConfigError("export needs trained weights: -o Global.checkpoints=path/to/best_accuracy")
+    data = ckpt.load_file(ckpt.checkpoint_path(source))
+    model = build_model(config)
+    _, mismatched, missing = ckpt.load_matching_weights(model, ckpt.inference_weights(data), source)
+    if mismatched or missing:
+        raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
+                          f"{len(missing)} missing tensor(s) (see the warnings above)")
+    model.eval()
+    convert_to_deploy(model)
+    return model, {"weights": os.path.abspath(ckpt.checkpoint_path(source)), "ema": bool(data.get("ema"))}
+
+
+def input_spec(spec: GraphSpec) -> list:
+    """Graph inputs for inference.yml: -1 for dynamic axes."""
+    shapes = {"image": list(spec.example_shapes[0]), "scale_factor": [spec.example_shapes[0][0], 2]}
+    rows = []
+    for name in spec.input_names:
+        shape = shapes[name]
+        for axis in spec.dynamic_axes.get(name, {}):
+            shape[axis] = -1
+        rows.append({"name": name, "shape": shape, "dtype": "float32"})
+    return rows
+
+
+def export_model(config: Mapping[str, Any], out_dir: str, formats: Sequence[str] = ("onnx", "torchscript"),
+                 exclude_nms: bool = False, check: bool = False, tolerance: float = 1e-3) -> Dict[str, Any]:
+    """Write the model files and inference.yml into ``out_dir``; returns a report (files, parity)."""
+    task = task_of(config)
+    model, source = load_deploy_model(config)
+    module, spec = build_deploy(model, config, exclude_nms=exclude_nms)
+    os.makedirs(out_dir, exist_ok=True)
+    files: Dict[str, str] = {}
+    report: Dict[str, Any] = {"task": task, "out_dir": out_dir, **source}
+    if "onnx" in formats:
+        files["onnx"] = "model.onnx"
+        report["onnx_exporter"] = export_onnx(module, spec, os.path.join(out_dir, files["onnx"]))
+        logger.info("wrote %s (%.1f MB, %s exporter, opset %d)", os.path.join(out_dir, files["onnx"]),
+                    file_size_mb(os.path.join(out_dir, files["onnx"])), report["onnx_exporter"], OPSET)
+    if "torchscript" in formats:
+        files["torchscript"] = "model.pt"
+        export_torchscript(module, spec, os.path.join(out_dir, files["torchscript"]))
+        logger.info("wrote %s", os.path.join(out_dir, files["torchscript"]))
+    export_info = {"torch": str(torch.__version__), "opset": OPSET, "exclude_nms": exclude_nms, **source}
+    path = write_inference_config(out_dir, task, config, files, input_spec(spec), spec.output_names, export_info)
+    logger.info("wrote %s", path)
+    if check:
+        if "onnx" not in files:
+            raise ConfigError("--check compares ONNX Runtime with PyTorch: export with --format onnx or both")
+        report["parity"] = onnx_parity(os.path.join(out_dir, files["onnx"]), module, spec)
+        worst = max(v for row in report["parity"] for k, v in row.items() if k != "shape")
+        report["max_abs_diff"] = worst
+        for row in report["parity"]:
+            logger.info("check %s: %s", row["shape"], ", ".join(f"{k} max |diff| {v:.3g}" for k, v in row.items()
+                                                                if k != "shape"))
+        if worst > tolerance:
+            raise PPDistError(f"ONNX Runtime and PyTorch differ by {worst:.3g} > {tolerance:g}")
+    report["files"] = files
+    return report
