@@ -14,10 +14,10 @@ EXIT_CONFIG_ERROR = 2
 EXIT_RUNTIME_ERROR = 1
 
 
-def base_parser(description: str) -> argparse.ArgumentParser:
+def base_parser(description: str, config_required: bool = True) -> argparse.ArgumentParser:
     """``-c CFG [-o Key.sub=value ...]`` as in PaddleOCR's tools."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("-c", "--config", required=True, help="YAML config file")
+    parser.add_argument("-c", "--config", required=config_required, help="YAML config file")
     parser.add_argument("-o", "--opt", nargs="+", action="append", default=[], metavar="KEY=VALUE",
                         help="override config values, e.g. -o Global.epoch_num=10 Train.loader.num_workers=0")
     parser.add_argument("-p", "--profiler_options", default=None,

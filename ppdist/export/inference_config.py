@@ -51,6 +51,11 @@ def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return [{"id": i + 1, "name": f"class_{i}"} for i in range(num_classes)]
 
 
+def segmentation_labels(config: Mapping[str, Any]) -> Dict[str, int]:
+    """``{num_classes}`` from Global, else the head."""
+    return {"num_classes": int(config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"])}
+
+
 def write_inference_config(out_dir: str, task: str, config: Mapping[str, Any], files: Mapping[str, str],
                            inputs: List[Dict[str, Any]], outputs: List[str], export_info: Mapping[str, Any]) -> str:
     """Write ``out_dir/inference.yml`` (and the rec dictionary); returns its path."""
@@ -69,8 +74,7 @@ def write_inference_config(out_dir: str, task: str, config: Mapping[str, Any], f
     elif task == "det":
         info["labels"] = detection_labels(config)
     else:
-        info["labels"] = {"num_classes": int(config["Global"].get("num_classes")
-                                             or config["Architecture"]["Head"]["num_classes"])}
+        info["labels"] = segmentation_labels(config)
     info["postprocess"] = postprocess
     path = os.path.join(out_dir, FILE_NAME)
     with open(path, "w", encoding="utf-8") as handle:

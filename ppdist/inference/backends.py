@@ -1,0 +1,55 @@
+"""Backends that run a deploy graph on named numpy inputs and return named numpy outputs.
+
+Both take ``{input_name: float32 array}`` and return ``{output_name: array}`` with the names of
+the exported graph (``probs``; ``logits``; ``bbox``/``bbox_num`` or ``boxes``/``scores``), so the
+task runners do not depend on the backend.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ppdist.errors import ConfigError
+
+
+class OnnxBackend:
+    """An ONNX Runtime session on the CPU."""
+
+    def __init__(self, path: str, providers: Sequence[str] = ("CPUExecutionProvider",)) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError("running an exported model needs onnxruntime: pip install onnxruntime") from exc
+        self.path = path
+        self.session = ort.InferenceSession(path, providers=list(providers))
+        self.input_names: List[str] = [i.name for i in self.session.get_inputs()]
+        self.output_names: List[str] = [o.name for o in self.session.get_outputs()]
+
+    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        feed = {name: np.ascontiguousarray(inputs[name], dtype=np.float32) for name in self.input_names}
+        return dict(zip(self.output_names, self.session.run(self.output_names, feed)))
+
+
+class TorchBackend:
+    """A deploy module (``ppdist.export.deploy_modules.build_deploy``) run under ``torch.no_grad``."""
+
+    def __init__(self, module: nn.Module, output_names: Sequence[str], input_names: Optional[Sequence[str]] = None,
+                 device: str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.module = module.to(self.device).eval()
+        self.output_names = list(output_names)
+        self.input_names = list(input_names) if input_names else list(inspect.signature(module.forward).parameters)
+
+    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        args = [torch.from_numpy(np.ascontiguousarray(inputs[name], dtype=np.float32)).to(self.device)
+                for name in self.input_names]
+        with torch.no_grad():
+            out = self.module(*args)
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        if len(out) != len(self.output_names):
+            raise ValueError(f"the model returned {len(out)} output(s), expected {self.output_names}")
+        return {name: tensor.detach().cpu().numpy() for name, tensor in zip(self.output_names, out)}

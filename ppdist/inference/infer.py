@@ -1,0 +1,67 @@
+"""Run a runner + backend over image files: batching, skipping unreadable files, throughput."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ppdist.inference.backends import OnnxBackend, TorchBackend
+from ppdist.inference.runners import ImageReadError, Runner, build_runner, inference_info_from_config
+
+logger = logging.getLogger("ppdist")
+
+
+def from_exported(model_dir: str) -> Tuple[Dict[str, Any], Runner, OnnxBackend]:
+    """Info, runner and ONNX Runtime backend of an exported model directory."""
+    from ppdist.errors import ConfigError
+    from ppdist.export.inference_config import read_inference_config
+
+    info = read_inference_config(model_dir)
+    if "onnx" not in info["files"]:
+        raise ConfigError(f"{model_dir} has no ONNX model (export with --format onnx or both)")
+    return info, build_runner(info), OnnxBackend(info["files"]["onnx"])
+
+
+def from_config(config: Mapping[str, Any], device: str = "cpu") -> Tuple[Dict[str, Any], Runner, TorchBackend]:
+    """Info, runner and PyTorch backend of a training config with ``Global.checkpoints``."""
+    from ppdist.export.deploy_modules import build_deploy
+    from ppdist.export.model_export import load_deploy_model
+
+    info = inference_info_from_config(config)
+    model, _ = load_deploy_model(config)
+    module, spec = build_deploy(model, config)
+    return info, build_runner(info), TorchBackend(module, spec.output_names, spec.input_names, device)
+
+
+def _batches(paths: Sequence[str], size: int) -> List[Sequence[str]]:
+    return [paths[i:i + size] for i in range(0, len(paths), size)]
+
+
+def infer(paths: Sequence[str], runner: Runner, backend: Any, writer: Optional[Any] = None, batch_size: int = 1,
+          progress: bool = True) -> Dict[str, Any]:
+    """Predict every file of ``paths``; unreadable files are skipped and listed in ``skipped``.
+    Returns ``{results, skipped: [(path, why)], images, seconds, images_per_s}``."""
+    from tqdm import tqdm
+
+    results: List[Dict[str, Any]] = []
+    skipped: List[Tuple[str, str]] = []
+    start = time.perf_counter()
+    bar = tqdm(total=len(paths), unit="img", disable=not progress)
+    for chunk in _batches(list(paths), max(1, int(batch_size))):
+        samples = []
+        for path in chunk:
+            try:
+                samples.append(runner.load(path))
+            except ImageReadError as exc:
+                skipped.append((path, str(exc)))
+                logger.warning("skipped %s", exc)
+        if samples:
+            batch_results = runner.predict(backend.run, samples)
+            if writer is not None:
+                writer.add(batch_results)
+            results.extend(batch_results)
+        bar.update(len(chunk))
+    bar.close()
+    seconds = time.perf_counter() - start
+    return {"results": results, "skipped": skipped, "images": len(results), "seconds": seconds,
+            "images_per_s": len(results) / seconds if seconds > 0 else 0.0}

@@ -1,0 +1,130 @@
+"""tools/infer.py: checkpoint (PyTorch) and exported model (ONNX Runtime) give the same results,
+result files are written, unreadable inputs are skipped and reported.
+
+Models are randomly initialised (fixed seed) and saved as ``{"model": state_dict}`` checkpoints,
+so no training is needed."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from ppdist.builder import build_model
+from ppdist.config import load_config
+from ppdist.data.synthetic import GENERATORS
+from ppdist.export.inference_config import read_inference_config
+from ppdist.export.model_export import export_model
+from ppdist.inference.runners import ImageReadError, build_runner, inference_info_from_config
+from ppdist.inference.writers import get_color_map_list
+from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
+
+pytest.importorskip("onnxruntime")
+MAKERS = {"rec": tiny_config, "seg": tiny_seg_config, "det": tiny_det_config}
+DATA_ARGS = {"rec": {"charset": "0123456789", "min_len": 3, "max_len": 5},
+             "seg": {"image_size": 64, "num_classes": 4}, "det": {"image_size": 96, "num_classes": 2}}
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("ppdist_infer_tool", os.path.join(REPO, "tools", "infer.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _setup(tmp_path, task):
+    """(config path, checkpoint prefix, exported dir, input folder with 4 images + one broken file)."""
+    data = str(tmp_path / "data")
+    cfg = MAKERS[task](str(tmp_path / "c.yml"), data, str(tmp_path / "out"))
+    GENERATORS[task](data, num_train=4, num_val=1, seed=7, **DATA_ARGS[task])
+    ckpt = str(tmp_path / "ckpt")
+    overrides = ["Global.synthetic_data=null", f"Global.checkpoints={ckpt}"]
+    if task == "det":  # an untrained detector scores everything ~0.01: keep them all for NMS
+        overrides.append("PostProcess.score_threshold=0.0")
+    config = load_config(cfg, overrides)
+    torch.manual_seed(0)
+    model = build_model(config)
+    if task == "det":  # spread the untrained scores, else NMS ties make the outputs ambiguous
+        for layer in model.head.pred_cls:
+            torch.nn.init.normal_(layer.weight, std=0.05)
+            torch.nn.init.normal_(layer.bias, std=1.0)
+    torch.save({"model": model.state_dict()}, ckpt + ".pt")
+    export_model(config, str(tmp_path / "inf"), ("onnx",))
+    images = str(tmp_path / "images")
+    os.makedirs(images)
+    train_dir = os.path.join(data, "images", "train")
+    for name in sorted(os.listdir(train_dir))[:4]:
+        os.symlink(os.path.join(train_dir, name), os.path.join(images, name))
+    with open(os.path.join(images, "x.png"), "wb") as handle:
+        handle.write(b"not an image")
+    return cfg, overrides, str(tmp_path / "inf"), images
+
+
+def _run_both(tmp_path, task, capsys):
+    cfg, overrides, model_dir, images = _setup(tmp_path, task)
+    tool = _tool()
+    common = ["--input", images, "--batch_size", "3", "--no_progress"]
+    torch_out = tool.run(["-c", cfg, "-o", *overrides, "--output_dir", str(tmp_path / "pt"), *common])
+    onnx_out = tool.run(["--model", model_dir, "--output_dir", str(tmp_path / "ort"), *common])
+    printed = capsys.readouterr()
+    for summary in (torch_out, onnx_out):
+        assert summary["images"] == 4
+        assert [os.path.basename(p) for p, _ in summary["skipped"]] == ["x.png"]
+    assert "x.png" in printed.err and "4 image(s) predicted, 1 skipped" in printed.out
+    return torch_out, onnx_out
+
+
+def test_rec_checkpoint_and_onnx_agree(tmp_path, capsys):
+    """A random-init CRNN decodes every line to the same short text (spreading its head does not
+    change that), so the scores (mean max-probabilities) carry most of this comparison."""
+    torch_out, onnx_out = _run_both(tmp_path, "rec", capsys)
+    assert [r["text"] for r in torch_out["results"]] == [r["text"] for r in onnx_out["results"]]
+    assert np.allclose([r["score"] for r in torch_out["results"]], [r["score"] for r in onnx_out["results"]],
+                       atol=1e-4)
+    lines = (tmp_path / "ort" / "results.txt").read_text().splitlines()
+    assert len(lines) == 4 and all(len(line.split("\t")) == 3 for line in lines)
+
+
+def test_seg_checkpoint_and_onnx_agree_and_png_holds_class_ids(tmp_path, capsys):
+    torch_out, onnx_out = _run_both(tmp_path, "seg", capsys)
+    for a, b in zip(torch_out["results"], onnx_out["results"]):
+        assert a["label_map"].shape == b["label_map"].shape
+        assert (a["label_map"] == b["label_map"]).mean() >= 0.999
+    first = onnx_out["results"][0]
+    stem = os.path.splitext(os.path.basename(first["path"]))[0]
+    with Image.open(tmp_path / "ort" / f"{stem}.png") as png:
+        assert png.mode == "P"
+        assert png.getpalette()[:12] == get_color_map_list(256)[:12]
+        assert np.array_equal(np.asarray(png), first["label_map"])
+    original = np.asarray(Image.open(first["path"]))
+    assert first["label_map"].shape == original.shape[:2]
+    assert (tmp_path / "ort" / f"{stem}_overlay.jpg").is_file()
+
+
+def test_det_checkpoint_and_onnx_agree(tmp_path, capsys):
+    torch_out, onnx_out = _run_both(tmp_path, "det", capsys)
+    for a, b in zip(torch_out["results"], onnx_out["results"]):
+        assert len(a["scores"]) == len(b["scores"]) > 0
+        assert np.abs(a["scores"] - b["scores"]).max() < 1e-4
+        assert np.array_equal(a["category_ids"], b["category_ids"])
+    records = json.loads((tmp_path / "ort" / "bbox.json").read_text())
+    assert len(records) == sum(len(r["scores"]) for r in onnx_out["results"])
+    category_ids = {row["id"] for row in read_inference_config(str(tmp_path / "inf"))["labels"]}
+    assert len(category_ids) == 2  # the synthetic COCO categories (ids need not be 1..C)
+    assert {r["category_id"] for r in records} <= category_ids and all(len(r["bbox"]) == 4 for r in records)
+    assert len([n for n in os.listdir(tmp_path / "ort") if n.endswith(".jpg")]) == 4
+
+
+def test_unreadable_file_raises_a_clear_error(tmp_path):
+    cfg = tiny_seg_config(str(tmp_path / "c.yml"), str(tmp_path / "data"), str(tmp_path / "out"))
+    runner = build_runner(inference_info_from_config(load_config(cfg, ["Global.synthetic_data=null"])))
+    bad = tmp_path / "x.png"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(ImageReadError, match="x.png"):
+        runner.load(str(bad))
+    with pytest.raises(ImageReadError, match="missing.png"):
+        runner.load(str(tmp_path / "missing.png"))
