@@ -21,6 +21,9 @@ setup(
         "rapidfuzz>=3.0",
         "tqdm>=4.64",
         "tensorboard>=2.12",
+        "onnx>=1.16",
+        "onnxruntime>=1.18",
+        "onnxscript>=0.3",  # torch.onnx's dynamo exporter (fallback for graphs the TorchScript-based one rejects)
     ],
     extras_require={"test": ["pytest>=7.4"]},
 )

@@ -19,7 +19,27 @@ def from_exported(model_dir: str) -> Tuple[Dict[str, Any], Runner, OnnxBackend]:
     info = read_inference_config(model_dir)
     if "onnx" not in info["files"]:
         raise ConfigError(f"{model_dir} has no ONNX model (export with --format onnx or both)")
-    return info, build_runner(info), OnnxBackend(info["files"]["onnx"])
+    backend = OnnxBackend(info["files"]["onnx"])
+    check_graph_matches(info, backend)
+    return info, build_runner(info), backend
+
+
+def check_graph_matches(info: Mapping[str, Any], backend: OnnxBackend) -> None:
+    """The ONNX graph's input and output names and ranks must be those ``inference.yml`` declares."""
+    from ppdist.errors import ConfigError
+
+    declared_inputs = [row["name"] for row in info["inputs"]]
+    problems = []
+    if backend.input_names != declared_inputs:
+        problems.append(f"inputs {backend.input_names} (inference.yml: {declared_inputs})")
+    if backend.output_names != list(info["outputs"]):
+        problems.append(f"outputs {backend.output_names} (inference.yml: {list(info['outputs'])})")
+    for graph_input, row in zip(backend.session.get_inputs(), info["inputs"]):
+        if "shape" in row and len(graph_input.shape) != len(row["shape"]):
+            problems.append(f"input {row['name']} has rank {len(graph_input.shape)} (inference.yml: {row['shape']})")
+    if problems:
+        raise ConfigError(f"{info['path']} does not describe {backend.path}: the graph has " + "; ".join(problems)
+                          + ". Export the model again, or use the inference.yml written with it")
 
 
 def from_config(config: Mapping[str, Any], device: str = "cpu") -> Tuple[Dict[str, Any], Runner, TorchBackend]:

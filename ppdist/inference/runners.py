@@ -110,7 +110,11 @@ class Runner:
 
     def load(self, path: str) -> Sample:
         """Read ``path`` and apply the preprocess transforms; ``ImageReadError`` if it is no image."""
-        data: Optional[Sample] = self.decode(_read_bytes(path), path)
+        return self.load_encoded(_read_bytes(path), path)
+
+    def load_encoded(self, raw: bytes, path: str) -> Sample:
+        """``load`` for an encoded image already in memory (``path`` names it in results and errors)."""
+        data: Optional[Sample] = self.decode(raw, path)
         for name, op in zip(self.op_names, self.ops):
             try:
                 data = op(data)
@@ -249,6 +253,30 @@ class SegRunner(Runner):
         image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
         return {"img_path": data["img_path"], "image": np.ascontiguousarray(image, dtype=np.float32),
                 "ori_shape": tuple(int(v) for v in data["ori_shape"])}
+
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        from ppdist.postprocess.seg import SegPostProcess
+
+        super().__init__(info)
+        settings = {k: v for k, v in (info.get("postprocess") or {}).items() if k != "name"}
+        self.test_time = SegPostProcess(**settings)  # PaddleSeg's test_config: scales, flips, sliding window
+
+    def predict(self, run: Callable[[Dict[str, np.ndarray]], Outputs], samples: Sequence[Sample]) -> List[Result]:
+        """Plain pass, or the configured test-time augmentation / sliding window with ``run`` as
+        the network (the same code as evaluation, ``SegPostProcess.infer``)."""
+        if not (self.test_time.aug_eval or self.test_time.is_slide):
+            return super().predict(run, samples)
+
+        def network(image: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(run({"image": image.numpy()})["logits"], dtype=np.float32))
+
+        results: List[Optional[Result]] = [None] * len(samples)
+        for group in _group_by([self.group_key(s) for s in samples]):
+            chunk = [samples[i] for i in group]
+            logits = self.test_time.infer(network, {"image": torch.from_numpy(self.batch(chunk)["image"])})
+            for i, result in zip(group, self.postprocess({"logits": logits.numpy()}, chunk)):
+                results[i] = result
+        return results  # type: ignore[return-value]
 
     def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
         logits = torch.from_numpy(np.asarray(outputs["logits"], dtype=np.float32))

@@ -128,3 +128,50 @@ def test_unreadable_file_raises_a_clear_error(tmp_path):
         runner.load(str(bad))
     with pytest.raises(ImageReadError, match="missing.png"):
         runner.load(str(tmp_path / "missing.png"))
+
+
+def test_seg_test_time_augmentation_same_from_checkpoint_and_onnx(tmp_path, capsys):
+    cfg, overrides, model_dir, images = _setup(tmp_path, "seg")
+    tool = _tool()
+    common = ["--input", images, "--no_progress", "--aug_eval", "--scales", "0.75", "1.0", "--flip_horizontal"]
+    torch_out = tool.run(["-c", cfg, "-o", *overrides, "--output_dir", str(tmp_path / "pt"), *common])
+    onnx_out = tool.run(["--model", model_dir, "--output_dir", str(tmp_path / "ort"), *common])
+    plain = tool.run(["--model", model_dir, "--output_dir", str(tmp_path / "plain"), "--input", images, "--no_progress"])
+    for a, b in zip(torch_out["results"], onnx_out["results"]):
+        assert (a["label_map"] == b["label_map"]).mean() >= 0.999
+    logits_differ = any((a["label_map"] != c["label_map"]).any() for a, c in zip(onnx_out["results"], plain["results"]))
+    assert logits_differ  # the augmentation did run (random-init logits change with scale and flip)
+
+
+def test_predictor_on_exported_model_and_checkpoint(tmp_path):
+    from ppdist.predict import Predictor
+
+    cfg, overrides, model_dir, images = _setup(tmp_path, "seg")
+    paths = sorted(os.path.join(images, n) for n in os.listdir(images) if n != "x.png")
+    exported = Predictor(model_dir)
+    checkpoint = Predictor(cfg, overrides=overrides)
+    array = np.asarray(Image.open(paths[0]).convert("RGB"))[:, :, ::-1].copy()  # BGR, as cv2 reads it
+    from_onnx = exported(paths[:2] + [array])
+    from_torch = checkpoint(paths[:2])
+    assert exported.task == checkpoint.task == "seg" and len(from_onnx) == 3
+    for a, b in zip(from_onnx, from_torch):
+        assert (a["label_map"] == b["label_map"]).mean() >= 0.999
+    assert np.array_equal(from_onnx[2]["label_map"], from_onnx[0]["label_map"])  # array == its file
+
+
+def test_mismatching_inference_yml_is_refused(tmp_path):
+    import yaml
+
+    from ppdist.errors import ConfigError
+    from ppdist.inference.infer import from_exported
+
+    _, _, model_dir, _ = _setup(tmp_path, "seg")
+    path = os.path.join(model_dir, "inference.yml")
+    with open(path) as handle:
+        info = yaml.safe_load(handle)
+    info["outputs"] = ["probs"]  # e.g. the inference.yml of a recognizer next to a segmentation graph
+    with open(path, "w") as handle:
+        yaml.safe_dump(info, handle)
+    with pytest.raises(ConfigError, match=r"inference.yml does not describe .*model.onnx: the graph has outputs "
+                                          r"\['logits'\] \(inference.yml: \['probs'\]\)"):
+        from_exported(model_dir)
