@@ -13,19 +13,18 @@ from PIL import Image
 Result = Dict[str, Any]
 
 
-def get_color_map_list(num_classes: int = 256) -> List[int]:
-    """PaddleSeg's palette: a flat [r, g, b, ...] list, class ``i`` at ``3 * i``."""
-    num_classes += 1
-    color_map = num_classes * [0, 0, 0]
-    for i in range(num_classes):
-        j, lab = 0, i
-        while lab:
-            color_map[i * 3] |= ((lab >> 0) & 1) << (7 - j)
-            color_map[i * 3 + 1] |= ((lab >> 1) & 1) << (7 - j)
-            color_map[i * 3 + 2] |= ((lab >> 2) & 1) << (7 - j)
-            j += 1
-            lab >>= 3
-    return color_map[3:]
+def pseudo_colour_palette(size: int = 256) -> List[int]:
+    """Flat ``[r, g, b, ...]`` palette of pseudo-colour PNGs, class ``i`` at ``3 * i``: the Pascal VOC
+    colours (bits of the id spread over the channels, most significant first) of ids 1..size, so
+    class 0 is not black - the colours PaddleSeg's predictions use."""
+    palette: List[int] = []
+    for voc_id in range(1, size + 1):
+        rgb = [0, 0, 0]
+        for bit in range(8):
+            for channel in range(3):
+                rgb[channel] |= ((voc_id >> (3 * bit + channel)) & 1) << (7 - bit)
+        palette.extend(rgb)
+    return palette
 
 
 def _stem(path: str) -> str:
@@ -77,7 +76,7 @@ class DetWriter:
 
     def draw(self, result: Result) -> str:
         image = cv2.imread(result["path"], cv2.IMREAD_COLOR)
-        palette = get_color_map_list(max(self.names or {0: ""}) + 1)
+        palette = pseudo_colour_palette(max(self.names or {0: ""}) + 1)
         for box, score, cat in zip(result["boxes"].tolist(), result["scores"].tolist(),
                                    result["category_ids"].tolist()):
             if score < self.draw_threshold:
@@ -105,7 +104,7 @@ class SegWriter:
     def __init__(self, output_dir: str, weight: float = 0.6) -> None:
         self.output_dir = output_dir
         self.weight = weight
-        self.palette = get_color_map_list(256)
+        self.palette = pseudo_colour_palette(256)
         self.written: List[str] = []
 
     def add(self, results: Sequence[Result]) -> None:

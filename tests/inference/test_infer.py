@@ -20,7 +20,7 @@ from ppdist.data.synthetic import GENERATORS
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.inference.runners import ImageReadError, build_runner, inference_info_from_config
-from ppdist.inference.writers import get_color_map_list
+from ppdist.inference.writers import pseudo_colour_palette
 from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
 
 pytest.importorskip("onnxruntime")
@@ -98,7 +98,7 @@ def test_seg_checkpoint_and_onnx_agree_and_png_holds_class_ids(tmp_path, capsys)
     stem = os.path.splitext(os.path.basename(first["path"]))[0]
     with Image.open(tmp_path / "ort" / f"{stem}.png") as png:
         assert png.mode == "P"
-        assert png.getpalette()[:12] == get_color_map_list(256)[:12]
+        assert png.getpalette()[:12] == pseudo_colour_palette(256)[:12]
         assert np.array_equal(np.asarray(png), first["label_map"])
     original = np.asarray(Image.open(first["path"]))
     assert first["label_map"].shape == original.shape[:2]
