@@ -27,11 +27,7 @@ def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, fl
         raise ConfigError("missing required section Eval")
     model = build_model(config)
     data, source = ckpt.load_across_ranks(source, env)  # also when only some nodes have the file
-    state = ckpt.inference_weights(data)
-    loaded, mismatched, missing = ckpt.load_matching_weights(model, state, source)
-    if mismatched or missing:
-        raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
-                          f"{len(missing)} missing tensor(s) (see the warnings above)")
+    ckpt.load_inference_weights(model, data, source)
     if "metrics" in data:
         logger.info("metrics stored in the checkpoint: %s", data["metrics"])
     model.to(env.device)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
-from ppdist.errors import CheckpointError
+from ppdist.errors import CheckpointError, ConfigError
 
 logger = logging.getLogger("ppdist")
 SUFFIX = ".pt"
@@ -164,6 +164,15 @@ def inference_weights(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """The weights to evaluate or deploy: the EMA average when the run kept one."""
     ema = data.get("ema")
     return ema["module"] if isinstance(ema, Mapping) and "module" in ema else extract_model_state(data)
+
+
+def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: str) -> None:
+    """Put ``inference_weights(data)`` into ``model``; every tensor must fit (evaluation and export
+    of a trained model, unlike ``pretrained_model``)."""
+    _, mismatched, missing = load_matching_weights(model, inference_weights(data), source)
+    if mismatched or missing:
+        raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
+                          f"{len(missing)} missing tensor(s) (see the warnings above)")
 
 
 def load_pretrained(model: nn.Module, path: str) -> None:

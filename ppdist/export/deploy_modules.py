@@ -5,7 +5,7 @@ det, ``SegPostProcess`` -> seg), so no task name has to be added to a config.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import torch
@@ -14,6 +14,10 @@ from torch import nn
 from ppdist.errors import ConfigError
 
 TASK_BY_POSTPROCESS = {"CTCLabelDecode": "rec", "MultiClassNMS": "det", "SegPostProcess": "seg"}
+# names of the graph inputs and outputs per task (det: NMS in the graph / exclude_nms)
+GRAPH_IO = {"rec": (["image"], ["probs"]), "seg": (["image"], ["logits"]),
+            "det": (["image", "scale_factor"], ["bbox", "bbox_num"])}
+DET_RAW_OUTPUTS = ["boxes", "scores"]
 
 
 def task_of(config: Mapping[str, Any]) -> str:
@@ -33,7 +37,6 @@ class GraphSpec:
     output_names: List[str]
     dynamic_axes: Dict[str, Dict[int, str]]
     example_shapes: List[Tuple[int, ...]]  # image shapes [N, 3, H, W]: first exports, all check
-    extra: Dict[str, Any] = field(default_factory=dict)
 
 
 class RecDeploy(nn.Module):
@@ -65,22 +68,19 @@ class DetDeploy(nn.Module):
     (label, score, x1, y1, x2, y2 on the original image) and ``bbox_num`` [N], or without NMS
     ``boxes`` [N, A, 4] (original image) and ``scores`` [N, C, A]."""
 
-    def __init__(self, model: nn.Module, nms: Mapping[str, Any], exclude_nms: bool = False) -> None:
+    def __init__(self, model: nn.Module, nms: Any, exclude_nms: bool = False) -> None:
         super().__init__()
         self.model = model
-        self.nms = dict(nms)
+        self.nms = nms  # a MultiClassNMS
         self.exclude_nms = exclude_nms
 
     def forward(self, image: torch.Tensor, scale_factor: torch.Tensor):
-        from ppdist.postprocess.nms import batched_multiclass_nms
-
         out = self.model(image)
         ratio = torch.cat([scale_factor[:, 1:2], scale_factor[:, 0:1]], dim=1).repeat(1, 2).unsqueeze(1)
         boxes = out["boxes"] / ratio
         if self.exclude_nms:
             return boxes, out["scores"]
-        return batched_multiclass_nms(out["scores"], boxes, self.nms["score_threshold"], self.nms["nms_top_k"],
-                                      self.nms["nms_threshold"], self.nms["keep_top_k"])
+        return self.nms.batched(out["scores"], boxes)
 
 
 def _eval_size(config: Mapping[str, Any], default: Sequence[int]) -> List[int]:
@@ -102,25 +102,25 @@ def build_deploy(model: nn.Module, config: Mapping[str, Any], exclude_nms: bool 
     """The wrapper for ``config``'s task around the eval-mode ``model``, and its graph spec."""
     task = task_of(config)
     model.eval()
+    inputs, outputs = GRAPH_IO[task]
     if task == "rec":
         height, width = _eval_size(config, (32, 100))
-        spec = GraphSpec(["image"], ["probs"], {"image": {0: "batch", 3: "width"}, "probs": {0: "batch", 1: "frames"}},
+        spec = GraphSpec(inputs, outputs, {"image": {0: "batch", 3: "width"}, "probs": {0: "batch", 1: "frames"}},
                          [(1, 3, height, width), (3, 3, height, width * 3 + 8)])
         return RecDeploy(model).eval(), spec
     if task == "seg":
         height, width = _eval_size(config, (512, 512))
-        spec = GraphSpec(["image"], ["logits"],
+        spec = GraphSpec(inputs, outputs,
                          {"image": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch", 2: "height", 3: "width"}},
                          [(1, 3, height, width), (2, 3, height // 2 + 32, width // 2 + 64)])
         return SegDeploy(model).eval(), spec
     height, width = _eval_size(config, (640, 640))
-    nms = {k: v for k, v in config["PostProcess"].items() if k != "name"}
-    defaults = {"score_threshold": 0.01, "nms_top_k": 1000, "keep_top_k": 300, "nms_threshold": 0.7}
-    nms = {**defaults, **nms}
-    outputs = ["boxes", "scores"] if exclude_nms else ["bbox", "bbox_num"]
+    from ppdist.builder import build_postprocess
+
+    nms = build_postprocess(config)  # MultiClassNMS with the config's settings and defaults
+    outputs = DET_RAW_OUTPUTS if exclude_nms else outputs
     axes = {"image": {0: "batch", 2: "height", 3: "width"}, "scale_factor": {0: "batch"}}
     axes.update({"boxes": {0: "batch", 1: "anchors"}, "scores": {0: "batch", 2: "anchors"}} if exclude_nms
                 else {"bbox": {0: "detections"}, "bbox_num": {0: "batch"}})
-    spec = GraphSpec(["image", "scale_factor"], outputs, axes,
-                     [(1, 3, height, width), (2, 3, height - 64, width + 64)], {"nms": nms})
+    spec = GraphSpec(inputs, outputs, axes, [(1, 3, height, width), (2, 3, height - 64, width + 64)])
     return DetDeploy(model, nms, exclude_nms).eval(), spec

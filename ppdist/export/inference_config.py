@@ -7,17 +7,19 @@ dictionary is written beside it as ``characters.txt``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
 import yaml
 
-from ppdist.config import shared_global_values
+from ppdist.config import inject_globals, shared_global_values
 from ppdist.errors import ConfigError
 
 FORMAT_VERSION = 1
 FILE_NAME = "inference.yml"
 CHARACTERS_FILE = "characters.txt"
+logger = logging.getLogger("ppdist")
 # Eval transforms that only prepare labels; inference has none
 LABEL_ONLY_TRANSFORMS = ("CTCLabelEncode", "KeepKeys")
 
@@ -30,13 +32,19 @@ def inference_preprocess(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
     steps = []
     for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms") or []:
         (name, args), = entry.items()
-        if name in LABEL_ONLY_TRANSFORMS:
-            continue
-        args = dict(args or {})
-        accepted, _ = TRANSFORMS.accepted_keys(name)
-        args.update({k: v for k, v in shared.items() if k in accepted and k not in args})
-        steps.append({name: args})
+        if name not in LABEL_ONLY_TRANSFORMS:
+            steps.append({name: inject_globals(TRANSFORMS, name, dict(args or {}), shared)})
     return steps
+
+
+def inference_postprocess(config: Mapping[str, Any]) -> Dict[str, Any]:
+    """``PostProcess`` with the shared Global values it takes (e.g. Global.character_dict_path),
+    as the training build passes them."""
+    from ppdist.registry import POSTPROCESSES
+
+    entry = dict(config["PostProcess"])
+    name = entry.pop("name")
+    return {"name": name, **inject_globals(POSTPROCESSES, name, entry, shared_global_values(config))}
 
 
 def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -48,6 +56,9 @@ def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
             categories = json.load(handle).get("categories") or []
         return [{"id": int(c["id"]), "name": str(c.get("name", c["id"]))} for c in sorted(categories, key=lambda c: c["id"])]
     num_classes = int(config["Global"].get("num_classes") or config["Architecture"]["Head"].get("num_classes", 80))
+    logger.warning("Eval annotation file %s not found: detections get category ids 1..%d and names class_i; "
+                   "run from the folder the config's paths are relative to for the data set's ids and names",
+                   path or "(Eval.dataset.anno_path not set)", num_classes)
     return [{"id": i + 1, "name": f"class_{i}"} for i in range(num_classes)]
 
 
@@ -61,7 +72,7 @@ def write_inference_config(out_dir: str, task: str, config: Mapping[str, Any], f
     """Write ``out_dir/inference.yml`` (and the rec dictionary); returns its path."""
     from ppdist.builder import build_postprocess
 
-    postprocess = {k: v for k, v in config["PostProcess"].items()}
+    postprocess = inference_postprocess(config)
     info: Dict[str, Any] = {"ppdist_inference": FORMAT_VERSION, "task": task, "files": dict(files),
                             "inputs": inputs, "outputs": list(outputs), "preprocess": inference_preprocess(config),
                             "export": dict(export_info)}

@@ -31,10 +31,7 @@ def load_deploy_model(config: Mapping[str, Any]) -> Tuple[nn.Module, Dict[str, A
         raise ConfigError("export needs trained weights: -o Global.checkpoints=path/to/best_accuracy")
     data = ckpt.load_file(ckpt.checkpoint_path(source))
     model = build_model(config)
-    _, mismatched, missing = ckpt.load_matching_weights(model, ckpt.inference_weights(data), source)
-    if mismatched or missing:
-        raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
-                          f"{len(missing)} missing tensor(s) (see the warnings above)")
+    ckpt.load_inference_weights(model, data, source)
     model.eval()
     convert_to_deploy(model)
     return model, {"weights": os.path.abspath(ckpt.checkpoint_path(source)), "ema": bool(data.get("ema"))}

@@ -22,9 +22,6 @@ Result = Dict[str, Any]
 Outputs = Dict[str, np.ndarray]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
-# graph inputs and outputs per task (det: with NMS in the graph)
-IO_NAMES = {"rec": (["image"], ["probs"]), "seg": (["image"], ["logits"]),
-            "det": (["image", "scale_factor"], ["bbox", "bbox_num"])}
 DECODE_OPS = ("DecodeImage", "Decode")
 
 
@@ -38,26 +35,30 @@ class ImageReadError(PPDistError):
 
 def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     """The inference info of ``config`` as ``read_inference_config`` would return it after an
-    export (task, inputs, outputs, preprocess, postprocess, labels), without writing files.
-    Rec adds ``characters`` (the dictionary without the CTC blank, from the config's post-process)."""
-    from ppdist.builder import build_postprocess
-    from ppdist.export.deploy_modules import task_of
-    from ppdist.export.inference_config import detection_labels, inference_preprocess, segmentation_labels
+    export (task, inputs, outputs, preprocess, postprocess, labels), without writing files; the rec
+    dictionary stays the config's ``character_dict_path``."""
+    from ppdist.export.deploy_modules import GRAPH_IO, task_of
+    from ppdist.export.inference_config import (detection_labels, inference_postprocess, inference_preprocess,
+                                                segmentation_labels)
 
     task = task_of(config)
-    inputs, outputs = IO_NAMES[task]
+    inputs, outputs = GRAPH_IO[task]
     info: Dict[str, Any] = {"task": task, "files": {}, "inputs": [{"name": n} for n in inputs],
                             "outputs": list(outputs), "preprocess": inference_preprocess(config),
-                            "postprocess": dict(config["PostProcess"])}
-    if task == "rec":
-        characters = list(build_postprocess(config).character[1:])
-        info["characters"] = characters
-        info["labels"] = {"num_characters": len(characters)}
-    elif task == "det":
+                            "postprocess": inference_postprocess(config)}
+    if task == "det":
         info["labels"] = detection_labels(config)
-    else:
+    elif task == "seg":
         info["labels"] = segmentation_labels(config)
     return info
+
+
+def build_postprocess_of(info: Mapping[str, Any]) -> Any:
+    """The post-process object ``info["postprocess"]`` describes (registry build, as in training)."""
+    import ppdist.components  # noqa: F401  (registers the post-processes; no config was loaded for --model)
+    from ppdist.registry import POSTPROCESSES
+
+    return POSTPROCESSES.build(dict(info["postprocess"]), where=f"{info.get('path', 'inference info')}: postprocess")
 
 
 def list_images(path: str) -> List[str]:
@@ -156,14 +157,8 @@ class RecRunner(Runner):
     task = "rec"
 
     def __init__(self, info: Mapping[str, Any]) -> None:
-        from ppdist.postprocess.ctc_decode import BLANK, CTCLabelDecode
-
         super().__init__(info)
-        args = {k: v for k, v in info["postprocess"].items() if k != "name"}
-        self.decoder = CTCLabelDecode(args.get("character_dict_path"), bool(args.get("use_space_char", False)))
-        if info.get("characters") is not None:
-            self.decoder.character = [BLANK] + list(info["characters"])
-            self.decoder.num_classes = len(self.decoder.character)
+        self.decoder = build_postprocess_of(info)  # CTCLabelDecode
 
     def group_key(self, sample: Sample) -> Any:
         return tuple(np.shape(sample["image"])[:-1])  # widths are padded per batch
@@ -190,7 +185,7 @@ class DetRunner(Runner):
     def __init__(self, info: Mapping[str, Any]) -> None:
         super().__init__(info)
         self.labels: List[Dict[str, Any]] = list(info.get("labels") or [])
-        self.nms = {k: v for k, v in info["postprocess"].items() if k != "name"}
+        self.nms = build_postprocess_of(info)  # MultiClassNMS
 
     def finish(self, data: Sample) -> Sample:
         return {"img_path": data["img_path"], "image": data["image"],
@@ -206,13 +201,7 @@ class DetRunner(Runner):
         """(bbox [M, 6], bbox_num [N]); a graph exported with exclude_nms gets NMS here."""
         if "bbox" in outputs:
             return np.asarray(outputs["bbox"]), np.asarray(outputs["bbox_num"])
-        from ppdist.postprocess.nms import batched_multiclass_nms
-
-        defaults = {"score_threshold": 0.01, "nms_top_k": 1000, "keep_top_k": 300, "nms_threshold": 0.7}
-        nms = {**defaults, **self.nms}
-        bbox, num = batched_multiclass_nms(torch.from_numpy(outputs["scores"]), torch.from_numpy(outputs["boxes"]),
-                                           nms["score_threshold"], nms["nms_top_k"], nms["nms_threshold"],
-                                           nms["keep_top_k"])
+        bbox, num = self.nms.batched(torch.from_numpy(outputs["scores"]), torch.from_numpy(outputs["boxes"]))
         return bbox.numpy(), num.numpy()
 
     def category_id(self, label: int) -> int:
@@ -239,6 +228,10 @@ class SegRunner(Runner):
 
     task = "seg"
 
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        super().__init__(info)
+        self.test_time = build_postprocess_of(info)  # SegPostProcess: scales, flips, sliding window
+
     def decode(self, raw: bytes, path: str) -> Sample:
         """RGB uint8 (H, W, 3), as ``SegDataSet.read`` gives it (its transforms start after decoding)."""
         image = cv2.imdecode(np.frombuffer(raw, dtype=np.uint8), cv2.IMREAD_COLOR)
@@ -253,13 +246,6 @@ class SegRunner(Runner):
         image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
         return {"img_path": data["img_path"], "image": np.ascontiguousarray(image, dtype=np.float32),
                 "ori_shape": tuple(int(v) for v in data["ori_shape"])}
-
-    def __init__(self, info: Mapping[str, Any]) -> None:
-        from ppdist.postprocess.seg import SegPostProcess
-
-        super().__init__(info)
-        settings = {k: v for k, v in (info.get("postprocess") or {}).items() if k != "name"}
-        self.test_time = SegPostProcess(**settings)  # PaddleSeg's test_config: scales, flips, sliding window
 
     def predict(self, run: Callable[[Dict[str, np.ndarray]], Outputs], samples: Sequence[Sample]) -> List[Result]:
         """Plain pass, or the configured test-time augmentation / sliding window with ``run`` as

@@ -79,6 +79,11 @@ class MultiClassNMS:
         self.keep_top_k = int(keep_top_k)
         self.nms_threshold = float(nms_threshold)
 
+    def batched(self, scores: torch.Tensor, boxes: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``batched_multiclass_nms`` with these settings: ``(bbox [M, 6], bbox_num [B])``."""
+        return batched_multiclass_nms(scores, boxes, self.score_threshold, self.nms_top_k, self.nms_threshold,
+                                      self.keep_top_k)
+
     def __call__(self, preds: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> List[Dict[str, Any]]:
         scores, boxes = preds["scores"], preds["boxes"]
         scale = batch.get("scale_factor")

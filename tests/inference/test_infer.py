@@ -175,3 +175,20 @@ def test_mismatching_inference_yml_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"inference.yml does not describe .*model.onnx: the graph has outputs "
                                           r"\['logits'\] \(inference.yml: \['probs'\]\)"):
         from_exported(model_dir)
+
+
+def test_exported_model_runs_in_a_fresh_process_without_the_config(tmp_path):
+    """--model alone: nothing but inference.yml tells the process which components to build."""
+    import subprocess
+    import sys
+
+    from ppdist_testing import child_env
+
+    _, _, model_dir, images = _setup(tmp_path, "rec")
+    os.remove(os.path.join(images, "x.png"))
+    result = subprocess.run([sys.executable, os.path.join(REPO, "tools", "infer.py"), "--model", model_dir,
+                             "--input", images, "--output_dir", str(tmp_path / "fresh"), "--no_progress"],
+                            cwd=str(tmp_path), env=child_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "4 image(s) predicted, 0 skipped" in result.stdout
+    assert len((tmp_path / "fresh" / "results.txt").read_text().splitlines()) == 4

@@ -35,21 +35,22 @@ def generate_anchors(feats_shapes: Sequence[Tuple[int, int]], strides: Sequence[
 
     Returns ``anchors`` [A, 4] (xyxy squares of side ``grid_cell_scale * stride``),
     ``anchor_points`` [A, 2] (pixel centres ``((j + offset) s, (i + offset) s)``),
-    ``num_anchors_list`` and ``stride_tensor`` [A, 1]; levels in the given order.
+    ``num_anchors_list`` and ``stride_tensor`` [A, 1]; levels in the given order. The sizes may be
+    symbolic (traced) shape values: an exported graph then computes the anchors for any input size.
     """
     if len(feats_shapes) != len(strides):
         raise ValueError(f"{len(feats_shapes)} feature maps but {len(strides)} strides")
     anchors, points, counts, stride_list = [], [], [], []
     for (h, w), stride in zip(feats_shapes, strides):
         half = grid_cell_scale * stride * 0.5
-        xs = (torch.arange(int(w), device=device, dtype=torch.float32) + grid_cell_offset) * stride
-        ys = (torch.arange(int(h), device=device, dtype=torch.float32) + grid_cell_offset) * stride
+        xs = (torch.arange(w, device=device, dtype=torch.float32) + grid_cell_offset) * stride
+        ys = (torch.arange(h, device=device, dtype=torch.float32) + grid_cell_offset) * stride
         yy, xx = torch.meshgrid(ys, xs, indexing="ij")
         point = torch.stack([xx, yy], dim=-1).reshape(-1, 2)
         points.append(point)
         anchors.append(torch.cat([point - half, point + half], dim=-1))
         counts.append(point.shape[0])
-        stride_list.append(torch.full((point.shape[0], 1), float(stride), device=device))
+        stride_list.append(torch.ones_like(point[:, :1]) * float(stride))
     return (torch.cat(anchors).to(dtype), torch.cat(points).to(dtype), counts,
             torch.cat(stride_list).to(dtype))
 
@@ -133,19 +134,6 @@ class PPYOLOEHead(NormNoDecayModule):
             self._anchor_cache[key] = cached
         return cached
 
-    def traced_anchor_points(self, feats: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``anchor_points`` and ``stride_tensor`` of ``generate_anchors``, computed from the feature
-        shapes as graph operations (no Python ints), for an export with dynamic height and width."""
-        points, strides = [], []
-        for feat, stride in zip(feats, self.fpn_strides):
-            xs = (torch.arange(feat.shape[3], device=feat.device, dtype=torch.float32) + self.grid_cell_offset) * stride
-            ys = (torch.arange(feat.shape[2], device=feat.device, dtype=torch.float32) + self.grid_cell_offset) * stride
-            yy, xx = torch.meshgrid(ys, xs, indexing="ij")
-            point = torch.stack([xx, yy], dim=-1).reshape(-1, 2)
-            points.append(point)
-            strides.append(torch.ones_like(point[:, :1]) * float(stride))
-        return torch.cat(points).to(feats[0].dtype), torch.cat(strides).to(feats[0].dtype)
-
     def _level(self, i: int, feat: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         avg = F.adaptive_avg_pool2d(feat, 1)
         cls_logit = self.pred_cls[i](self.stem_cls[i](feat, avg) + feat)
@@ -172,8 +160,10 @@ class PPYOLOEHead(NormNoDecayModule):
             return {"cls_logits": torch.cat(cls_list, dim=2).transpose(1, 2),
                     "reg_distri": reg_distri, "anchors": anchors, "anchor_points": anchor_points,
                     "num_anchors_list": list(num_anchors_list), "stride_tensor": stride_tensor}
-        if torch.onnx.is_in_onnx_export() or torch.jit.is_tracing():  # symbolic shapes: an exported graph takes any size
-            anchor_points, stride_tensor = self.traced_anchor_points(feats)
+        if torch.onnx.is_in_onnx_export() or torch.jit.is_tracing():  # symbolic sizes: the graph takes any size
+            _, anchor_points, _, stride_tensor = generate_anchors(
+                [(f.shape[2], f.shape[3]) for f in feats], self.fpn_strides, self.grid_cell_scale,
+                self.grid_cell_offset, feats[0].device, feats[0].dtype)
         scores = torch.cat(cls_list, dim=2).sigmoid()
         dist = self.decode_distances(reg_distri)
         boxes = distance2bbox(anchor_points / stride_tensor, dist) * stride_tensor
