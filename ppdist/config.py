@@ -90,9 +90,18 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "amp_level": GlobalKey((str,), "O1", "Paddle AMP level; both levels map to torch.autocast.", choices=("O1", "O2")),
     "scale_loss": GlobalKey(_NUM, 65536.0, "Initial loss scale of the fp16 GradScaler."),
     "use_dynamic_loss_scaling": GlobalKey((bool,), True, "Let the GradScaler adapt the scale."),
-    "channels_last": GlobalKey((bool,), False, "Run the model and 4-D inputs in channels_last memory format."),
+    "channels_last": GlobalKey((bool,), True, "Run the model and 4-D inputs in channels_last memory format "
+                                             "(measured faster for all three models, docs/benchmarks.md)."),
     "use_sync_bn": GlobalKey((bool,), False, "Convert BatchNorm to SyncBatchNorm under multi-GPU DDP."),
     "find_unused_parameters": GlobalKey((bool,), False, "DDP find_unused_parameters."),
+    "gradient_as_bucket_view": GlobalKey((bool, _NONE), None,
+                                         "DDP gradients as views of its communication buckets (saves a copy); "
+                                         "null: on with CUDA, off on CPU (measured faster, docs/benchmarks.md)."),
+    "bucket_cap_mb": GlobalKey(_NUM + (_NONE,), None, "DDP all-reduce bucket size in MB (null: PyTorch's 25)."),
+    "static_graph": GlobalKey((bool,), False,
+                              "DDP static_graph: the set of used parameters never changes between steps."),
+    "compile": GlobalKey((bool, dict), False,
+                         "torch.compile the training forward: true, or {mode, dynamic, fullgraph, backend}."),
     "use_ema": GlobalKey((bool,), False, "Keep an exponential moving average of the weights for eval/saving."),
     "ema_decay": GlobalKey(_NUM, 0.9998, "EMA decay."),
     "ema_decay_type": GlobalKey((str,), "constant",
@@ -121,7 +130,7 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
 }
 # Paddle keys we know but do not implement: accepted only when off/empty.
 UNSUPPORTED_GLOBAL = {
-    "to_static": "dynamic-to-static compilation (see Global.compile in a later release)",
+    "to_static": "Paddle dynamic-to-static compilation (use Global.compile: torch.compile)",
     "use_wandb": "Weights & Biases logging (use use_tensorboard)",
     "use_xpu": "XPU devices", "use_npu": "NPU devices", "use_mlu": "MLU devices",
     "uniform_output_enabled": "PaddleX output layout",
@@ -138,6 +147,7 @@ LOADER_SCHEMA: Dict[str, Tuple[Tuple[type, ...], Any]] = {
     "pin_memory": ((bool, _NONE), None),
     "persistent_workers": ((bool, _NONE), None),
     "prefetch_factor": ((int, _NONE), None),
+    "cv2_num_threads": ((int,), 0),
 }
 
 
@@ -243,6 +253,23 @@ def _check_type(value: Any, types: Tuple[type, ...], path: str) -> None:
         raise ConfigError(f"wrong type for {path}: expected {names}, got {type(value).__name__} ({value!r})")
 
 
+COMPILE_KEYS = ("mode", "dynamic", "fullgraph", "backend", "options")
+
+
+def compile_options(glob: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """``torch.compile`` keyword arguments from ``Global.compile`` (None when off)."""
+    setting = glob.get("compile")
+    if not setting:
+        return None
+    if setting is True:
+        return {}
+    unknown = sorted(set(setting) - set(COMPILE_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key(s) in Global.compile: {unknown}; expected some of {list(COMPILE_KEYS)} "
+                          f"(torch.compile's arguments), or true")
+    return dict(setting)
+
+
 def _validate_global(config: Dict[str, Any]) -> None:
     glob = config.setdefault("Global", {}) or {}
     config["Global"] = glob
@@ -264,6 +291,7 @@ def _validate_global(config: Dict[str, Any]) -> None:
         glob.setdefault(key, copy.deepcopy(spec.default))
     if glob["epoch_num"] is None and glob["max_iters"] is None:
         raise ConfigError("missing required key Global.epoch_num (or Global.max_iters)")
+    compile_options(glob)
     step = glob["eval_batch_step"]
     if isinstance(step, int):
         glob["eval_batch_step"] = [0, step]

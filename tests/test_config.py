@@ -90,6 +90,9 @@ def test_paddle_config_loads_with_defaults(repo_root):
     ("Global.save_iter_step=0", r"Global.save_iter_step must be a positive number of steps"),
     ("Global.auto_scale_lr={base_batch_size: 0}", r"auto_scale_lr.base_batch_size must be a positive integer"),
     ("Global.auto_scale_lr={base_batch: 64}", r"unknown key Global.auto_scale_lr.base_batch.*'base_batch_size'"),
+    ("Global.compile={modes: max-autotune}", r"unknown key\(s\) in Global.compile: \['modes'\]; expected some of"),
+    ("Global.compile=fast", r"wrong type for Global.compile: expected bool or dict"),
+    ("Train.loader.cv2_num_threads=two", r"wrong type for Train.loader.cv2_num_threads: expected int"),
 ])
 def test_validation_errors_name_file_key_and_suggestion(repo_root, override, pattern):
     path = os.path.join(repo_root, REC_CONFIG)

@@ -111,7 +111,9 @@ class BaseDataSet(Dataset):
         rng_seed = sample_seed(seed, epoch, index)
         random.seed(rng_seed)
         np.random.seed(rng_seed)
-        torch.manual_seed(rng_seed)
+        # the CPU generator only: torch.manual_seed would also (re)seed CUDA's generators, which
+        # is not restored after main-process loading and, in a CUDA build, costs a stack capture
+        torch.default_generator.manual_seed(rng_seed)
         result = self.load(index)
         if isinstance(result, dict):
             result[SAMPLE_SEED_KEY] = rng_seed

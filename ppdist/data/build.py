@@ -62,7 +62,7 @@ def _seeded(run: Any, seeds: List[int]) -> Any:
     seed = zlib.crc32(np.asarray(seeds, dtype=np.int64).tobytes())
     random.seed(seed)
     np.random.seed(seed)
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(seed)  # CPU only: see BaseDataSet._seeded_get
     try:
         return run()
     finally:
@@ -113,23 +113,24 @@ class Collate:
 
 
 class WorkerInit:
-    """Seeds ``random``/``numpy``/``torch`` in each worker differently per rank and worker.
+    """Seeds ``random``/``numpy``/``torch`` in each worker differently per rank and worker, and
+    limits each worker to one torch thread and ``cv2_num_threads`` OpenCV threads (0: OpenCV
+    runs single-threaded, the default; -1: OpenCV's own default), so workers do not oversubscribe the cores
+    the training process computes on.
 
     Samples are additionally re-seeded per (seed, epoch, index) by the dataset, which is
     what makes augmentation independent of the worker count and exact across resumes.
     """
 
-    def __init__(self, seed: int, rank: int) -> None:
+    def __init__(self, seed: int, rank: int, cv2_num_threads: int = 0) -> None:
         self.seed = seed
         self.rank = rank
+        self.cv2_num_threads = cv2_num_threads
 
     def __call__(self, worker_id: int) -> None:
-        try:
-            import cv2
+        import cv2
 
-            cv2.setNumThreads(0)
-        except ImportError:  # pragma: no cover
-            pass
+        cv2.setNumThreads(int(self.cv2_num_threads))
         torch.set_num_threads(1)
         # torch gives every worker a fresh base seed each time the workers (re)start
         worker_seed = (torch.initial_seed() + 1000003 * self.rank + worker_id) % 2**32
@@ -171,7 +172,7 @@ def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: i
         num_workers=workers,
         collate_fn=Collate(batch_ops),
         pin_memory=(device_type == "cuda") if pin is None else bool(pin),
-        worker_init_fn=WorkerInit(seed, rank),
+        worker_init_fn=WorkerInit(seed, rank, loader_cfg.get("cv2_num_threads", 0)),
         generator=generator,
         **kwargs,
     )

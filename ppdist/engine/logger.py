@@ -33,18 +33,22 @@ def setup_logger(log_file: Optional[str] = None, rank: int = 0) -> logging.Logge
 
 
 class SmoothedValues:
-    """Median over the last ``window`` values of each named scalar (PaddleOCR's log style)."""
+    """Median over the last ``window`` values of each named scalar (PaddleOCR's log style).
+
+    Values may be numbers or 0-d tensors; tensors are read (one device sync) only when the
+    medians are asked for, so the training loop never waits for the device to log.
+    """
 
     def __init__(self, window: int = 20) -> None:
         self.window = window
         self.values: Dict[str, collections.deque] = {}
 
-    def update(self, items: Mapping[str, float]) -> None:
+    def update(self, items: Mapping[str, Any]) -> None:
         for key, value in items.items():
-            self.values.setdefault(key, collections.deque(maxlen=self.window)).append(float(value))
+            self.values.setdefault(key, collections.deque(maxlen=self.window)).append(value)
 
     def medians(self) -> Dict[str, float]:
-        return {k: statistics.median(v) for k, v in self.values.items() if v}
+        return {k: statistics.median(float(x) for x in v) for k, v in self.values.items() if v}
 
 
 def format_eta(seconds: float) -> str:

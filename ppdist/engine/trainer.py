@@ -12,7 +12,7 @@ import math
 import os
 import random
 import time
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ppdist.builder import build_loss, build_metric, build_model, build_postprocess
-from ppdist.config import auto_scale_lr_base, dump_config
+from ppdist.config import auto_scale_lr_base, compile_options, dump_config
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
@@ -69,6 +69,13 @@ def make_autocast(glob: Mapping[str, Any], device: torch.device):
         return contextlib.nullcontext, False
     dtype = torch.bfloat16 if glob["amp_dtype"] == "bfloat16" else torch.float16
     return (lambda: torch.autocast("cuda", dtype=dtype)), dtype == torch.float16
+
+
+def gradient_as_bucket_view(glob: Mapping[str, Any], device: torch.device) -> bool:
+    """``Global.gradient_as_bucket_view``; unset: on with CUDA, off on CPU, where gloo DDP steps
+    measured slower with it (docs/benchmarks.md)."""
+    setting = glob["gradient_as_bucket_view"]
+    return device.type == "cuda" if setting is None else bool(setting)
 
 
 class Trainer:
@@ -138,7 +145,15 @@ class Trainer:
         if env.distributed:
             self.ddp_model = DistributedDataParallel(
                 self.model, device_ids=[env.device.index] if env.device.type == "cuda" else None,
-                gradient_as_bucket_view=True, find_unused_parameters=glob["find_unused_parameters"])
+                gradient_as_bucket_view=gradient_as_bucket_view(glob, env.device), static_graph=glob["static_graph"],
+                bucket_cap_mb=glob["bucket_cap_mb"],
+                find_unused_parameters=glob["find_unused_parameters"])
+        options = compile_options(glob)
+        if options is not None:  # the training forward only; checkpoints and eval use self.model
+            logger.info("Global.compile: torch.compile(%s)", ", ".join(f"{k}={v!r}" for k, v in options.items()))
+            self.ddp_model = torch.compile(self.ddp_model, **options)
+        # called after every optimizer step with {global_step, samples, reader_cost, batch_cost}
+        self.step_listeners: List[Callable[[Dict[str, float]], None]] = []
         self.writer = ScalarWriter(os.path.join(self.save_dir, "tensorboard")
                                    if env.is_main and (glob["use_tensorboard"] or glob["use_visualdl"]) else None)
 
@@ -310,7 +325,7 @@ class Trainer:
         return self.global_step > start and (self.global_step - start) % interval == 0
 
     # ------------------------------------------------------------------ training
-    def _step(self, batch: Dict[str, Any]) -> Dict[str, float]:
+    def _step(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         with self.autocast():
             preds = self.ddp_model(batch)
             losses = self.loss_fn(preds, batch)
@@ -325,7 +340,9 @@ class Trainer:
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
-        values = {k: float(v.detach()) for k, v in losses.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+        # detached tensors, turned into floats only when logged (no device sync per step)
+        values: Dict[str, Any] = {k: v.detach() for k, v in losses.items()
+                                  if isinstance(v, torch.Tensor) and v.numel() == 1}
         if self.train_metric is not None and self.env.is_main:
             self.train_metric.reset()
             self.train_metric.update(self.postprocess(preds.detach() if isinstance(preds, torch.Tensor) else preds,
@@ -399,6 +416,9 @@ class Trainer:
                 reader_sum, batch_sum, samples_sum = reader_sum + reader_cost, batch_sum + batch_cost, samples_sum + size * processes
                 window_steps += 1
                 steps_run += 1
+                for listener in self.step_listeners:
+                    listener({"global_step": self.global_step, "samples": size * processes,
+                              "reader_cost": reader_cost, "batch_cost": batch_cost})
                 if self.global_step % glob["print_batch_step"] == 0 or epoch_done or self.global_step >= self.total_steps:
                     self._check_bad_ratio(bad, seen, final=False)
                     mean_cost = (time.perf_counter() - run_start) / steps_run

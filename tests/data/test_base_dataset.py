@@ -98,3 +98,33 @@ def test_batch_transforms_get_the_batch_and_are_seeded_by_its_samples():
     assert a["size"].tolist() == b["size"].tolist() and len(set(a["size"].reshape(-1).tolist())) == 1
     assert a["x"].tolist() == [[1], [2]]
     assert SAMPLE_SEED_KEY not in a
+
+
+def test_samples_seed_only_the_cpu_generator(monkeypatch):
+    """torch.manual_seed would reseed CUDA's generators too (not restored after main-process
+    loading; a stack capture per call in a CUDA build): loading must not touch them."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("sample loading reseeded the CUDA generators")
+
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", forbidden)
+    monkeypatch.setattr(torch.cuda, "manual_seed", forbidden)
+    first = NoisyNumbers()[(5, 0, 1)]["x"]
+    assert np.array_equal(first, NoisyNumbers()[(5, 0, 1)]["x"])  # still seeded per sample
+    batch = collate([NoisyNumbers()[(i, 0, 1)] for i in (0, 1)], batch_ops=[NoisyNumbers.add_noise])
+    assert batch["x"].shape == (2, 1)
+
+
+def test_worker_init_sets_opencv_threads():
+    import cv2
+
+    from ppdist.data.build import WorkerInit
+
+    before, torch_threads = cv2.getNumThreads(), torch.get_num_threads()
+    try:
+        WorkerInit(seed=1, rank=0, cv2_num_threads=3)(0)
+        assert cv2.getNumThreads() == 3 and torch.get_num_threads() == 1
+        WorkerInit(seed=1, rank=0)(0)
+        assert cv2.getNumThreads() == 1  # 0 = OpenCV without its thread pool (it reports 1)
+    finally:
+        cv2.setNumThreads(before)
+        torch.set_num_threads(torch_threads)

@@ -173,3 +173,29 @@ def test_auto_scale_lr_scales_every_learning_rate_of_the_schedule():
     assert scale_learning_rates({"name": "Piecewise", "values": [0.1, 0.01], "decay_epochs": [3]}, 0.5)["values"] \
         == [0.05, 0.005]
     assert scale_learning_rates(0.001, 4) == 0.004
+
+
+def test_compile_trains_like_eager_and_saves_plain_weights(tmp_path, digits_dir):
+    """Global.compile wraps the training forward only: same losses and weights as eager, and
+    checkpoints keep the model's own names. (aot_eager traces like inductor, minus code
+    generation, which keeps the test fast; inductor is measured in docs/benchmarks.md.)"""
+    setup_logger(None)
+    common = ["Global.max_iters=4", "Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,1000]"]
+    eager = Trainer(config_for(tmp_path, digits_dir, "eager", common), DistEnv())
+    eager.train()
+    compiled_cfg = config_for(tmp_path, digits_dir, "compiled", common + ["Global.compile={backend: aot_eager}"])
+    compiled = Trainer(compiled_cfg, DistEnv())
+    assert compiled.ddp_model is not compiled.model and hasattr(compiled.ddp_model, "_orig_mod")
+    compiled.train()
+    saved = torch.load(tmp_path / "compiled" / "latest.pt", weights_only=True)["model"]
+    assert set(saved) == set(eager.model.state_dict())
+    for name, tensor in eager.model.state_dict().items():
+        torch.testing.assert_close(saved[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_gradient_as_bucket_view_defaults_per_device():
+    from ppdist.engine.trainer import gradient_as_bucket_view
+
+    assert gradient_as_bucket_view({"gradient_as_bucket_view": None}, torch.device("cpu")) is False
+    assert gradient_as_bucket_view({"gradient_as_bucket_view": None}, torch.device("cuda", 0)) is True
+    assert gradient_as_bucket_view({"gradient_as_bucket_view": True}, torch.device("cpu")) is True

@@ -1,0 +1,58 @@
+"""What a measurement ran on: versions, device, threads and the performance switches."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from typing import Any, Dict, Mapping
+
+import torch
+
+from ppdist.config import compile_options
+
+
+def git_commit(path: str) -> str:
+    try:
+        out = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", "r", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_environment(config: Mapping[str, Any], device: torch.device) -> Dict[str, Any]:
+    glob = config["Global"]
+    train_loader = config["Train"]["loader"]
+    amp = f"{glob['amp_dtype']}" if glob["use_amp"] and device.type == "cuda" else "off"
+    options = compile_options(glob)
+    return {
+        "ppdist_commit": git_commit(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if device.type == "cuda" else None,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({cpu_model()})",
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "train_workers": int(train_loader["num_workers"]),
+        "train_batch_size_per_card": int(train_loader["batch_size_per_card"]),
+        "amp": amp,
+        "channels_last": bool(glob["channels_last"]),
+        "compile": "off" if options is None else (options or "default"),
+        "pin_memory": train_loader["pin_memory"] if train_loader["pin_memory"] is not None else device.type == "cuda",
+        "persistent_workers": (train_loader["persistent_workers"] if train_loader["persistent_workers"] is not None
+                               else int(train_loader["num_workers"]) > 0),
+        "prefetch_factor": train_loader["prefetch_factor"],
+        "cv2_num_threads": train_loader["cv2_num_threads"],
+    }

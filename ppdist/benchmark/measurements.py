@@ -1,0 +1,207 @@
+"""The individual measurements: trainer, bare loop, data loader, evaluation and inference.
+
+Each takes a validated config and returns plain numbers. The trainer and the bare loop run
+the same model, loss, optimizer and LR schedule (and EMA / gradient clipping when the config
+uses them) on the same batches; the bare loop gets them pre-loaded on the device, the trainer
+reads them through its data loader and does everything it normally does (logging, DDP, ...).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from ppdist.config import compile_options
+from ppdist.data.base import BAD_SAMPLES_KEY
+from ppdist.engine.batch import batch_size_of, move_to_device
+from ppdist.engine.dist import DistEnv
+
+EPOCH_KEY = "epoch_id"
+
+
+def training_config(config: Mapping[str, Any], warmup: int, iters: int, save_dir: str) -> Dict[str, Any]:
+    """``config`` set up for a timed run: exactly ``warmup + iters`` steps, no evaluation, no
+    resume, no intermediate checkpoints, outputs under ``save_dir``."""
+    config = copy.deepcopy(dict(config))
+    config.pop("Eval", None)
+    glob = config["Global"]
+    glob.update(max_iters=int(warmup) + int(iters), save_model_dir=save_dir, checkpoints=None, save_iter_step=None,
+                save_epoch_step=10**9)
+    return config
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_trainer(config: Dict[str, Any], env: DistEnv, warmup: int, iters: int) -> Dict[str, Any]:
+    """Steady-state samples/s of ``Trainer.train()`` (all processes together) and its costs."""
+    from ppdist.benchmark.steady_state import StepClock
+    from ppdist.engine.trainer import Trainer
+
+    trainer = Trainer(config, env)
+    clock = StepClock(warmup, iters, env.device)
+    trainer.step_listeners.append(clock)
+    trainer.train()
+    result = clock.summary()
+    result["world_size"] = env.world_size
+    ddp = trainer.ddp_model
+    ddp = getattr(ddp, "_orig_mod", ddp)  # under Global.compile
+    if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
+        result["ddp"] = {"gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
+                         "static_graph": bool(ddp.static_graph),
+                         "bucket_cap_mb": float(ddp.bucket_bytes_cap) / 2**20,
+                         "find_unused_parameters": bool(ddp.find_unused_parameters)}
+    return result
+
+
+def load_batches(config: Mapping[str, Any], count: int, warmup: int, device: torch.device) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """The first ``count`` training batches of a single-process run (epoch after epoch), moved to
+    ``device``; also the loader's own throughput over the batches after ``warmup``."""
+    from ppdist.data.build import build_dataloader
+
+    glob = config["Global"]
+    loader = build_dataloader(config, "Train", "train", 0, 1, device.type)
+    sampler = loader.batch_sampler
+    raw: List[Tuple[int, Dict[str, Any]]] = []
+    start = None
+    timed_samples = 0
+    epoch = 1
+    while len(raw) < count:
+        sampler.set_epoch(epoch)
+        sampler.set_position(0)
+        for batch in loader:
+            if len(raw) == warmup:
+                start = time.perf_counter()
+            batch.pop(BAD_SAMPLES_KEY, None)
+            if len(raw) >= warmup:
+                timed_samples += batch_size_of(batch)
+            raw.append((epoch, batch))
+            if len(raw) >= count:
+                break
+        epoch += 1
+    seconds = time.perf_counter() - start if start is not None else 0.0
+    del loader  # stop the workers before the model runs
+    batches = []
+    for epoch_of_batch, batch in raw:
+        batch = move_to_device(batch, device, glob["channels_last"])
+        batch[EPOCH_KEY] = epoch_of_batch - 1
+        batches.append(batch)
+    loader_result = {"samples_per_s": timed_samples / seconds if seconds > 0 else 0.0, "samples": timed_samples,
+                     "batches": count - warmup, "seconds": seconds,
+                     "num_workers": int(config["Train"]["loader"]["num_workers"])}
+    return batches, loader_result
+
+
+def measure_bare_loop(config: Mapping[str, Any], device: torch.device, batches: List[Dict[str, Any]],
+                      warmup: int, steps_per_epoch: int) -> Dict[str, Any]:
+    """samples/s of a plain forward/backward/step loop over pre-loaded ``batches``."""
+    from ppdist.builder import build_loss, build_model
+    from ppdist.engine.ema import ModelEMA
+    from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping
+    from ppdist.engine.trainer import make_autocast, seed_everything
+
+    glob = config["Global"]
+    opt_cfg = config["Optimizer"]
+    seed_everything(glob["seed"])
+    model = build_model(config).to(device)
+    if glob["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    options = compile_options(glob)
+    network = torch.compile(model, **options) if options is not None else model
+    loss_fn = build_loss(config)
+    total = len(batches)
+    optimizer, scheduler = build_optimizer(opt_cfg, model, math.ceil(total / steps_per_epoch), steps_per_epoch, total)
+    autocast, use_scaler = make_autocast(glob, device)
+    scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]))
+    ema = (ModelEMA(model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
+           if glob["use_ema"] else None)
+    clip = needs_clipping(opt_cfg, glob["grad_clip"])
+    start = None
+    samples = 0
+    for index, batch in enumerate(batches):
+        if index == warmup:
+            _sync(device)
+            start = time.perf_counter()
+        with autocast():
+            preds = network(dict(batch))
+            loss = loss_fn(preds, dict(batch))["loss"]
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        if clip:
+            scaler.unscale_(optimizer)
+            clip_gradients(model, opt_cfg, glob["grad_clip"])
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        if ema is not None:
+            ema.update(model)
+        if index >= warmup:
+            samples += batch_size_of(batch)
+    _sync(device)
+    seconds = time.perf_counter() - start if start is not None else 0.0
+    return {"samples_per_s": samples / seconds if seconds > 0 else 0.0, "steps": total - warmup,
+            "samples": samples, "seconds": seconds}
+
+
+def build_weighted_model(config: Mapping[str, Any], weights: Optional[str], device: torch.device) -> torch.nn.Module:
+    """The config's model with the inference weights of ``weights`` (EMA when kept), or its
+    initial weights when none are given."""
+    from ppdist.builder import build_model
+    from ppdist.engine import checkpoint as ckpt
+    from ppdist.engine.trainer import seed_everything
+
+    seed_everything(config["Global"]["seed"])
+    model = build_model(config)
+    if weights:
+        ckpt.load_inference_weights(model, ckpt.load_file(ckpt.checkpoint_path(weights)), weights)
+    return model.to(device).eval()
+
+
+def measure_eval(config: Mapping[str, Any], env: DistEnv, weights: Optional[str]) -> Dict[str, Any]:
+    """One pass of the evaluator over the Eval set: samples/s and the metrics."""
+    from ppdist.builder import build_metric, build_postprocess
+    from ppdist.data.build import build_dataloader
+    from ppdist.engine.evaluator import Evaluator
+    from ppdist.engine.trainer import make_autocast
+
+    glob = config["Global"]
+    model = build_weighted_model(config, weights, env.device)
+    if glob["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
+    autocast, _ = make_autocast(glob, env.device)
+    metric = build_metric(config)
+    evaluator = Evaluator(loader, build_postprocess(config), metric, env, autocast, glob["channels_last"])
+    start = time.perf_counter()
+    metrics = evaluator.run(model, desc="benchmark eval")
+    seconds = time.perf_counter() - start
+    return {"samples_per_s": evaluator.last_fps, "samples": len(loader.dataset), "seconds": seconds,
+            "num_workers": int(config["Eval"]["loader"]["num_workers"]),
+            "batch_size": int(config["Eval"]["loader"]["batch_size_per_card"]),
+            "metric": {metric.main_indicator: metrics.get(metric.main_indicator)}}
+
+
+def measure_infer(config: Mapping[str, Any], weights: Optional[str], paths: List[str], batch_size: int,
+                  device: torch.device) -> Dict[str, Any]:
+    """images/s of the inference path (file -> preprocess -> deploy model -> post-process) with
+    the PyTorch backend, after one warm-up batch."""
+    from ppdist.export.deploy_modules import build_deploy
+    from ppdist.inference.backends import TorchBackend
+    from ppdist.inference.infer import infer
+    from ppdist.inference.runners import build_runner, inference_info_from_config
+    from ppdist.modeling.deploy import convert_to_deploy
+
+    model = convert_to_deploy(build_weighted_model(config, weights, device))
+    module, spec = build_deploy(model, config)
+    backend = TorchBackend(module, spec.output_names, spec.input_names, device.type)
+    runner = build_runner(inference_info_from_config(config))
+    infer(paths[:batch_size], runner, backend, batch_size=batch_size, progress=False)
+    result = infer(paths, runner, backend, batch_size=batch_size, progress=False)
+    return {"images_per_s": result["images_per_s"], "images": result["images"], "seconds": result["seconds"],
+            "batch_size": batch_size, "backend": "pytorch"}

@@ -1,0 +1,184 @@
+"""Measure a config's throughput: ``python tools/benchmark.py -c CFG [-o Key=value ...] [--iters N]
+[--warmup W] [--nproc K] [--json OUT]``.
+
+Reports, in one run on one machine: the real trainer's steady-state samples/s against a bare
+PyTorch loop over the same pre-loaded batches (the ratio is the trainer's overhead), the data
+loader alone against the model's consumption rate, 1 vs K processes under torchrun (with
+``--nproc K``), evaluation and inference throughput, and the environment. See docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+
+PARTS = ("loader", "bare", "trainer", "eval", "infer", "scaling")
+
+
+def build_parser():
+    parser = base_parser(__doc__)
+    parser.add_argument("--iters", type=int, default=50, help="timed training steps (default 50)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before them (default 10)")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="K > 1 also measures K processes under torchrun against 1 (scaling)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of the single-process measurements (default: torch's default)")
+    parser.add_argument("--scaling_threads", type=int, default=None,
+                        help="threads per process of both scaling runs (default: CPU cores // K on CPU, else 1)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="alternate bare loop and trainer (and the 1- and K-process runs) R times and keep the "
+                             "best of each, which is the least disturbed by other load (default 1)")
+    parser.add_argument("--weights", default=None,
+                        help="checkpoint for the eval and infer measurements (default: Global.checkpoints or "
+                             "pretrained_model, else the initial weights)")
+    parser.add_argument("--infer_dir", default=None, help="images for the infer measurement (default Global.infer_img)")
+    parser.add_argument("--infer_images", type=int, default=200, help="at most this many images (default 200)")
+    parser.add_argument("--infer_batch_size", type=int, default=8)
+    parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="measurements to leave out")
+    parser.add_argument("--output_dir", default=None,
+                        help="trainer runs, logs and the JSON go here (default ./output/benchmark/<config name>)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument("--part", default="all", choices=("all", "trainer"),
+                        help="'trainer': only the trainer measurement (what the scaling runs start under torchrun)")
+    return parser
+
+
+def write_json(result, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = path + ".tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=2, default=str)
+    os.replace(temporary, path)
+
+
+def run_trainer_part(args, config, env, save_dir: str) -> None:
+    """Under torchrun: the trainer measurement, written by rank 0."""
+    from ppdist.benchmark.measurements import measure_trainer, training_config
+
+    trainer = measure_trainer(training_config(config, args.warmup, args.iters, save_dir), env, args.warmup, args.iters)
+    if env.is_main and args.json:
+        write_json({"trainer": trainer}, args.json)
+
+
+def run_all(args, config, env, overrides, output_dir: str) -> dict:
+    from ppdist.benchmark import measurements as m
+    from ppdist.benchmark.environment import describe_environment
+    from ppdist.benchmark.report import best_run, format_report
+    from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
+    from ppdist.errors import ConfigError
+    from ppdist.inference.runners import list_images
+
+    glob = config["Global"]
+    skip = set(args.skip)
+    result = {"config": args.config, "overrides": overrides, "warmup": args.warmup, "iters": args.iters,
+              "environment": describe_environment(config, env.device), "notes": []}
+    say = lambda text: print(f"benchmark: {text}", flush=True)  # noqa: E731
+    train_cfg = m.training_config(config, args.warmup, args.iters, os.path.join(output_dir, "trainer"))
+    if not {"bare", "loader"} <= skip:
+        say(f"loading {args.warmup + args.iters} training batches (data loader alone)")
+        batches, loader = m.load_batches(train_cfg, args.warmup + args.iters, args.warmup, env.device)
+        result["loader"] = loader
+        from ppdist.data.build import build_dataloader
+
+        steps_per_epoch = len(build_dataloader(train_cfg, "Train", "train", 0, 1, env.device.type).batch_sampler)
+    bare_runs, trainer_runs = [], []
+    for attempt in range(max(1, args.repeat)):
+        if "bare" not in skip:
+            say(f"bare loop, run {attempt + 1}")
+            bare_runs.append(m.measure_bare_loop(train_cfg, env.device, batches, args.warmup, steps_per_epoch))
+        if "trainer" not in skip:
+            say(f"trainer, run {attempt + 1} (its log lines: {os.path.join(output_dir, 'benchmark.log')})")
+            trainer_runs.append(m.measure_trainer(train_cfg, env, args.warmup, args.iters))
+    if "bare" not in skip:
+        del batches
+        result["bare_loop"] = dict(best_run(bare_runs), runs=[r["samples_per_s"] for r in bare_runs])
+    if trainer_runs:
+        result["trainer"] = dict(best_run(trainer_runs), runs=[r["samples_per_s"] for r in trainer_runs])
+    if "bare_loop" in result and "trainer" in result:
+        result["trainer_overhead"] = result["trainer"]["samples_per_s"] / result["bare_loop"]["samples_per_s"]
+    if "loader" in skip:
+        result.pop("loader", None)
+    weights = args.weights or glob["checkpoints"] or glob["pretrained_model"]
+    if weights == "auto":
+        weights = None
+    if "eval" not in skip:
+        if config.get("Eval"):
+            say("evaluation pass")
+            result["eval"] = m.measure_eval(config, env, weights)
+        else:
+            result["notes"].append("no Eval section: eval not measured")
+    if "infer" not in skip:
+        infer_dir = args.infer_dir or glob["infer_img"]
+        if infer_dir and os.path.exists(infer_dir):
+            paths = list_images(infer_dir)[:args.infer_images]
+            say(f"inference over {len(paths)} images")
+            result["infer"] = m.measure_infer(config, weights, paths, args.infer_batch_size, env.device)
+        else:
+            result["notes"].append(f"infer not measured: no images (--infer_dir or Global.infer_img; got {infer_dir!r})")
+    if not weights and ("eval" in result or "infer" in result):
+        result["notes"].append("eval/infer ran on the initial weights (--weights for a trained checkpoint)")
+    if args.nproc > 1 and "scaling" not in skip:
+        threads = args.scaling_threads or (max(1, (os.cpu_count() or 1) // args.nproc) if env.device.type == "cpu" else 1)
+        if env.device.type == "cuda" and args.nproc > __import__("torch").cuda.device_count():
+            raise ConfigError(f"--nproc {args.nproc} needs {args.nproc} GPUs, this machine has "
+                              f"{__import__('torch').cuda.device_count()}")
+        runs = {1: [], args.nproc: []}
+        for attempt in range(max(1, args.repeat)):  # alternated, like the bare loop and the trainer
+            for nproc in runs:
+                say(f"scaling: {nproc} process(es) x {threads} thread(s) under torchrun, run {attempt + 1}")
+                runs[nproc].append(run_trainer_processes(nproc, args.config, overrides, args.warmup, args.iters,
+                                                         threads, os.path.join(output_dir, "scaling")))
+        single, multi = (dict(best_run(runs[n]), runs=[r["samples_per_s"] for r in runs[n]]) for n in runs)
+        result["scaling"] = scaling_summary(single, multi, args.nproc)
+    print(format_report(result), flush=True)
+    return result
+
+
+def main() -> int:
+    args = build_parser().parse_args()
+    import logging
+
+    import torch
+
+    from ppdist.config import load_config
+    from ppdist.data.prepare import ensure_synthetic_data
+    from ppdist.engine.dist import cleanup, init_distributed
+    from ppdist.engine.logger import setup_logger
+    from ppdist.errors import ConfigError
+
+    if args.iters < 1 or args.warmup < 1:
+        raise ConfigError("--iters and --warmup must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = flat_overrides(args.opt)
+    config = load_config(args.config, overrides)
+    if not config.get("Train"):
+        raise ConfigError(f"{args.config}: missing required section Train")
+    stem = os.path.splitext(os.path.basename(args.config))[0]
+    output_dir = os.path.abspath(args.output_dir or os.path.join("output", "benchmark", stem))
+    env = init_distributed(config["Global"]["use_gpu"], config["Global"]["dist_timeout"])
+    logger = setup_logger(os.path.join(output_dir, "benchmark.log"), env.rank)
+    for handler in list(logger.handlers):  # the trainer's lines go to the log file, the report to the console
+        if not isinstance(handler, logging.FileHandler):
+            logger.removeHandler(handler)
+    try:
+        if env.distributed and args.part == "all":
+            raise ConfigError("run tools/benchmark.py as one process (not under torchrun): --nproc K starts the "
+                              "K-process measurement under torchrun itself")
+        ensure_synthetic_data(config, env)
+        if args.part == "trainer":
+            run_trainer_part(args, config, env, output_dir)
+            return 0
+        result = run_all(args, config, env, overrides, output_dir)
+        write_json(result, args.json or os.path.join(output_dir, "benchmark.json"))
+    finally:
+        cleanup(env)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
