@@ -1,0 +1,1 @@
+"""Reading PaddlePaddle artefacts (weights files) without Paddle installed."""
