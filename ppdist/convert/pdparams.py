@@ -22,6 +22,7 @@ from ppdist.errors import CheckpointError
 STRUCTURED_NAMES_KEY = "StructuredToParameterName@@"
 SPLIT_PARAMS_KEY = "UnpackBigParamInfor@@"  # protocol 2/3 files: huge arrays stored in flat slices
 PADDLE_SUFFIXES = (".pdparams", ".pdema", ".pdopt")
+WRAPPER_KEYS = ("model", "state_dict", "net")
 
 
 class UnsafePickleError(CheckpointError):
@@ -133,13 +134,17 @@ def join_split_arrays(data: Dict[str, Any], source: str) -> Dict[str, Any]:
 def load_pdparams(path: str) -> Dict[str, np.ndarray]:
     """A Paddle state dict: structured parameter name -> numpy array.
 
-    Accepts ``.pdparams`` (PaddleDetection keeps EMA weights there), ``.pdema`` and the tensors
-    of a ``.pdopt``; non-array entries (the name table, LR scheduler state) are left out.
+    Accepts ``.pdparams`` (PaddleDetection keeps EMA weights there), ``.pdema``, the tensors of a
+    ``.pdopt``, and a dict that wraps the state dict under ``model``/``state_dict``/``net``;
+    non-array entries (the name table, LR scheduler state) are left out.
     """
     data = read_paddle_pickle(path)
     if not isinstance(data, Mapping):
         raise CheckpointError(f"{path} holds a {type(data).__name__}, not a Paddle state dict (name -> tensor)")
     data = join_split_arrays(dict(data), path)
+    wrapped = [key for key in WRAPPER_KEYS if isinstance(data.get(key), Mapping)]
+    if wrapped and not any(isinstance(_as_array(v), np.ndarray) for v in data.values()):
+        data = join_split_arrays(dict(data[wrapped[0]]), path)  # e.g. paddle.save({"model": sd, "epoch": n})
     state: Dict[str, np.ndarray] = {}
     for key, value in data.items():
         if key == STRUCTURED_NAMES_KEY:
