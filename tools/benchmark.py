@@ -65,6 +65,8 @@ def run_trainer_part(args, config, env, save_dir: str) -> None:
 
 
 def run_all(args, config, env, overrides, output_dir: str) -> dict:
+    import torch
+
     from ppdist.benchmark import measurements as m
     from ppdist.benchmark.environment import describe_environment
     from ppdist.benchmark.report import best_run, format_report
@@ -82,14 +84,12 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
         say(f"loading {args.warmup + args.iters} training batches (data loader alone)")
         batches, loader = m.load_batches(train_cfg, args.warmup + args.iters, args.warmup, env.device)
         result["loader"] = loader
-        from ppdist.data.build import build_dataloader
-
-        steps_per_epoch = len(build_dataloader(train_cfg, "Train", "train", 0, 1, env.device.type).batch_sampler)
     bare_runs, trainer_runs = [], []
     for attempt in range(max(1, args.repeat)):
         if "bare" not in skip:
             say(f"bare loop, run {attempt + 1}")
-            bare_runs.append(m.measure_bare_loop(train_cfg, env.device, batches, args.warmup, steps_per_epoch))
+            bare_runs.append(m.measure_bare_loop(train_cfg, env.device, batches, args.warmup,
+                                                 loader["steps_per_epoch"]))
         if "trainer" not in skip:
             say(f"trainer, run {attempt + 1} (its log lines: {os.path.join(output_dir, 'benchmark.log')})")
             trainer_runs.append(m.measure_trainer(train_cfg, env, args.warmup, args.iters))
@@ -123,9 +123,9 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
         result["notes"].append("eval/infer ran on the initial weights (--weights for a trained checkpoint)")
     if args.nproc > 1 and "scaling" not in skip:
         threads = args.scaling_threads or (max(1, (os.cpu_count() or 1) // args.nproc) if env.device.type == "cpu" else 1)
-        if env.device.type == "cuda" and args.nproc > __import__("torch").cuda.device_count():
+        if env.device.type == "cuda" and args.nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {args.nproc} needs {args.nproc} GPUs, this machine has "
-                              f"{__import__('torch').cuda.device_count()}")
+                              f"{torch.cuda.device_count()}")
         runs = {1: [], args.nproc: []}
         for attempt in range(max(1, args.repeat)):  # alternated, like the bare loop and the trainer
             for nproc in runs:

@@ -9,6 +9,7 @@ from typing import Any, Dict, Mapping
 import torch
 
 from ppdist.config import compile_options
+from ppdist.data.build import loader_options
 
 
 def git_commit(path: str) -> str:
@@ -37,6 +38,7 @@ def describe_environment(config: Mapping[str, Any], device: torch.device) -> Dic
     train_loader = config["Train"]["loader"]
     amp = f"{glob['amp_dtype']}" if glob["use_amp"] and device.type == "cuda" else "off"
     options = compile_options(glob)
+    loading = loader_options(train_loader, device.type)
     return {
         "ppdist_commit": git_commit(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
         "python": platform.python_version(),
@@ -50,9 +52,8 @@ def describe_environment(config: Mapping[str, Any], device: torch.device) -> Dic
         "amp": amp,
         "channels_last": bool(glob["channels_last"]),
         "compile": "off" if options is None else (options or "default"),
-        "pin_memory": train_loader["pin_memory"] if train_loader["pin_memory"] is not None else device.type == "cuda",
-        "persistent_workers": (train_loader["persistent_workers"] if train_loader["persistent_workers"] is not None
-                               else int(train_loader["num_workers"]) > 0),
-        "prefetch_factor": train_loader["prefetch_factor"],
+        "pin_memory": loading["pin_memory"],
+        "persistent_workers": loading.get("persistent_workers", False),
+        "prefetch_factor": loading.get("prefetch_factor", 2 if train_loader["num_workers"] else None),
         "cv2_num_threads": train_loader["cv2_num_threads"],
     }

@@ -61,7 +61,8 @@ def measure_trainer(config: Dict[str, Any], env: DistEnv, warmup: int, iters: in
 
 def load_batches(config: Mapping[str, Any], count: int, warmup: int, device: torch.device) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """The first ``count`` training batches of a single-process run (epoch after epoch), moved to
-    ``device``; also the loader's own throughput over the batches after ``warmup``."""
+    ``device``; also the loader's own throughput over the batches after ``warmup`` and its
+    batches per epoch."""
     from ppdist.data.build import build_dataloader
 
     glob = config["Global"]
@@ -85,6 +86,7 @@ def load_batches(config: Mapping[str, Any], count: int, warmup: int, device: tor
                 break
         epoch += 1
     seconds = time.perf_counter() - start if start is not None else 0.0
+    steps_per_epoch = len(loader)
     del loader  # stop the workers before the model runs
     batches = []
     for epoch_of_batch, batch in raw:
@@ -92,7 +94,7 @@ def load_batches(config: Mapping[str, Any], count: int, warmup: int, device: tor
         batch[EPOCH_KEY] = epoch_of_batch - 1
         batches.append(batch)
     loader_result = {"samples_per_s": timed_samples / seconds if seconds > 0 else 0.0, "samples": timed_samples,
-                     "batches": count - warmup, "seconds": seconds,
+                     "batches": count - warmup, "seconds": seconds, "steps_per_epoch": steps_per_epoch,
                      "num_workers": int(config["Train"]["loader"]["num_workers"])}
     return batches, loader_result
 

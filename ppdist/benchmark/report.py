@@ -5,10 +5,9 @@ from typing import Any, Dict, List, Mapping
 
 
 def _env_line(env: Mapping[str, Any]) -> str:
-    compile_setting = env["compile"] if isinstance(env["compile"], str) else f"{env['compile']}"
     return (f"torch {env['torch']}, {env['device']}, {env['cpu_count']} CPU cores, {env['threads']} thread(s), "
             f"{env['train_workers']} train worker(s), batch {env['train_batch_size_per_card']}/process, "
-            f"AMP {env['amp']}, channels_last {'on' if env['channels_last'] else 'off'}, compile {compile_setting}")
+            f"AMP {env['amp']}, channels_last {'on' if env['channels_last'] else 'off'}, compile {env['compile']}")
 
 
 def format_report(result: Mapping[str, Any]) -> str:

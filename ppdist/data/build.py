@@ -138,6 +138,18 @@ class WorkerInit:
         np.random.seed(worker_seed)
 
 
+def loader_options(loader_cfg: Mapping[str, Any], device_type: str) -> Dict[str, Any]:
+    """pin_memory / persistent_workers / prefetch_factor as the DataLoader gets them: pinned
+    memory with CUDA and persistent workers unless the config says otherwise."""
+    pin, persistent = loader_cfg.get("pin_memory"), loader_cfg.get("persistent_workers")
+    options: Dict[str, Any] = {"pin_memory": (device_type == "cuda") if pin is None else bool(pin)}
+    if int(loader_cfg["num_workers"]) > 0:
+        options["persistent_workers"] = True if persistent is None else bool(persistent)
+        if loader_cfg.get("prefetch_factor") is not None:
+            options["prefetch_factor"] = int(loader_cfg["prefetch_factor"])
+    return options
+
+
 def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: int = 0,
                      world_size: int = 1, device_type: str = "cpu") -> DataLoader:
     """A DataLoader over ``config[section]`` with ppdist's samplers and collate."""
@@ -159,20 +171,12 @@ def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: i
     workers = int(loader_cfg["num_workers"])
     generator = torch.Generator()
     generator.manual_seed(seed + rank)  # keep the global RNG untouched by loader start-up
-    kwargs: Dict[str, Any] = {}
-    if workers > 0:
-        persistent = loader_cfg.get("persistent_workers")
-        kwargs["persistent_workers"] = True if persistent is None else bool(persistent)
-        if loader_cfg.get("prefetch_factor") is not None:
-            kwargs["prefetch_factor"] = int(loader_cfg["prefetch_factor"])
-    pin = loader_cfg.get("pin_memory")
     return DataLoader(
         dataset,
         batch_sampler=sampler,
         num_workers=workers,
         collate_fn=Collate(batch_ops),
-        pin_memory=(device_type == "cuda") if pin is None else bool(pin),
         worker_init_fn=WorkerInit(seed, rank, loader_cfg.get("cv2_num_threads", 0)),
         generator=generator,
-        **kwargs,
+        **loader_options(loader_cfg, device_type),
     )

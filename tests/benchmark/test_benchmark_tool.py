@@ -33,6 +33,8 @@ def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
     assert data["infer"]["images"] == 10 and data["infer"]["images_per_s"] > 0
     env = data["environment"]
     assert env["channels_last"] is True and env["compile"] == "off" and env["train_workers"] == 1
+    assert (env["pin_memory"], env["persistent_workers"], env["prefetch_factor"]) == (False, True, 2)
+    assert data["loader"]["steps_per_epoch"] == 512 // batch
     assert "eval/infer ran on the initial weights (--weights for a trained checkpoint)" in data["notes"]
     assert "trainer overhead  ratio" in result.stdout and "speed-up" in result.stdout
     # the trainer's own log lines went to the log file, not the report

@@ -128,3 +128,14 @@ def test_worker_init_sets_opencv_threads():
     finally:
         cv2.setNumThreads(before)
         torch.set_num_threads(torch_threads)
+
+
+def test_loader_options_defaults_and_overrides():
+    from ppdist.data.build import loader_options
+
+    base = {"num_workers": 2, "pin_memory": None, "persistent_workers": None, "prefetch_factor": None}
+    assert loader_options(base, "cuda") == {"pin_memory": True, "persistent_workers": True}
+    assert loader_options(base, "cpu") == {"pin_memory": False, "persistent_workers": True}
+    custom = dict(base, pin_memory=False, persistent_workers=False, prefetch_factor=4)
+    assert loader_options(custom, "cuda") == {"pin_memory": False, "persistent_workers": False, "prefetch_factor": 4}
+    assert loader_options(dict(custom, num_workers=0), "cuda") == {"pin_memory": False}  # no worker options
