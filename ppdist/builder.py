@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from torch import nn
 
 import ppdist.components  # noqa: F401  (registers every component)
-from ppdist.config import inject_globals, shared_global_values
+from ppdist.config import STAGE_PRETRAINED_KEY, inject_globals, shared_global_values
 from ppdist.registry import BACKBONES, HEADS, LOSSES, METRICS, NECKS, POSTPROCESSES
 
 
@@ -47,6 +47,8 @@ def build_model(config: Mapping[str, Any]) -> nn.Module:
         if count is not None:
             head["out_channels"] = int(count)
     arch["Head"] = head
+    if arch.get("Backbone"):  # loaded by the trainer (checkpoint.load_initial_weights), not a constructor key
+        arch["Backbone"] = {k: v for k, v in arch["Backbone"].items() if k != STAGE_PRETRAINED_KEY}
     shared = shared_global_values(config)
     for key, registry in (("Backbone", BACKBONES), ("Neck", NECKS), ("Head", HEADS)):
         if arch.get(key):

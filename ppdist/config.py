@@ -17,6 +17,7 @@ import yaml
 from ppdist.errors import ConfigError
 from ppdist.registry import _type_matches, did_you_mean
 
+STAGE_PRETRAINED_KEY = "pretrained"  # Architecture.Backbone.pretrained: backbone-only weights
 SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval")
 BASE_KEY = "_BASE_"
 
@@ -72,7 +73,8 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "eval_batch_step": GlobalKey((list, int), [0, 2000], "[start, interval] in global steps; an int means [0, int]."),
     "eval_batch_epoch": GlobalKey((int, _NONE), None, "Evaluate every N epochs instead of eval_batch_step."),
     "cal_metric_during_train": GlobalKey((bool,), False, "Compute the metric on each training batch for the log."),
-    "pretrained_model": GlobalKey((str, _NONE), None, "Weights to start from (shape mismatches are skipped and listed)."),
+    "pretrained_model": GlobalKey((str, _NONE), None, "Weights to start from: a ppdist .pt or a Paddle .pdparams "
+                                  "(or its prefix), converted on load; shape mismatches are skipped and listed."),
     "checkpoints": GlobalKey((str, _NONE), None, "Checkpoint to resume from, or 'auto' for save_model_dir/latest."),
     "save_inference_dir": GlobalKey((str, _NONE), None, "Export directory (tools/export_model.py)."),
     "use_visualdl": GlobalKey((bool,), False, "Paddle's VisualDL switch; mapped to TensorBoard."),
@@ -438,6 +440,18 @@ def _validate_optimizer(config: Dict[str, Any]) -> None:
             _check_type(opt[key], _NUM, f"Optimizer.{key}")
 
 
+def _without_stage_pretrained(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """``Architecture.Backbone`` minus its ``pretrained`` weights path (checked to be a path)."""
+    value = entry[STAGE_PRETRAINED_KEY]
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} must be a weights path (.pt or Paddle "
+                          f".pdparams) or null, got {value!r}")
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        raise ConfigError(f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} is a URL ({value}); ppdist does not "
+                          f"download weights: download the file and give its local path")
+    return {k: v for k, v in entry.items() if k != STAGE_PRETRAINED_KEY}
+
+
 def _validate_architecture(config: Dict[str, Any], shared: Mapping[str, Any]) -> None:
     from ppdist.registry import BACKBONES, HEADS, NECKS
 
@@ -456,6 +470,8 @@ def _validate_architecture(config: Dict[str, Any], shared: Mapping[str, Any]) ->
             continue
         if entry is None:
             raise ConfigError(f"missing required key Architecture.{key}")
+        if key == "Backbone" and isinstance(entry, dict) and STAGE_PRETRAINED_KEY in entry:
+            entry = _without_stage_pretrained(entry)
         _check_component(registry, entry, f"Architecture.{key}", shared, injected=("in_channels", "out_channels"))
 
 
@@ -487,10 +503,15 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
 def load_config(path: str, overrides: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Load ``path`` with its ``_BASE_`` files, apply ``overrides`` and validate.
 
-    Every ``ConfigError`` message starts with the config file it concerns.
+    Every ``ConfigError`` message starts with the config file it concerns. A PaddleDetection or
+    PaddleSeg config is converted to ppdist's schema first (``ppdist.convert.config_convert``).
     """
+    from ppdist.convert.config_convert import load_paddle_config
+
     try:
-        config = load_yaml_with_bases(path)
+        config = load_paddle_config(path)
+        if config is None:
+            config = load_yaml_with_bases(path)
         apply_overrides(config, overrides or ())
         return validate(config)
     except ConfigError as exc:

@@ -24,6 +24,7 @@ def main() -> int:
     extra = ([f"Metric.output_dir={args.output_dir}"] if args.output_dir else []) + \
         (["Metric.classwise=true"] if args.classwise else [])
     from ppdist.config import load_config
+    from ppdist.convert.config_convert import conversion_of, report_conversion
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
     from ppdist.engine.logger import setup_logger
@@ -33,6 +34,7 @@ def main() -> int:
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(None, env.rank)
+    report_conversion(conversion_of(args.config), None, logger, env.rank == 0)  # Paddle config: what was not converted
     try:
         ensure_synthetic_data(config, env)
         metrics = evaluate_checkpoint(config, env)

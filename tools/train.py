@@ -12,6 +12,7 @@ from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
 def main() -> int:
     args = base_parser(__doc__).parse_args()
     from ppdist.config import load_config
+    from ppdist.convert.config_convert import conversion_of, report_conversion
     from ppdist.errors import ConfigError
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
@@ -19,11 +20,13 @@ def main() -> int:
     from ppdist.engine.trainer import Trainer
 
     config = load_config(args.config, flat_overrides(args.opt))  # validated before anything runs
+    conversion = conversion_of(args.config)  # a PaddleDetection/PaddleSeg config, converted on load; else None
     if not config.get("Train"):
         raise ConfigError(f"{args.config}: missing required section Train")
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
+    report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
     if args.profiler_options:
         logger.warning("-p/--profiler_options is ignored; use tools/benchmark.py")
     try:

@@ -1,1 +1,3 @@
-"""Reading PaddlePaddle artefacts (weights files) without Paddle installed."""
+"""Bring Paddle artefacts to ppdist: ``.pdparams`` weights read without Paddle (``pdparams``) and
+converted per model (``naming``, ``names_*``, ``weights``); PaddleDetection / PaddleSeg / PaddleOCR
+configs converted to ppdist's schema (``config_*``)."""

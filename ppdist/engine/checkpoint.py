@@ -15,16 +15,24 @@ import numpy as np
 import torch
 from torch import nn
 
+from ppdist.convert.pdparams import is_paddle_weights, load_pdparams
+from ppdist.convert.weights import convert_state_dict
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
 from ppdist.errors import CheckpointError, ConfigError
 
 logger = logging.getLogger("ppdist")
 SUFFIX = ".pt"
+PADDLE_SUFFIX = ".pdparams"
+PADDLE_KEY = "paddle_state_dict"  # load_file's wrapper of a Paddle file's arrays
 
 
 def checkpoint_path(prefix_or_path: str) -> str:
-    """``output/x/best_accuracy`` or ``.../best_accuracy.pt`` -> the existing ``.pt`` path."""
-    candidates = [prefix_or_path] if prefix_or_path.endswith(SUFFIX) else [prefix_or_path + SUFFIX, prefix_or_path]
+    """``output/x/best_accuracy`` or ``.../best_accuracy.pt`` -> the existing ``.pt`` path; a Paddle
+    prefix (``.../best_accuracy`` with ``best_accuracy.pdparams`` beside it) -> the ``.pdparams``."""
+    if prefix_or_path.endswith(SUFFIX) or is_paddle_weights(prefix_or_path):
+        candidates = [prefix_or_path]
+    else:
+        candidates = [prefix_or_path + SUFFIX, prefix_or_path, prefix_or_path + PADDLE_SUFFIX]
     for path in candidates:
         if os.path.isfile(path):
             return path
@@ -43,7 +51,13 @@ def save_atomic(obj: Mapping[str, Any], path: str) -> None:
 
 
 def load_file(path: str) -> Dict[str, Any]:
-    """Load a checkpoint or state dict safely (``weights_only=True``) onto the CPU."""
+    """Load a checkpoint or state dict safely (``weights_only=True``) onto the CPU.
+
+    A Paddle weights file (``.pdparams`` / ``.pdema``) is read without running code and returned
+    as ``{PADDLE_KEY: {paddle name: array}}``; ``model_weights`` converts it for a given model.
+    """
+    if is_paddle_weights(path):
+        return {PADDLE_KEY: load_pdparams(path)}
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -131,6 +145,16 @@ def extract_model_state(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return data
 
 
+def upgrade_legacy_keys(model: nn.Module, state: Dict[str, Any]) -> Dict[str, Any]:
+    """``state`` with keys that older ppdist versions wrote renamed, by each module that defines
+    ``upgrade_legacy_keys(state, prefix)`` (also a load_state_dict pre-hook of those modules)."""
+    for name, module in model.named_modules():
+        upgrade = getattr(module, "upgrade_legacy_keys", None)
+        if callable(upgrade):
+            upgrade(state, f"{name}." if name else "")
+    return state
+
+
 def load_matching_weights(model: nn.Module, state: Mapping[str, Any], source: str) -> Tuple[List[str], List[str], List[str]]:
     """Copy the tensors whose name and shape match; return (loaded, mismatched, missing).
 
@@ -140,8 +164,8 @@ def load_matching_weights(model: nn.Module, state: Mapping[str, Any], source: st
     own = model.state_dict()
     loaded, mismatched = [], []
     filtered = {}
+    state = upgrade_legacy_keys(model, {(k[7:] if k.startswith("module.") else k): v for k, v in state.items()})
     for key, value in state.items():
-        key = key[7:] if key.startswith("module.") else key
         if key not in own or not isinstance(value, torch.Tensor):
             continue
         if tuple(own[key].shape) != tuple(value.shape):
@@ -166,10 +190,27 @@ def inference_weights(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return ema["module"] if isinstance(ema, Mapping) and "module" in ema else extract_model_state(data)
 
 
+def converted_paddle_weights(model: nn.Module, data: Mapping[str, Any], source: str,
+                             stage: Optional[str] = None) -> Optional[Mapping[str, Any]]:
+    """``model``'s (or its ``stage``'s) tensors converted from a Paddle file read by ``load_file``,
+    with the conversion report logged; None when ``data`` is not from a Paddle file."""
+    if PADDLE_KEY not in data:
+        return None
+    state, report = convert_state_dict(model, data[PADDLE_KEY], source, stage)
+    report.log()
+    if not report.loaded:
+        raise CheckpointError(f"{source}: none of its {len(data[PADDLE_KEY])} tensors fits "
+                              f"{'Architecture.' + stage.capitalize() if stage else 'the Architecture'} "
+                              f"(first file keys: {', '.join(list(data[PADDLE_KEY])[:5])})")
+    return state
+
+
 def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: str) -> None:
-    """Put ``inference_weights(data)`` into ``model``; every tensor must fit (evaluation and export
-    of a trained model, unlike ``pretrained_model``)."""
-    _, mismatched, missing = load_matching_weights(model, inference_weights(data), source)
+    """Put ``inference_weights(data)`` (or a Paddle file's converted tensors) into ``model``; every
+    tensor must fit (evaluation and export of a trained model, unlike ``pretrained_model``)."""
+    state = converted_paddle_weights(model, data, source)
+    _, mismatched, missing = load_matching_weights(model, state if state is not None else inference_weights(data),
+                                                   source)
     if mismatched or missing:
         raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
                           f"{len(missing)} missing tensor(s) (see the warnings above)")
@@ -178,4 +219,34 @@ def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: st
 def load_pretrained(model: nn.Module, path: str) -> None:
     """``Global.pretrained_model``: weights only, shape mismatches skipped and listed."""
     data = load_file(checkpoint_path(path))
-    load_matching_weights(model, extract_model_state(data), path)
+    state = converted_paddle_weights(model, data, path)
+    load_matching_weights(model, state if state is not None else extract_model_state(data), path)
+
+
+def load_stage_pretrained(model: nn.Module, stage: str, path: str) -> None:
+    """``Architecture.Backbone.pretrained``: weights of one stage (e.g. ImageNet backbone weights,
+    with or without a ``backbone.`` prefix, Paddle or ppdist); mismatches skipped and listed."""
+    data = load_file(checkpoint_path(path))
+    module = model.get_submodule(stage)
+    state = converted_paddle_weights(model, data, path, stage)
+    if state is None:
+        prefix = stage + "."
+        raw = extract_model_state(data)
+        stripped = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
+        state = stripped or raw
+    loaded, _, _ = load_matching_weights(module, state, f"{path} ({stage})")
+    if not loaded:
+        raise CheckpointError(f"{path}: no tensor fits Architecture.{stage.capitalize()} (is it a weights "
+                              f"file for this {stage}?)")
+
+
+def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:
+    """A new run's starting weights: ``Architecture.Backbone.pretrained``, then
+    ``Global.pretrained_model`` over it (PaddleSeg's order: backbone at build, model after).
+    Returns whether any weights were loaded."""
+    backbone = (config.get("Architecture") or {}).get("Backbone") or {}
+    if backbone.get("pretrained"):
+        load_stage_pretrained(model, "backbone", backbone["pretrained"])
+    if config["Global"].get("pretrained_model"):
+        load_pretrained(model, config["Global"]["pretrained_model"])
+    return bool(backbone.get("pretrained") or config["Global"].get("pretrained_model"))

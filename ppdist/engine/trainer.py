@@ -163,8 +163,7 @@ class Trainer:
         found = self._find_resume_state()
         if found is not None:
             self.load_state_dict(*found)
-        elif self.glob["pretrained_model"]:
-            ckpt.load_pretrained(self.model, self.glob["pretrained_model"])
+        elif ckpt.load_initial_weights(self.model, self.config):
             if self.ema is not None:  # the average starts from the pretrained weights
                 self.ema.module.load_state_dict(self.model.state_dict())
 

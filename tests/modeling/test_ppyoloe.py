@@ -149,3 +149,31 @@ def test_norm_params_exempt_from_l2(model_s):
                 assert not hasattr(module.weight, "regularizer_factor")
     assert "proj" not in dict(model_s.named_parameters())
     assert model_s.head.proj.tolist() == list(range(17))
+
+
+def test_neck_reads_checkpoints_with_the_positional_spp_names():
+    """Before the SPP was named ``spp`` (as in PaddleDetection) ppdist stored it at ``convs.<(n-1)//2 + 1>``
+    with later blocks shifted: such checkpoints still load, through load_state_dict and pretrained loading."""
+    import torch
+
+    from ppdist.engine.checkpoint import load_matching_weights
+    from ppdist.modeling.necks.custom_csp_pan import CSPStage
+
+    torch.manual_seed(0)
+    stage = CSPStage(8, 8, n=3, spp=True)
+    assert list(stage.convs._modules) == ["0", "1", "spp", "2"]
+    position = {"0": "0", "1": "1", "spp": "2", "2": "3"}
+    legacy = {}
+    for key, value in stage.state_dict().items():
+        if key.startswith("convs."):
+            name, rest = key[len("convs."):].split(".", 1)
+            key = f"convs.{position[name]}.{rest}"
+        legacy[key] = value
+    strict = CSPStage(8, 8, n=3, spp=True)
+    strict.load_state_dict(legacy)
+    matched = CSPStage(8, 8, n=3, spp=True)
+    _, mismatched, missing = load_matching_weights(matched, dict(legacy), "legacy")
+    assert not mismatched and not missing
+    for model in (strict, matched):
+        for key, value in stage.state_dict().items():
+            assert torch.equal(model.state_dict()[key], value), key

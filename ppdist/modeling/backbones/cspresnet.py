@@ -14,17 +14,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ppdist.modeling.layers import (NormNoDecayModule, init_paddle_conv_default, make_activation,
-                                    tag_norm_no_decay)
+from ppdist.modeling.layers import (NormNoDecayModule, hard_sigmoid_paddle, init_paddle_conv_default,
+                                    make_activation, tag_norm_no_decay)
 from ppdist.registry import BACKBONES
 
 
+# Paddle's ``F.hardsigmoid`` default slope 0.1666667 (a float32 attribute), not PyTorch's 1/6: 2 float32 ulp apart,
+# a difference tests/convert/test_det_equivalence.py's float64 comparison sees (1e-6..6e-6 px on its boxes)
+PADDLE_HARDSIGMOID_SLOPE = torch.tensor(0.1666667, dtype=torch.float32).item()
+
+
+class PaddleHardSigmoid(nn.Module):
+    """Paddle's ``hardsigmoid``: ``clamp(x * 0.1666667 + 0.5, 0, 1)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return hard_sigmoid_paddle(x, PADDLE_HARDSIGMOID_SLOPE, 0.5)
+
+
 def get_activation(act: Optional[str]) -> nn.Module:
-    """Activation by Paddle name: ``swish`` (x * sigmoid x), ``hardsigmoid`` (relu6(x+3)/6), ..."""
+    """Activation by Paddle name: ``swish`` (x * sigmoid x), ``hardsigmoid`` (Paddle's, see above), ..."""
     if act in ("swish", "silu"):
         return nn.SiLU()
     if act == "hardsigmoid":
-        return nn.Hardsigmoid()
+        return PaddleHardSigmoid()
     if act in ("leaky", "leaky_relu"):
         return nn.LeakyReLU(0.1)
     return make_activation(act)
@@ -128,7 +140,8 @@ class BasicBlock(nn.Module):
 
 
 class EffectiveSELayer(nn.Module):
-    """Effective squeeze-excitation: ``x * hardsigmoid(fc(mean_hw(x)))`` with a biased 1x1 fc."""
+    """Effective squeeze-excitation: ``x * hardsigmoid(fc(mean_hw(x)))`` with a biased 1x1 fc (Paddle's
+    hardsigmoid, slope 0.1666667)."""
 
     def __init__(self, channels: int, act: str = "hardsigmoid") -> None:
         super().__init__()

@@ -7,7 +7,8 @@ coarsest first ``[s32, s16, s8]``.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,10 @@ class SPP(nn.Module):
 
 class CSPStage(nn.Module):
     """Two 1x1 ConvBNs to ``cout // 2``; one passes ``n`` BasicBlocks (no shortcut, optional
-    SPP after block ``(n - 1) // 2``); concat; 1x1 ConvBN to ``cout``."""
+    SPP after block ``(n - 1) // 2``); concat; 1x1 ConvBN to ``cout``.
+
+    ``convs`` names its blocks by block index and the SPP ``spp`` (``convs.0``, ``convs.spp``,
+    ``convs.1``...), as PaddleDetection does, so the keys do not shift with the SPP's position."""
 
     def __init__(self, in_channels: int, out_channels: int, n: int, act: Optional[str] = "swish",
                  spp: bool = False, use_alpha: bool = False) -> None:
@@ -41,13 +45,35 @@ class CSPStage(nn.Module):
         mid = out_channels // 2
         self.conv1 = ConvBN(in_channels, mid, 1, act=act)
         self.conv2 = ConvBN(in_channels, mid, 1, act=act)
-        blocks: List[nn.Module] = []
+        blocks: Dict[str, nn.Module] = OrderedDict()
         for i in range(n):
-            blocks.append(BasicBlock(mid, mid, act=act, shortcut=False, use_alpha=use_alpha))
+            blocks[str(i)] = BasicBlock(mid, mid, act=act, shortcut=False, use_alpha=use_alpha)
             if spp and i == (n - 1) // 2:
-                blocks.append(SPP(mid * 4, mid, 1, (5, 9, 13), act=act))
-        self.convs = nn.Sequential(*blocks)
+                blocks["spp"] = SPP(mid * 4, mid, 1, (5, 9, 13), act=act)
+        self.convs = nn.Sequential(blocks)
         self.conv3 = ConvBN(mid * 2, out_channels, 1, act=act)
+        if spp:
+            self._register_load_state_dict_pre_hook(self.upgrade_legacy_keys)
+
+    def upgrade_legacy_keys(self, state_dict: Dict[str, torch.Tensor], prefix: str, *args: object) -> None:
+        """Checkpoints written before ppdist named the SPP ``spp`` held ``convs`` positionally (the SPP
+        at index ``(n - 1) // 2 + 1``, later blocks shifted by one): read them under today's names."""
+        names = list(self.convs._modules)
+        marker = prefix + "convs."
+        if "spp" not in names or any(key.startswith(marker + "spp.") for key in state_dict):
+            return
+        spp_position = names.index("spp")
+        renames = {}
+        for key in state_dict:
+            if not key.startswith(marker):
+                continue
+            index, _, rest = key[len(marker):].partition(".")
+            if not index.isdigit() or int(index) < spp_position:
+                continue
+            name = "spp" if int(index) == spp_position else str(int(index) - 1)
+            renames[key] = f"{marker}{name}.{rest}"
+        for old_key, new_key in renames.items():
+            state_dict[new_key] = state_dict.pop(old_key)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv3(torch.cat([self.conv1(x), self.convs(self.conv2(x))], dim=1))

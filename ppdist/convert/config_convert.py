@@ -1,0 +1,80 @@
+"""Convert a PaddleDetection / PaddleSeg / PaddleOCR config file to a ppdist config.
+
+``convert_config(path)`` detects the suite and returns a ``Conversion`` (the ppdist config, the
+keys with no equivalent, the conversion notes); ``Conversion.to_yaml()`` is the file to write.
+``load_paddle_config(path)`` is the hook of ``ppdist.config.load_config``: the converted config of
+a PaddleDetection/PaddleSeg file, or None for a file already in ppdist's (PaddleOCR's) schema.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, Optional
+
+from ppdist.convert.config_common import PADDLEDET, PADDLEOCR, PADDLESEG, Conversion
+from ppdist.convert.config_detect import PPDIST, UNKNOWN, detect_suite, suite_of
+from ppdist.errors import ConfigError
+
+CONVERTED_NAME = "converted_config.yml"
+
+
+def convert_config(path: str, suite: Optional[str] = None) -> Conversion:
+    """Convert ``path`` (its suite detected unless given); ``ConfigError`` with one line otherwise."""
+    suite = suite or detect_suite(path)
+    if suite == PADDLEDET:
+        from ppdist.convert.config_det import convert_det
+
+        return convert_det(path)
+    if suite == PADDLESEG:
+        from ppdist.convert.config_seg import convert_seg
+
+        return convert_seg(path)
+    if suite in (PPDIST, PADDLEOCR):
+        from ppdist.convert.config_common import read_paddle_yaml
+        from ppdist.convert.config_ocr import convert_ocr
+
+        read_paddle_yaml(path)  # a missing or unreadable file: its own one-line error
+        return convert_ocr(path)
+    from ppdist.convert.config_common import read_paddle_yaml
+
+    keys = sorted(read_paddle_yaml(path))
+    raise ConfigError(f"{path}: cannot tell which suite this config comes from: its top-level keys {keys} are not "
+                      f"PaddleOCR/ppdist sections, PaddleDetection keys (architecture, TrainReader, ...) or "
+                      f"PaddleSeg keys (model, train_dataset, ...)")
+
+
+def load_paddle_config(path: str) -> Optional[Dict[str, Any]]:
+    """The ppdist config of a PaddleDetection/PaddleSeg file (converted), else None."""
+    if detect_suite(path) not in (PADDLEDET, PADDLESEG):
+        return None
+    return convert_config(path).config
+
+
+def conversion_of(path: str) -> Optional[Conversion]:
+    """The ``Conversion`` of a PaddleDetection/PaddleSeg file, else None (for the tools' reports)."""
+    suite = detect_suite(path)
+    return convert_config(path, suite) if suite in (PADDLEDET, PADDLESEG) else None
+
+
+def report_conversion(conversion: Optional[Conversion], save_dir: Optional[str], logger: logging.Logger,
+                      is_main: bool = True) -> Optional[str]:
+    """Log the unmapped keys as warnings and (main process) save the converted YAML in ``save_dir``."""
+    if conversion is None or not is_main:
+        return None
+    logger.warning("%s is a %s config: converted to ppdist's schema", conversion.source, conversion.suite)
+    for item in conversion.unmapped:
+        logger.warning("not converted: %s", item)
+    if not save_dir:
+        return None
+    os.makedirs(save_dir, exist_ok=True)
+    target = os.path.join(save_dir, CONVERTED_NAME)
+    tmp = f"{target}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(conversion.to_yaml())
+    os.replace(tmp, target)
+    logger.info("converted config written to %s", target)
+    return target
+
+
+__all__ = ["CONVERTED_NAME", "Conversion", "convert_config", "conversion_of", "load_paddle_config",
+           "report_conversion", "detect_suite", "suite_of", "UNKNOWN"]

@@ -1,0 +1,122 @@
+"""PaddleOCR config -> ppdist config: ppdist reads PaddleOCR's schema, so the sections pass through.
+
+Keys, options and transforms ppdist does not have are removed and listed; a relative path that
+only exists inside the PaddleOCR checkout (e.g. ``ppocr/utils/ppocr_keys_v1.txt``) is rewritten
+to that location when the config is read from the checkout.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Dict, List
+
+from ppdist.config import (GLOBAL_SCHEMA, LOADER_SCHEMA, SECTIONS, STAGE_PRETRAINED_KEY, UNSUPPORTED_GLOBAL,
+                           load_yaml_with_bases)
+from ppdist.convert.config_common import PADDLEOCR, Conversion, Report, fix_path
+from ppdist.errors import ConfigError
+
+GLOBAL_PATH_KEYS = ("character_dict_path",)
+
+
+def convert_ocr(path: str) -> Conversion:
+    """The ppdist config of the PaddleOCR config ``path`` (sections kept, unsupported keys removed)."""
+    import ppdist.components  # noqa: F401  (registers every component)
+
+    report = Report()
+    config = copy.deepcopy(load_yaml_with_bases(path))
+    for key in list(config):
+        if key not in SECTIONS:
+            report.unmapped_key(key, "not a ppdist section", config.pop(key))
+    _global(config.setdefault("Global", {}) or {}, path, report)
+    _architecture(config.get("Architecture") or {}, path, report)
+    from ppdist.registry import LOSSES, METRICS, POSTPROCESSES
+
+    for section, registry in (("Loss", LOSSES), ("PostProcess", POSTPROCESSES), ("Metric", METRICS)):
+        if isinstance(config.get(section), dict):
+            _component(registry, config[section], section, path, report)
+    if isinstance(config.get("Optimizer"), dict):
+        _optimizer(config["Optimizer"], path, report)
+    for section in ("Train", "Eval"):
+        if isinstance(config.get(section), dict):
+            _data(config[section], section, path, report)
+    return Conversion(PADDLEOCR, path, config, report.unmapped, report.notes)
+
+
+def _global(glob: Dict[str, Any], path: str, report: Report) -> None:
+    for key in list(glob):
+        if key in UNSUPPORTED_GLOBAL and glob[key]:
+            report.unmapped_key(f"Global.{key}", f"not supported ({UNSUPPORTED_GLOBAL[key]})", glob.pop(key))
+        elif key not in GLOBAL_SCHEMA and key not in UNSUPPORTED_GLOBAL:
+            report.unmapped_key(f"Global.{key}", "no ppdist equivalent", glob.pop(key))
+    for key in GLOBAL_PATH_KEYS:
+        value = glob.get(key)
+        if value:
+            glob[key] = fix_path(value, path, f"Global.{key}", report)
+            if not os.path.isfile(glob[key]):
+                report.note(f"Global.{key}: {value} does not exist here (PaddleOCR resolves it from its checkout's "
+                            f"root); give it with -o Global.{key}=PATH")
+
+
+def _component(registry: Any, entry: Dict[str, Any], where: str, path: str, report: Report,
+               keep: tuple = ()) -> None:
+    name = entry.get("name")
+    if name not in registry:
+        raise ConfigError(f"{path}: {where}.name {name!r} is not supported by ppdist "
+                          f"(it has: {', '.join(registry.names())})")
+    accepted, var_kw = registry.accepted_keys(name)
+    for key in list(entry):
+        if key != "name" and key not in accepted and key not in keep and not var_kw:
+            report.unmapped_key(f"{where}.{key}", f"ppdist's {name} has no such option", entry.pop(key))
+
+
+def _architecture(arch: Dict[str, Any], path: str, report: Report) -> None:
+    from ppdist.registry import BACKBONES, HEADS, NECKS
+
+    if arch.get("Transform"):
+        raise ConfigError(f"{path}: Architecture.Transform ({arch['Transform'].get('name')}) is not supported by "
+                          f"ppdist (no TPS/STN)")
+    for key in list(arch):
+        if key not in ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels"):
+            report.unmapped_key(f"Architecture.{key}", "no ppdist equivalent", arch.pop(key))
+    for key, registry in (("Backbone", BACKBONES), ("Neck", NECKS), ("Head", HEADS)):
+        if isinstance(arch.get(key), dict):
+            _component(registry, arch[key], f"Architecture.{key}", path, report,
+                       keep=(STAGE_PRETRAINED_KEY,) if key == "Backbone" else ())
+
+
+def _optimizer(opt: Dict[str, Any], path: str, report: Report) -> None:
+    from ppdist.engine.optim import OPTIMIZER_COMMON_KEYS
+    from ppdist.registry import LR_SCHEDULERS, OPTIMIZERS
+
+    _component(OPTIMIZERS, opt, "Optimizer", path, report, keep=OPTIMIZER_COMMON_KEYS)
+    lr = opt.get("lr")
+    if isinstance(lr, dict):
+        lr.setdefault("name", "Const")
+        _component(LR_SCHEDULERS, lr, "Optimizer.lr", path, report)
+
+
+def _data(part: Dict[str, Any], section: str, path: str, report: Report) -> None:
+    from ppdist.registry import DATASETS, TRANSFORMS
+
+    for key in list(part):
+        if key not in ("dataset", "loader"):
+            report.unmapped_key(f"{section}.{key}", "no ppdist equivalent", part.pop(key))
+    dataset = part.get("dataset") or {}
+    _component(DATASETS, dataset, f"{section}.dataset", path, report, keep=("transforms", "batch_transforms"))
+    for ops_key in ("transforms", "batch_transforms"):
+        kept: List[Any] = []
+        for i, op in enumerate(dataset.get(ops_key) or []):
+            name = next(iter(op)) if isinstance(op, dict) and len(op) == 1 else None
+            if name not in TRANSFORMS:
+                report.unmapped_key(f"{section}.dataset.{ops_key}[{i}]", "ppdist has no such transform; dropped", op)
+                continue
+            params = dict(op[name] or {})
+            _component(TRANSFORMS, dict(params, name=name), f"{section}.dataset.{ops_key}[{i}].{name}", path, report)
+            accepted, var_kw = TRANSFORMS.accepted_keys(name)
+            kept.append({name: {k: v for k, v in params.items() if var_kw or k in accepted} or None})
+        if ops_key in dataset:
+            dataset[ops_key] = kept
+    loader = part.get("loader") or {}
+    for key in list(loader):
+        if key not in LOADER_SCHEMA:
+            report.unmapped_key(f"{section}.loader.{key}", "no ppdist equivalent", loader.pop(key))
