@@ -9,7 +9,7 @@ defaults, so the ppdist run matches even where ppdist's own defaults differ.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ppdist.config import BASE_KEY, STAGE_PRETRAINED_KEY, merge_dicts
 from ppdist.convert.config_common import (PADDLEDET, Conversion, Keys, Report, base_paths, check_cycle, component,
@@ -211,17 +211,24 @@ class _DetConverter:
         arch = {"model_type": "det", "algorithm": "PPYOLOE", "Backbone": backbone, "Neck": neck, "Head": head}
         return arch, loss, post
 
-    def backbone(self, registry: Any, per_component: bool) -> Dict[str, Any]:
-        sec = self.top.sub("CSPResNet")
-        values = dict(CSPRESNET_DEFAULTS)
-        explicit = [k for k in CSPRESNET_DEFAULTS if k in sec]
+    def section_values(self, sec: Any, defaults: Dict[str, Any],
+                       per_component: bool) -> Tuple[Dict[str, Any], List[str]]:
+        """Paddle's defaults overridden by the section's keys (the explicit ones listed), plus the
+        width/depth multipliers when backbone and neck have their own."""
+        values = dict(defaults)
+        explicit = [k for k in defaults if k in sec]
         values.update({k: sec.get(k) for k in explicit})
         if per_component:
             values.update(width_mult=self.shared(sec, "width_mult", 1.0),
                           depth_mult=self.shared(sec, "depth_mult", 1.0))
             explicit += ["width_mult", "depth_mult"]
-        sec.get("width_mult")
+        sec.get("width_mult")  # read (as global values) either way: not "unconverted"
         sec.get("depth_mult")
+        return values, explicit
+
+    def backbone(self, registry: Any, per_component: bool) -> Dict[str, Any]:
+        sec = self.top.sub("CSPResNet")
+        values, explicit = self.section_values(sec, CSPRESNET_DEFAULTS, per_component)
         sec.expect("depth_wise", False, "ppdist's CSPResNet has no depth-wise variant")
         sec.expect("trt", False, "TensorRT-specific activation")
         sec.expect("use_checkpoint", False, "no gradient checkpointing in ppdist")
@@ -230,15 +237,7 @@ class _DetConverter:
 
     def neck(self, registry: Any, per_component: bool) -> Dict[str, Any]:
         sec = self.top.sub("CustomCSPPAN")
-        values = dict(CSPPAN_DEFAULTS)
-        explicit = [k for k in CSPPAN_DEFAULTS if k in sec]
-        values.update({k: sec.get(k) for k in explicit})
-        if per_component:
-            values.update(width_mult=self.shared(sec, "width_mult", 1.0),
-                          depth_mult=self.shared(sec, "depth_mult", 1.0))
-            explicit += ["width_mult", "depth_mult"]
-        sec.get("width_mult")
-        sec.get("depth_mult")
+        values, explicit = self.section_values(sec, CSPPAN_DEFAULTS, per_component)
         if "in_channels" in sec:
             sec.get("in_channels")
             self.report.note("CustomCSPPAN.in_channels: taken from the backbone's outputs (as PaddleDetection's "
