@@ -58,3 +58,21 @@ def test_a_pickle_that_calls_a_function_is_refused(tmp_path):
                        str(tmp_path / "x.pt")])
     assert result.returncode == 1 and "refused: the file asks for posix.mkdir" in result.stderr
     assert not os.path.exists(tmp_path / "pwned") and not os.path.exists(tmp_path / "x.pt")
+
+
+def test_train_starts_from_paddle_weights(tmp_path, digits_dir):
+    """tools/train.py with Global.pretrained_model=<.pdparams>: converted on load, the head of the other
+    dictionary (37 -> 11 classes) skipped and listed, the rest taken from the file."""
+    from ppdist_testing import tiny_config
+
+    charset = tmp_path / "digits.txt"
+    charset.write_text("".join(f"{digit}\n" for digit in "0123456789"))
+    cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "out"), epochs=1, num_train=512)
+    neck = "Architecture.Neck={name: SequenceEncoder, encoder_type: rnn, hidden_size: 24}"
+    result = check_ok(run_tool(["train.py", "-c", cfg, "-o", neck, f"Global.pretrained_model={FIXTURE}",
+                                f"Global.character_dict_path={charset}"]))
+    log = result.stdout + result.stderr
+    assert f"{FIXTURE}: converted 227/229 tensors" in log
+    assert "skipped (shape mismatch) (2): head.fc.weight" in log
+    saved = torch.load(str(tmp_path / "out" / "latest.pt"), weights_only=True)
+    assert saved["model"]["head.fc.weight"].shape[0] == 11 and saved["global_step"] == 32
