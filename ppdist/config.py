@@ -28,11 +28,11 @@ SHARED_GLOBAL_KEYS = ("character_dict_path", "max_text_length", "use_space_char"
                       "num_classes", "ignore_index", "width_mult", "depth_mult")
 
 
-class _Loader(yaml.SafeLoader):
+class YamlLoader(yaml.SafeLoader):
     """SafeLoader that also reads ``1e-5`` (no dot) as a float, unlike YAML 1.1."""
 
 
-_Loader.add_implicit_resolver(
+YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
@@ -42,7 +42,7 @@ _Loader.add_implicit_resolver(
 def parse_value(text: str) -> Any:
     """Parse an override value as YAML (``[0, 500]`` -> list, ``1e-5`` -> float, ``a`` -> str)."""
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=YamlLoader)
     except yaml.YAMLError:
         return text
 
@@ -154,12 +154,13 @@ LOADER_SCHEMA: Dict[str, Tuple[Tuple[type, ...], Any]] = {
 
 
 # --------------------------------------------------------------------------- loading
-def _read_yaml(path: str) -> Dict[str, Any]:
+def read_yaml_mapping(path: str, loader: type = YamlLoader) -> Dict[str, Any]:
+    """The top-level mapping of one YAML file (no inheritance); ``ConfigError`` naming the file otherwise."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file not found: {path}")
     try:
         with open(path, "r", encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_Loader)
+            data = yaml.load(handle, Loader=loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     if data is None:
@@ -186,7 +187,7 @@ def load_yaml_with_bases(path: str, _seen: Optional[Tuple[str, ...]] = None) -> 
     seen = _seen or ()
     if real in seen:
         raise ConfigError(f"{path}: circular _BASE_ inheritance: " + " -> ".join(seen + (real,)))
-    data = _read_yaml(path)
+    data = read_yaml_mapping(path)
     bases = data.pop(BASE_KEY, None) or []
     if isinstance(bases, str):
         bases = [bases]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import yaml
 
@@ -143,3 +143,28 @@ def tree_digest(root: str) -> str:
             with open(path, "rb") as handle:
                 digest.update(handle.read())
     return digest.hexdigest()
+
+
+def paddle_fixture_dir(family: str) -> str:
+    """tests/fixtures/paddle_<family>: a .pdparams, inputs and the original's outputs, with make_fixtures.py."""
+    return os.path.join(REPO, "tests", "fixtures", f"paddle_{family}")
+
+
+def paddle_fixture_script(family: str) -> Any:
+    """The family's make_fixtures.py as a module (its settings and numpy weight recipes; it imports Paddle
+    only when run)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"paddle_{family}_fixtures",
+                                                  os.path.join(paddle_fixture_dir(family), "make_fixtures.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def paddle_fixture_arrays(family: str, name: str) -> Dict[str, Any]:
+    """Every array of the fixture ``<name>.npz`` (inputs, the original's outputs, statistics)."""
+    import numpy as np
+
+    with np.load(os.path.join(paddle_fixture_dir(family), f"{name}.npz")) as data:
+        return {key: data[key] for key in data.files}

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import yaml
 
-from ppdist.config import GLOBAL_SCHEMA, SECTIONS
+from ppdist.config import GLOBAL_SCHEMA, SECTIONS, YamlLoader, read_yaml_mapping
 from ppdist.errors import ConfigError
 
 PADDLEDET = "PaddleDetection"
@@ -20,15 +20,8 @@ PADDLESEG = "PaddleSeg"
 PADDLEOCR = "PaddleOCR"
 
 
-class _PaddleLoader(yaml.SafeLoader):
-    """SafeLoader that reads ``1e-5`` as a float and Paddle's ``!ClassName`` tags as ``{name: ClassName}``."""
-
-
-_PaddleLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    __import__("re").compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+class _PaddleLoader(YamlLoader):
+    """ppdist's loader (``1e-5`` is a float) that also reads Paddle's ``!ClassName`` tags as ``{name: ClassName}``."""
 
 
 def _tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Dict[str, Any]:
@@ -46,19 +39,7 @@ _PaddleLoader.add_multi_constructor("!", _tagged)
 
 def read_paddle_yaml(path: str) -> Dict[str, Any]:
     """The top-level mapping of one Paddle YAML file (no inheritance); ``ConfigError`` otherwise."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_PaddleLoader)
-    except yaml.YAMLError as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML: {first}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
-    return data
+    return read_yaml_mapping(path, _PaddleLoader)
 
 
 def base_paths(path: str, bases: Any, key: str) -> List[str]:

@@ -7,6 +7,8 @@ a PaddleDetection/PaddleSeg file, or None for a file already in ppdist's (Paddle
 """
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import os
 from typing import Any, Dict, Optional
@@ -43,17 +45,26 @@ def convert_config(path: str, suite: Optional[str] = None) -> Conversion:
                       f"PaddleSeg keys (model, train_dataset, ...)")
 
 
-def load_paddle_config(path: str) -> Optional[Dict[str, Any]]:
-    """The ppdist config of a PaddleDetection/PaddleSeg file (converted), else None."""
-    if detect_suite(path) not in (PADDLEDET, PADDLESEG):
-        return None
-    return convert_config(path).config
+@functools.lru_cache(maxsize=8)
+def _paddle_conversion(path: str, modified_ns: int) -> Optional[Conversion]:
+    suite = detect_suite(path)
+    return convert_config(path, suite) if suite in (PADDLEDET, PADDLESEG) else None
 
 
 def conversion_of(path: str) -> Optional[Conversion]:
-    """The ``Conversion`` of a PaddleDetection/PaddleSeg file, else None (for the tools' reports)."""
-    suite = detect_suite(path)
-    return convert_config(path, suite) if suite in (PADDLEDET, PADDLESEG) else None
+    """The ``Conversion`` of a PaddleDetection/PaddleSeg file, else None. Converted once per process
+    (``load_config`` and the tools' reports ask for the same file); callers must not modify it."""
+    try:
+        modified_ns = os.stat(path).st_mtime_ns
+    except OSError:
+        return None  # ppdist's loader reports the missing file
+    return _paddle_conversion(os.path.abspath(path), modified_ns)
+
+
+def load_paddle_config(path: str) -> Optional[Dict[str, Any]]:
+    """A copy of the ppdist config of a PaddleDetection/PaddleSeg file (converted), else None."""
+    conversion = conversion_of(path)
+    return copy.deepcopy(conversion.config) if conversion is not None else None
 
 
 def report_conversion(conversion: Optional[Conversion], save_dir: Optional[str], logger: logging.Logger,

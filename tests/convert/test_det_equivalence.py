@@ -19,7 +19,6 @@ matches the float32 outputs to 1e-4 (measured: boxes <= 3.8e-5 px, where float32
 1.5e-5 at 128-256 px; scores <= 1.2e-6; the original's own float32 boxes are 2.6e-5 / 3.5e-5 px
 from its float64 ones). No Paddle is needed.
 """
-import importlib.util
 import json
 import os
 
@@ -34,26 +33,18 @@ from ppdist.convert.weights import convert_state_dict, load_paddle_weights
 from ppdist.export.deploy_modules import DetDeploy
 from ppdist.modeling.backbones.cspresnet import RepVggBlock
 from ppdist.modeling.deploy import convert_to_deploy
+from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
 torch.set_num_threads(2)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(ROOT, "tests", "fixtures", "paddle_det")
+FIXTURES = paddle_fixture_dir("det")
 CONFIGS = {False: os.path.join(ROOT, "configs", "det", "ppyoloe_crn_s_300e_coco.yml"),
            True: os.path.join(ROOT, "configs", "det", "ppyoloe_plus_crn_s_80e_coco.yml")}
 TOL = 1e-4     # boxes (px) and scores in float32
 TOL64 = 1e-8   # boxes and scores in float64
 
-
-def _fixture_module():
-    """make_fixtures.py: the fixtures' settings (it imports numpy only at module level)."""
-    spec = importlib.util.spec_from_file_location("paddle_det_fixtures", os.path.join(FIXTURES, "make_fixtures.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FX = _fixture_module()
+FX = paddle_fixture_script("det")
 NAMES = list(FX.FIXTURES)
 
 
@@ -73,8 +64,7 @@ def pdparams(name):
 
 
 def reference(name):
-    with np.load(os.path.join(FIXTURES, f"{name}.npz")) as data:
-        return {key: data[key] for key in data.files}
+    return paddle_fixture_arrays("det", name)
 
 
 def converted(name):

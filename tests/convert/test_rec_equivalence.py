@@ -11,7 +11,6 @@ and PaddleOCR 2.7's own modules) hold the eval-mode CTC probabilities of the ori
 Measured max abs differences of the probabilities (torch 2.14 CPU): 1.5e-6 (crnn_small) and
 1.4e-5 (real size). No Paddle is needed.
 """
-import importlib.util
 import json
 import os
 
@@ -25,29 +24,20 @@ from ppdist.convert.naming import paddle_candidates, stage_renames
 from ppdist.convert.pdparams import load_pdparams
 from ppdist.convert.weights import convert_state_dict, load_paddle_weights
 from ppdist.modeling.layers import SEModule
+from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
 torch.set_num_threads(2)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(ROOT, "tests", "fixtures", "paddle_rec")
+FIXTURES = paddle_fixture_dir("rec")
 CONFIG = os.path.join(ROOT, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
 TOLERANCE = 1e-4
 
-
-def _fixture_module():
-    """make_fixtures.py: its weight recipe (numpy only) and the fixtures' settings."""
-    spec = importlib.util.spec_from_file_location("paddle_rec_fixtures", os.path.join(FIXTURES, "make_fixtures.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FX = _fixture_module()
+FX = paddle_fixture_script("rec")
 
 
 def reference(name):
-    with np.load(os.path.join(FIXTURES, f"{name}.npz")) as data:
-        return {key: data[key] for key in data.files}
+    return paddle_fixture_arrays("rec", name)
 
 
 def small_model(overrides=()):

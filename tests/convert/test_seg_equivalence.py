@@ -25,7 +25,6 @@ The real-size float32 differences are rounding noise, not a model difference: Pa
 float32 logits are 5e-5 (T) and 2.5e-4 (B) away from its float64 ones, ppdist's 2.5e-5 and
 1.9e-4. No Paddle is needed.
 """
-import importlib.util
 import json
 import os
 
@@ -38,31 +37,22 @@ from ppdist.config import load_config
 from ppdist.convert.naming import paddle_candidates, stage_renames
 from ppdist.convert.pdparams import load_pdparams
 from ppdist.convert.weights import convert_state_dict, load_paddle_weights
+from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
 torch.set_num_threads(2)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURES = os.path.join(ROOT, "tests", "fixtures", "paddle_seg")
+FIXTURES = paddle_fixture_dir("seg")
 CONFIGS = {"STDC1": os.path.join(ROOT, "configs", "seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml"),
            "STDC2": os.path.join(ROOT, "configs", "seg", "pp_liteseg_stdc2_cityscapes_1024x512_scale0.5_160k.yml")}
 SMALL = "pp_liteseg_stdc1_small"
 TOLERANCE = 1e-4
 
-
-def _fixture_module():
-    """make_fixtures.py: its weight recipe (numpy only) and the fixtures' settings."""
-    spec = importlib.util.spec_from_file_location("paddle_seg_fixtures", os.path.join(FIXTURES, "make_fixtures.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FX = _fixture_module()
+FX = paddle_fixture_script("seg")
 
 
 def reference(name):
-    with np.load(os.path.join(FIXTURES, f"{name}.npz")) as data:
-        return {key: data[key] for key in data.files}
+    return paddle_fixture_arrays("seg", name)
 
 
 def _flow(values):
