@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ppdist.config import STAGE_PRETRAINED_KEY
 from ppdist.convert.pdparams import is_paddle_weights, load_pdparams
 from ppdist.convert.weights import convert_state_dict
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
@@ -54,7 +55,7 @@ def load_file(path: str) -> Dict[str, Any]:
     """Load a checkpoint or state dict safely (``weights_only=True``) onto the CPU.
 
     A Paddle weights file (``.pdparams`` / ``.pdema``) is read without running code and returned
-    as ``{PADDLE_KEY: {paddle name: array}}``; ``model_weights`` converts it for a given model.
+    as ``{PADDLE_KEY: {paddle name: array}}``; ``weights_for`` converts it for a given model.
     """
     if is_paddle_weights(path):
         return {PADDLE_KEY: load_pdparams(path)}
@@ -205,12 +206,19 @@ def converted_paddle_weights(model: nn.Module, data: Mapping[str, Any], source: 
     return state
 
 
+def weights_for(model: nn.Module, data: Mapping[str, Any], source: str, prefer_ema: bool) -> Mapping[str, Any]:
+    """The state dict to load into ``model`` from what ``load_file`` read: a Paddle file converted, else
+    the EMA average when kept and ``prefer_ema`` (evaluation, export), else the raw model weights."""
+    converted = converted_paddle_weights(model, data, source)
+    if converted is not None:
+        return converted
+    return inference_weights(data) if prefer_ema else extract_model_state(data)
+
+
 def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: str) -> None:
-    """Put ``inference_weights(data)`` (or a Paddle file's converted tensors) into ``model``; every
-    tensor must fit (evaluation and export of a trained model, unlike ``pretrained_model``)."""
-    state = converted_paddle_weights(model, data, source)
-    _, mismatched, missing = load_matching_weights(model, state if state is not None else inference_weights(data),
-                                                   source)
+    """Put ``weights_for(..., prefer_ema=True)`` into ``model``; every tensor must fit (evaluation and
+    export of a trained model, unlike ``pretrained_model``)."""
+    _, mismatched, missing = load_matching_weights(model, weights_for(model, data, source, prefer_ema=True), source)
     if mismatched or missing:
         raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
                           f"{len(missing)} missing tensor(s) (see the warnings above)")
@@ -219,8 +227,7 @@ def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: st
 def load_pretrained(model: nn.Module, path: str) -> None:
     """``Global.pretrained_model``: weights only, shape mismatches skipped and listed."""
     data = load_file(checkpoint_path(path))
-    state = converted_paddle_weights(model, data, path)
-    load_matching_weights(model, state if state is not None else extract_model_state(data), path)
+    load_matching_weights(model, weights_for(model, data, path, prefer_ema=False), path)
 
 
 def load_stage_pretrained(model: nn.Module, stage: str, path: str) -> None:
@@ -244,9 +251,10 @@ def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:
     """A new run's starting weights: ``Architecture.Backbone.pretrained``, then
     ``Global.pretrained_model`` over it (PaddleSeg's order: backbone at build, model after).
     Returns whether any weights were loaded."""
-    backbone = (config.get("Architecture") or {}).get("Backbone") or {}
-    if backbone.get("pretrained"):
-        load_stage_pretrained(model, "backbone", backbone["pretrained"])
-    if config["Global"].get("pretrained_model"):
-        load_pretrained(model, config["Global"]["pretrained_model"])
-    return bool(backbone.get("pretrained") or config["Global"].get("pretrained_model"))
+    backbone_weights = ((config.get("Architecture") or {}).get("Backbone") or {}).get(STAGE_PRETRAINED_KEY)
+    model_weights = config["Global"].get("pretrained_model")
+    if backbone_weights:
+        load_stage_pretrained(model, "backbone", backbone_weights)
+    if model_weights:
+        load_pretrained(model, model_weights)
+    return bool(backbone_weights or model_weights)
