@@ -5,7 +5,6 @@ import pickle
 import cv2
 import numpy as np
 import torch
-
 from ppdist_testing import REPO, check_ok, run_tool
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "paddle_rec", "crnn_small.pdparams")

@@ -8,9 +8,9 @@ import time
 
 import pytest
 import torch
+from ppdist_testing import REPO, child_env
 
 from ppdist import launch
-from ppdist_testing import REPO, child_env
 
 WORKER = textwrap.dedent("""
     import sys

@@ -24,7 +24,7 @@ def test_cityscapes_recipe_resolves(path, backbone, params):
     assert config["Architecture"]["Backbone"]["name"] == backbone
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == params
     loss = build_loss(config)
-    assert [(l.thresh, l.min_kept, l.ignore_index) for l in loss.losses] == [(0.7, 130000, 255)] * 3
+    assert [(part.thresh, part.min_kept, part.ignore_index) for part in loss.losses] == [(0.7, 130000, 255)] * 3
     post = build_postprocess(config)
     assert post.aug_eval and post.scales == [0.5]
     optimizer, scheduler = build_optimizer(config["Optimizer"], model, epochs=860, step_each_epoch=186,

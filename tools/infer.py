@@ -80,7 +80,7 @@ def run(argv=None) -> dict:
     writer = build_writer(info["task"], args.output_dir, info, args.draw_threshold)
     summary = infer(paths, runner, backend, writer, args.batch_size, progress=not args.no_progress)
     summary["written"] = writer.close()
-    for path, why in summary["skipped"]:
+    for _, why in summary["skipped"]:
         print(f"skipped: {why}", file=sys.stderr)
     backend_name = "onnxruntime" if args.model else "pytorch"
     print(f"{summary['images']} image(s) predicted, {len(summary['skipped'])} skipped (unreadable), "

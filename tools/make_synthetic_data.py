@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ppdist.data.synthetic import GENERATORS  # noqa: E402
 
-
 COMMON_KEYS = ("out", "num", "num_val", "seed", "task")
 
 

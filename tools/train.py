@@ -13,11 +13,11 @@ def main() -> int:
     args = base_parser(__doc__).parse_args()
     from ppdist.config import load_config
     from ppdist.convert.config_convert import conversion_of, report_conversion
-    from ppdist.errors import ConfigError
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
     from ppdist.engine.logger import setup_logger
     from ppdist.engine.trainer import Trainer
+    from ppdist.errors import ConfigError
 
     config = load_config(args.config, flat_overrides(args.opt))  # validated before anything runs
     conversion = conversion_of(args.config)  # a PaddleDetection/PaddleSeg config, converted on load; else None

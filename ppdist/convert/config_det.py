@@ -12,8 +12,19 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ppdist.config import BASE_KEY, STAGE_PRETRAINED_KEY, merge_dicts
-from ppdist.convert.config_common import (PADDLEDET, Conversion, Keys, Report, base_paths, check_cycle, component,
-                                          fix_path, is_url, read_paddle_yaml, same_value)
+from ppdist.convert.config_common import (
+    PADDLEDET,
+    Conversion,
+    Keys,
+    Report,
+    base_paths,
+    check_cycle,
+    component,
+    fix_path,
+    is_url,
+    read_paddle_yaml,
+    same_value,
+)
 from ppdist.errors import ConfigError
 
 ARCHITECTURES = ("YOLOv3", "PPYOLOE")

@@ -10,8 +10,14 @@ import copy
 import os
 from typing import Any, Dict, List
 
-from ppdist.config import (GLOBAL_SCHEMA, LOADER_SCHEMA, SECTIONS, STAGE_PRETRAINED_KEY, UNSUPPORTED_GLOBAL,
-                           load_yaml_with_bases)
+from ppdist.config import (
+    GLOBAL_SCHEMA,
+    LOADER_SCHEMA,
+    SECTIONS,
+    STAGE_PRETRAINED_KEY,
+    UNSUPPORTED_GLOBAL,
+    load_yaml_with_bases,
+)
 from ppdist.convert.config_common import PADDLEOCR, Conversion, Report, fix_path
 from ppdist.errors import ConfigError
 

@@ -11,8 +11,18 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ppdist.config import STAGE_PRETRAINED_KEY
-from ppdist.convert.config_common import (PADDLESEG, Conversion, Keys, Report, base_paths, check_cycle, component,
-                                          fix_path, is_url, read_paddle_yaml)
+from ppdist.convert.config_common import (
+    PADDLESEG,
+    Conversion,
+    Keys,
+    Report,
+    base_paths,
+    check_cycle,
+    component,
+    fix_path,
+    is_url,
+    read_paddle_yaml,
+)
 from ppdist.errors import ConfigError
 
 SEG_BASE_KEY = "_base_"

@@ -24,9 +24,9 @@ from ppdist.config import auto_scale_lr_base, compile_options, dump_config
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
+from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv, all_gather_object, all_reduce_sum
 from ppdist.engine.ema import ModelEMA
-from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.logger import ScalarWriter, SmoothedValues, format_train_line
 from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping, scale_learning_rates

@@ -38,8 +38,12 @@ def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     export (task, inputs, outputs, preprocess, postprocess, labels), without writing files; the rec
     dictionary stays the config's ``character_dict_path``."""
     from ppdist.export.deploy_modules import GRAPH_IO, task_of
-    from ppdist.export.inference_config import (detection_labels, inference_postprocess, inference_preprocess,
-                                                segmentation_labels)
+    from ppdist.export.inference_config import (
+        detection_labels,
+        inference_postprocess,
+        inference_preprocess,
+        segmentation_labels,
+    )
 
     task = task_of(config)
     inputs, outputs = GRAPH_IO[task]

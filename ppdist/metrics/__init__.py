@@ -1,6 +1,6 @@
 """Metrics; importing this package registers them in ``METRICS``."""
-from ppdist.metrics.coco import COCOMetric
 from ppdist.metrics.base import Metric
+from ppdist.metrics.coco import COCOMetric
 from ppdist.metrics.rec import RecMetric
 from ppdist.metrics.seg import SegMetric
 

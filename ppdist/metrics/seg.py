@@ -31,17 +31,17 @@ def class_areas(pred: torch.Tensor, label: torch.Tensor, num_classes: int, ignor
 
 def metrics_from_areas(intersect: np.ndarray, pred_area: np.ndarray, label_area: np.ndarray) -> Dict[str, Any]:
     """mIoU, Acc, Kappa, mDice and per-class IoU / precision / recall / Dice."""
-    i, p, l = (np.asarray(a, dtype=np.float64) for a in (intersect, pred_area, label_area))
-    union = p + l - i
+    i, p, g = (np.asarray(a, dtype=np.float64) for a in (intersect, pred_area, label_area))
+    union = p + g - i
     iou = np.where(union > 0, i / np.where(union > 0, union, 1), 1.0)  # empty union counts as 1
     precision = np.where(p > 0, i / np.where(p > 0, p, 1), 0.0)
-    recall = np.where(l > 0, i / np.where(l > 0, l, 1), 0.0)
-    dice = np.where(p + l > 0, 2 * i / np.where(p + l > 0, p + l, 1), 0.0)
-    total_p, total_l = p.sum(), l.sum()
+    recall = np.where(g > 0, i / np.where(g > 0, g, 1), 0.0)
+    dice = np.where(p + g > 0, 2 * i / np.where(p + g > 0, p + g, 1), 0.0)
+    total_p, total_l = p.sum(), g.sum()
     acc = float(i.sum() / total_p) if total_p > 0 else 0.0
     if total_l > 0:
         po = i.sum() / total_l
-        pe = float((p * l).sum()) / float(total_l * total_l)
+        pe = float((p * g).sum()) / float(total_l * total_l)
         kappa = float((po - pe) / (1 - pe)) if pe != 1 else 1.0
     else:
         kappa = 0.0

@@ -1,6 +1,13 @@
 """Tensor operations shared by models and losses (pure torch)."""
-from ppdist.ops.boxes import (bbox2distance, box_area, box_centers, distance2bbox, giou, pairwise_iou,
-                              points_inside_boxes)
+from ppdist.ops.boxes import (
+                              bbox2distance,
+                              box_area,
+                              box_centers,
+                              distance2bbox,
+                              giou,
+                              pairwise_iou,
+                              points_inside_boxes,
+)
 
 __all__ = ["bbox2distance", "box_area", "box_centers", "distance2bbox", "giou", "pairwise_iou",
            "points_inside_boxes"]

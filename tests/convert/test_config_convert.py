@@ -9,8 +9,8 @@ import yaml
 from ppdist import build_model, load_config
 from ppdist.convert.config_common import ppdist_defaults
 from ppdist.convert.config_convert import convert_config
-from ppdist.convert.config_detect import PADDLEDET, PADDLEOCR, PADDLESEG, PPDIST, UNKNOWN, detect_suite
 from ppdist.convert.config_det import load_det_yaml
+from ppdist.convert.config_detect import PADDLEDET, PADDLEOCR, PADDLESEG, PPDIST, UNKNOWN, detect_suite
 from ppdist.convert.config_seg import load_seg_yaml
 from ppdist.errors import ConfigError
 

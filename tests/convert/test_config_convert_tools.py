@@ -2,9 +2,9 @@
 import os
 
 import yaml
+from ppdist_testing import REPO, check_ok, run_tool
 
 from ppdist import load_config
-from ppdist_testing import REPO, check_ok, run_tool
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "paddle_configs")
 DET_S = os.path.join(FIXTURES, "PaddleDetection", "configs", "ppyoloe", "ppyoloe_crn_s_300e_coco.yml")

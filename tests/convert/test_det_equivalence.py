@@ -25,6 +25,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
 from ppdist.builder import build_model, build_postprocess
 from ppdist.config import load_config
@@ -33,7 +34,6 @@ from ppdist.convert.weights import convert_state_dict, load_paddle_weights
 from ppdist.export.deploy_modules import DetDeploy
 from ppdist.modeling.backbones.cspresnet import RepVggBlock
 from ppdist.modeling.deploy import convert_to_deploy
-from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
 torch.set_num_threads(2)
 

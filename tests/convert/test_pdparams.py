@@ -7,8 +7,13 @@ import pickle
 import numpy as np
 import pytest
 
-from ppdist.convert.pdparams import (STRUCTURED_NAMES_KEY, UnsafePickleError, is_paddle_weights, load_pdparams,
-                                     read_paddle_pickle)
+from ppdist.convert.pdparams import (
+    STRUCTURED_NAMES_KEY,
+    UnsafePickleError,
+    is_paddle_weights,
+    load_pdparams,
+    read_paddle_pickle,
+)
 from ppdist.errors import CheckpointError
 
 

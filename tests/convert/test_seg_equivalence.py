@@ -31,13 +31,13 @@ import os
 import numpy as np
 import pytest
 import torch
+from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
 from ppdist.builder import build_model
 from ppdist.config import load_config
 from ppdist.convert.naming import paddle_candidates, stage_renames
 from ppdist.convert.pdparams import load_pdparams
 from ppdist.convert.weights import convert_state_dict, load_paddle_weights
-from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
 torch.set_num_threads(2)
 

@@ -6,8 +6,18 @@ import numpy as np
 import pytest
 
 import ppdist.data.transforms.det as det
-from ppdist.data.transforms import (BatchRandomResize, Decode, NormalizeImage, PadGT, Permute, RandomCrop,
-                                    RandomDistort, RandomExpand, RandomFlip, Resize)
+from ppdist.data.transforms import (
+    BatchRandomResize,
+    Decode,
+    NormalizeImage,
+    PadGT,
+    Permute,
+    RandomCrop,
+    RandomDistort,
+    RandomExpand,
+    RandomFlip,
+    Resize,
+)
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 

@@ -65,11 +65,11 @@ def test_simple_dataset_several_files_and_ratio(synth):
     assert len(half) == 20 + 12
     again = SimpleDataSet(data_dir=synth, label_file_list=files, transforms=crnn_ops(), mode="eval",
                           ratio_list=[0.5, 1.0], seed=1)
-    assert [l.line_no for l in half.lines] == [l.line_no for l in again.lines]  # fixed subset
+    assert [line.line_no for line in half.lines] == [line.line_no for line in again.lines]  # fixed subset
     other = SimpleDataSet(data_dir=synth, label_file_list=files, transforms=crnn_ops(), mode="eval",
                           ratio_list=[0.5, 1.0], seed=2)
-    assert [l.line_no for l in half.lines] != [l.line_no for l in other.lines]
-    nums = [l.line_no for l in half.lines[:20]]
+    assert [line.line_no for line in half.lines] != [line.line_no for line in other.lines]
+    nums = [line.line_no for line in half.lines[:20]]
     assert nums == sorted(nums)  # file order kept; the sampler shuffles
     quarter = SimpleDataSet(data_dir=synth, label_file_list=files, transforms=crnn_ops(), ratio_list=0.25)
     assert len(quarter) == 10 + 3

@@ -10,8 +10,14 @@ from PIL import Image
 from ppdist.data.base import BadSample
 from ppdist.data.build import collate
 from ppdist.data.seg import CityscapesDataSet, SegDataSet
-from ppdist.data.transforms import (Normalize, RandomDistort, RandomHorizontalFlip, RandomPaddingCrop,
-                                    Resize, ResizeStepScaling)
+from ppdist.data.transforms import (
+    Normalize,
+    RandomDistort,
+    RandomHorizontalFlip,
+    RandomPaddingCrop,
+    Resize,
+    ResizeStepScaling,
+)
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 

@@ -4,8 +4,15 @@ import random
 import numpy as np
 import pytest
 
-from ppdist.data.transforms import (Normalize, RandomDistort, RandomHorizontalFlip, RandomPaddingCrop,
-                                    RandomVerticalFlip, Resize, ResizeStepScaling)
+from ppdist.data.transforms import (
+    Normalize,
+    RandomDistort,
+    RandomHorizontalFlip,
+    RandomPaddingCrop,
+    RandomVerticalFlip,
+    Resize,
+    ResizeStepScaling,
+)
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 

@@ -6,10 +6,10 @@ import sys
 import cv2
 import numpy as np
 import pytest
+from ppdist_testing import tree_digest
 
 from ppdist.data.det import COCODataSet
 from ppdist.data.synthetic import GENERATORS
-from ppdist_testing import tree_digest
 from ppdist.data.synthetic_det import generate_det_dataset, render_det_sample
 from ppdist.data.transforms import Decode
 
@@ -68,7 +68,7 @@ def test_boxes_are_tight_and_visible():
     for i in range(10):
         img, objects = render_det_sample(rng, i, 96, 4, 6, 0.0)
         assert objects and objects[0][0] == i % 4
-        for cls, (x, y, w, h), area in objects:
+        for cls, (_, _, w, h), area in objects:
             assert 0 <= cls < 4 and area >= 12 and w * h >= area
 
 

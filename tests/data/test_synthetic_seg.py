@@ -6,10 +6,10 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
+from ppdist_testing import tree_digest
 
 from ppdist.data.seg import SegDataSet
 from ppdist.data.synthetic import GENERATORS
-from ppdist_testing import tree_digest
 from ppdist.data.synthetic_seg import generate_seg_dataset
 from ppdist.data.transforms import Normalize
 

@@ -7,8 +7,13 @@ import pytest
 import torch.distributed as dist
 
 from ppdist.engine import dist as ppdist_dist
-from ppdist.engine.dist import (agree_on_namespace, first_slurm_host, peer_failure_message, slurm_master_port,
-                                world_info_from_env)
+from ppdist.engine.dist import (
+    agree_on_namespace,
+    first_slurm_host,
+    peer_failure_message,
+    slurm_master_port,
+    world_info_from_env,
+)
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
                "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_STEP_NODELIST",

@@ -5,8 +5,14 @@ import pytest
 import torch
 from torch import nn
 
-from ppdist.engine.optim import (CosineLR, LinearLR, PiecewiseLR, ConstLR, IterScheduler, build_optimizer,
-                                 clip_gradients)
+from ppdist.engine.optim import (
+    ConstLR,
+    CosineLR,
+    LinearLR,
+    PiecewiseLR,
+    build_optimizer,
+    clip_gradients,
+)
 
 
 class Tiny(nn.Module):

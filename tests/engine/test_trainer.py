@@ -7,13 +7,13 @@ import shutil
 
 import pytest
 import torch
+from ppdist_testing import tiny_config
 
 from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.trainer import Trainer
 from ppdist.errors import DataError
-from ppdist_testing import tiny_config
 
 
 def config_for(tmp_path, data_dir, save="out", overrides=(), **global_extra):

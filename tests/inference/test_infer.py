@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.builder import build_model
 from ppdist.config import load_config
@@ -21,7 +22,6 @@ from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.inference.runners import ImageReadError, build_runner, inference_info_from_config
 from ppdist.inference.writers import pseudo_colour_palette
-from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
 
 pytest.importorskip("onnxruntime")
 MAKERS = {"rec": tiny_config, "seg": tiny_seg_config, "det": tiny_det_config}

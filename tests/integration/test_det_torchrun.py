@@ -9,7 +9,6 @@ import re
 
 import pytest
 import torch
-
 from ppdist_testing import check_ok, run_tool, tiny_det_config
 
 EPOCHS = 24

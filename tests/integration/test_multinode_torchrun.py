@@ -12,7 +12,6 @@ from typing import List, Optional
 
 import pytest
 import torch
-
 from ppdist_testing import REPO, check_ok, child_env, tiny_config
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc to find the worker pids")

@@ -7,7 +7,6 @@ import re
 
 import pytest
 import torch
-
 from ppdist_testing import check_ok, run_tool, tiny_config
 
 EPOCHS = 8

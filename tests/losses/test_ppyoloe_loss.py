@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ppdist.errors import ConfigError
 from ppdist.losses import PPYOLOELoss
-from ppdist.losses.ppyoloe import (distribution_focal_loss, giou_loss, sigmoid_focal_loss, varifocal_loss)
+from ppdist.losses.ppyoloe import distribution_focal_loss, giou_loss, sigmoid_focal_loss, varifocal_loss
 from ppdist.ops.boxes import bbox2distance, distance2bbox
 from ppdist.registry import LOSSES
 

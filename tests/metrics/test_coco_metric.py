@@ -1,6 +1,5 @@
 """COCOMetric equals pycocotools run directly on the written bbox.json; exact state merging."""
 import json
-import os
 import types
 
 import pytest

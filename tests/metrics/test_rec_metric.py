@@ -62,8 +62,8 @@ def random_text(rng):
 def test_merge_of_random_split_equals_single_run_exactly():
     rng = random.Random(0)
     pairs = [(random_text(rng), random_text(rng)) for _ in range(1000)]
-    for p, l in pairs[:100]:
-        pairs.append((l, l))
+    for _, label in pairs[:100]:
+        pairs.append((label, label))
     rng.shuffle(pairs)
 
     single = RecMetric()

@@ -27,7 +27,7 @@ def test_default_dictionary():
 
 def test_collapse_repeats_and_drop_blank():
     decode = CTCLabelDecode()
-    h, e, l, o = (decode.character.index(c) for c in "helo")
+    h, e, l, o = (decode.character.index(c) for c in "helo")  # noqa: E741  (the letters of "hello")
     # h h _ e l l _ l o _  -> "hello": repeats merge, a blank separates the two l's
     frames = [h, h, 0, e, l, l, 0, l, o, 0]
     peaks = [0.9, 0.5, 0.99, 0.8, 0.6, 0.7, 0.99, 0.4, 0.3, 0.99]

@@ -14,10 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ppdist.modeling.layers import (NormNoDecayModule, hard_sigmoid_paddle, init_paddle_conv_default,
-                                    make_activation, tag_norm_no_decay)
+from ppdist.modeling.layers import (
+    NormNoDecayModule,
+    hard_sigmoid_paddle,
+    init_paddle_conv_default,
+    make_activation,
+    tag_norm_no_decay,
+)
 from ppdist.registry import BACKBONES
-
 
 # Paddle's ``F.hardsigmoid`` default slope 0.1666667 (a float32 attribute), not PyTorch's 1/6: 2 float32 ulp apart,
 # a difference tests/convert/test_det_equivalence.py's float64 comparison sees (1e-6..6e-6 px on its boxes)
