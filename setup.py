@@ -1,4 +1,5 @@
 """ppdist: PaddleOCR / PaddleDetection / PaddleSeg training on PyTorch with one distributed trainer."""
+
 from setuptools import find_packages, setup
 
 setup(

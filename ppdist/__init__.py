@@ -1,4 +1,5 @@
 """ppdist: PaddleOCR / PaddleDetection / PaddleSeg training on PyTorch with one distributed trainer."""
+
 from typing import Any, Dict, Optional, Sequence
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """Build the task components (model, loss, post-process, metric) from a config."""
+
 from __future__ import annotations
 
 import copy
@@ -52,5 +53,7 @@ def build_model(config: Mapping[str, Any]) -> nn.Module:
     shared = shared_global_values(config)
     for key, registry in (("Backbone", BACKBONES), ("Neck", NECKS), ("Head", HEADS)):
         if arch.get(key):
-            arch[key] = dict(inject_globals(registry, arch[key]["name"], arch[key], shared), name=arch[key]["name"])
+            arch[key] = dict(
+                inject_globals(registry, arch[key]["name"], arch[key], shared), name=arch[key]["name"]
+            )
     return BaseModel(arch)

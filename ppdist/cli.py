@@ -1,4 +1,5 @@
 """Shared command-line handling of the tools: ``-c``/``-o`` parsing and clean error exits."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,10 +19,21 @@ def base_parser(description: str, config_required: bool = True) -> argparse.Argu
     """``-c CFG [-o Key.sub=value ...]`` as in PaddleOCR's tools."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("-c", "--config", required=config_required, help="YAML config file")
-    parser.add_argument("-o", "--opt", nargs="+", action="append", default=[], metavar="KEY=VALUE",
-                        help="override config values, e.g. -o Global.epoch_num=10 Train.loader.num_workers=0")
-    parser.add_argument("-p", "--profiler_options", default=None,
-                        help="accepted for PaddleOCR compatibility; use tools/benchmark.py for profiling")
+    parser.add_argument(
+        "-o",
+        "--opt",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override config values, e.g. -o Global.epoch_num=10 Train.loader.num_workers=0",
+    )
+    parser.add_argument(
+        "-p",
+        "--profiler_options",
+        default=None,
+        help="accepted for PaddleOCR compatibility; use tools/benchmark.py for profiling",
+    )
     return parser
 
 
@@ -41,7 +53,7 @@ def error_message(exc: BaseException) -> str:
         return text
     marker = f"{type(exc).__module__}.{type(exc).__name__}: "
     position = text.rfind(marker)
-    return text[position + len(marker):].strip() if position >= 0 else text.strip().splitlines()[-1]
+    return text[position + len(marker) :].strip() if position >= 0 else text.strip().splitlines()[-1]
 
 
 def merge_stderr_into_stdout() -> None:

@@ -1,4 +1,5 @@
 """Import every component module so that the registries are populated."""
+
 import ppdist.data  # noqa: F401  (datasets and transforms)
 import ppdist.engine.optim  # noqa: F401  (optimizers, LR schedules, regularizers)
 import ppdist.losses  # noqa: F401

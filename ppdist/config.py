@@ -5,6 +5,7 @@ Optimizer, PostProcess, Metric, Train and Eval. Validation runs before any proce
 or data is touched and raises ``ConfigError`` with the file, the key path and the closest
 valid names.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,16 @@ BASE_KEY = "_BASE_"
 # Global keys that are injected into any component (transform, post-process, ...) whose
 # constructor has a parameter of the same name; Global wins, as in PaddleOCR.
 # Unset (null) Global values are not injected.
-SHARED_GLOBAL_KEYS = ("character_dict_path", "max_text_length", "use_space_char", "infer_mode",
-                      "num_classes", "ignore_index", "width_mult", "depth_mult")
+SHARED_GLOBAL_KEYS = (
+    "character_dict_path",
+    "max_text_length",
+    "use_space_char",
+    "infer_mode",
+    "num_classes",
+    "ignore_index",
+    "width_mult",
+    "depth_mult",
+)
 
 
 class YamlLoader(yaml.SafeLoader):
@@ -68,75 +77,133 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "print_batch_step": GlobalKey((int,), 10, "Log every N global steps."),
     "save_model_dir": GlobalKey((str,), "./output/run", "Where checkpoints, train.log and config.yml go."),
     "save_epoch_step": GlobalKey((int,), 1, "Keep an iter_epoch_N checkpoint every N epochs."),
-    "save_iter_step": GlobalKey((int, _NONE), None,
-                                "Also write 'latest' every N global steps (mid-epoch), so a restart loses little work."),
-    "eval_batch_step": GlobalKey((list, int), [0, 2000], "[start, interval] in global steps; an int means [0, int]."),
+    "save_iter_step": GlobalKey(
+        (int, _NONE),
+        None,
+        "Also write 'latest' every N global steps (mid-epoch), so a restart loses little work.",
+    ),
+    "eval_batch_step": GlobalKey(
+        (list, int), [0, 2000], "[start, interval] in global steps; an int means [0, int]."
+    ),
     "eval_batch_epoch": GlobalKey((int, _NONE), None, "Evaluate every N epochs instead of eval_batch_step."),
-    "cal_metric_during_train": GlobalKey((bool,), False, "Compute the metric on each training batch for the log."),
-    "pretrained_model": GlobalKey((str, _NONE), None, "Weights to start from: a ppdist .pt or a Paddle .pdparams "
-                                  "(or its prefix), converted on load; shape mismatches are skipped and listed."),
-    "checkpoints": GlobalKey((str, _NONE), None, "Checkpoint to resume from, or 'auto' for save_model_dir/latest."),
+    "cal_metric_during_train": GlobalKey(
+        (bool,), False, "Compute the metric on each training batch for the log."
+    ),
+    "pretrained_model": GlobalKey(
+        (str, _NONE),
+        None,
+        "Weights to start from: a ppdist .pt or a Paddle .pdparams "
+        "(or its prefix), converted on load; shape mismatches are skipped and listed.",
+    ),
+    "checkpoints": GlobalKey(
+        (str, _NONE), None, "Checkpoint to resume from, or 'auto' for save_model_dir/latest."
+    ),
     "save_inference_dir": GlobalKey((str, _NONE), None, "Export directory (tools/export_model.py)."),
     "use_visualdl": GlobalKey((bool,), False, "Paddle's VisualDL switch; mapped to TensorBoard."),
     "use_tensorboard": GlobalKey((bool,), False, "Write TensorBoard scalars to save_model_dir/tensorboard."),
     "infer_img": GlobalKey((str, _NONE), None, "Image or folder for tools/infer.py."),
-    "character_dict_path": GlobalKey((str, _NONE), None, "Dictionary file, one character per line; none = 0-9a-z."),
+    "character_dict_path": GlobalKey(
+        (str, _NONE), None, "Dictionary file, one character per line; none = 0-9a-z."
+    ),
     "character_type": GlobalKey((str, _NONE), None, "Legacy PaddleOCR key; has no effect."),
     "max_text_length": GlobalKey((int,), 25, "Longest label kept by CTCLabelEncode."),
     "infer_mode": GlobalKey((bool,), False, "Inference resize mode for RecResizeImg."),
     "use_space_char": GlobalKey((bool,), False, "Append a space to the dictionary."),
     "save_res_path": GlobalKey((str, _NONE), None, "Where tools/infer.py writes its results."),
     "seed": GlobalKey((int,), 1024, "Seed of model init, shuffling and augmentation."),
-    "use_amp": GlobalKey((bool,), False, "Automatic mixed precision on CUDA (ignored with a warning on CPU)."),
+    "use_amp": GlobalKey(
+        (bool,), False, "Automatic mixed precision on CUDA (ignored with a warning on CPU)."
+    ),
     "amp_dtype": GlobalKey((str,), "float16", "AMP dtype.", choices=("float16", "bfloat16")),
-    "amp_level": GlobalKey((str,), "O1", "Paddle AMP level; both levels map to torch.autocast.", choices=("O1", "O2")),
+    "amp_level": GlobalKey(
+        (str,), "O1", "Paddle AMP level; both levels map to torch.autocast.", choices=("O1", "O2")
+    ),
     "scale_loss": GlobalKey(_NUM, 65536.0, "Initial loss scale of the fp16 GradScaler."),
     "use_dynamic_loss_scaling": GlobalKey((bool,), True, "Let the GradScaler adapt the scale."),
-    "channels_last": GlobalKey((bool,), True, "Run the model and 4-D inputs in channels_last memory format "
-                                             "(measured faster for all three models, docs/benchmarks.md)."),
+    "channels_last": GlobalKey(
+        (bool,),
+        True,
+        "Run the model and 4-D inputs in channels_last memory format "
+        "(measured faster for all three models, docs/benchmarks.md).",
+    ),
     "use_sync_bn": GlobalKey((bool,), False, "Convert BatchNorm to SyncBatchNorm under multi-GPU DDP."),
     "find_unused_parameters": GlobalKey((bool,), False, "DDP find_unused_parameters."),
-    "gradient_as_bucket_view": GlobalKey((bool, _NONE), None,
-                                         "DDP gradients as views of its communication buckets (saves a copy); "
-                                         "null: on with CUDA, off on CPU (measured faster, docs/benchmarks.md)."),
-    "bucket_cap_mb": GlobalKey(_NUM + (_NONE,), None, "DDP all-reduce bucket size in MB (null: PyTorch's 25)."),
-    "static_graph": GlobalKey((bool,), False,
-                              "DDP static_graph: the set of used parameters never changes between steps."),
-    "compile": GlobalKey((bool, dict), False,
-                         "torch.compile the training forward: true, or {mode, dynamic, fullgraph, backend}."),
-    "use_ema": GlobalKey((bool,), False, "Keep an exponential moving average of the weights for eval/saving."),
+    "gradient_as_bucket_view": GlobalKey(
+        (bool, _NONE),
+        None,
+        "DDP gradients as views of its communication buckets (saves a copy); "
+        "null: on with CUDA, off on CPU (measured faster, docs/benchmarks.md).",
+    ),
+    "bucket_cap_mb": GlobalKey(
+        _NUM + (_NONE,), None, "DDP all-reduce bucket size in MB (null: PyTorch's 25)."
+    ),
+    "static_graph": GlobalKey(
+        (bool,), False, "DDP static_graph: the set of used parameters never changes between steps."
+    ),
+    "compile": GlobalKey(
+        (bool, dict),
+        False,
+        "torch.compile the training forward: true, or {mode, dynamic, fullgraph, backend}.",
+    ),
+    "use_ema": GlobalKey(
+        (bool,), False, "Keep an exponential moving average of the weights for eval/saving."
+    ),
     "ema_decay": GlobalKey(_NUM, 0.9998, "EMA decay."),
-    "ema_decay_type": GlobalKey((str,), "constant",
-                                "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)) (PaddleDetection).",
-                                choices=("constant", "threshold")),
+    "ema_decay_type": GlobalKey(
+        (str,),
+        "constant",
+        "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)) (PaddleDetection).",
+        choices=("constant", "threshold"),
+    ),
     "grad_clip": GlobalKey(_NUM + (_NONE,), None, "Clip the global gradient norm to this value."),
     "dist_timeout": GlobalKey((int,), 1800, "Seconds before a collective that waits on a dead peer fails."),
-    "auto_scale_lr": GlobalKey((dict, _NONE), None,
-                               "{base_batch_size: N[, enable: true]}: scale every learning rate by global batch / N; "
-                               "also allows resuming with another number of processes."),
-    "max_bad_sample_ratio": GlobalKey(_NUM, 0.1, "Fail the run when more than this fraction of samples is bad."),
+    "auto_scale_lr": GlobalKey(
+        (dict, _NONE),
+        None,
+        "{base_batch_size: N[, enable: true]}: scale every learning rate by global batch / N; "
+        "also allows resuming with another number of processes.",
+    ),
+    "max_bad_sample_ratio": GlobalKey(
+        _NUM, 0.1, "Fail the run when more than this fraction of samples is bad."
+    ),
     "log_ranks": GlobalKey((str, int), "0", "Accepted for compatibility; only rank 0 logs."),
     "print_mem_info": GlobalKey((bool,), True, "Append max CUDA memory to log lines."),
     "distributed": GlobalKey((bool, _NONE), None, "Ignored: set from the launch environment."),
-    "num_classes": GlobalKey((int, _NONE), None,
-                             "Class count given to every component that takes num_classes (head, loss, metric, dataset)."),
-    "ignore_index": GlobalKey((int, _NONE), None,
-                              "Label value excluded from loss and metric, given to every component that takes it "
-                              "(components default to 255)."),
-    "width_mult": GlobalKey(_NUM + (_NONE,), None,
-                            "Detection: channel multiplier given to every component that takes width_mult (PP-YOLOE s/m/l/x)."),
-    "depth_mult": GlobalKey(_NUM + (_NONE,), None,
-                            "Detection: block-count multiplier given to every component that takes depth_mult."),
-    "synthetic_data": GlobalKey((dict, _NONE), None,
-                                "{kind, data_dir, num_train, num_val, seed}: generate data there if absent."),
+    "num_classes": GlobalKey(
+        (int, _NONE),
+        None,
+        "Class count given to every component that takes num_classes (head, loss, metric, dataset).",
+    ),
+    "ignore_index": GlobalKey(
+        (int, _NONE),
+        None,
+        "Label value excluded from loss and metric, given to every component that takes it "
+        "(components default to 255).",
+    ),
+    "width_mult": GlobalKey(
+        _NUM + (_NONE,),
+        None,
+        "Detection: channel multiplier given to every component that takes width_mult (PP-YOLOE s/m/l/x).",
+    ),
+    "depth_mult": GlobalKey(
+        _NUM + (_NONE,),
+        None,
+        "Detection: block-count multiplier given to every component that takes depth_mult.",
+    ),
+    "synthetic_data": GlobalKey(
+        (dict, _NONE), None, "{kind, data_dir, num_train, num_val, seed}: generate data there if absent."
+    ),
 }
 # Paddle keys we know but do not implement: accepted only when off/empty.
 UNSUPPORTED_GLOBAL = {
     "to_static": "Paddle dynamic-to-static compilation (use Global.compile: torch.compile)",
     "use_wandb": "Weights & Biases logging (use use_tensorboard)",
-    "use_xpu": "XPU devices", "use_npu": "NPU devices", "use_mlu": "MLU devices",
+    "use_xpu": "XPU devices",
+    "use_npu": "NPU devices",
+    "use_mlu": "MLU devices",
     "uniform_output_enabled": "PaddleX output layout",
-    "amp_custom_black_list": "custom AMP op lists", "amp_custom_white_list": "custom AMP op lists",
+    "amp_custom_black_list": "custom AMP op lists",
+    "amp_custom_white_list": "custom AMP op lists",
     "d2s_train_image_shape": "dynamic-to-static shapes",
     "pdx_model_name": "PaddleX model names",
 }
@@ -214,7 +281,9 @@ def apply_overrides(config: Dict[str, Any], overrides: Iterable[str], source: st
         value = parse_value(text)
         parts = key.strip().split(".")
         if parts[0] not in SECTIONS:
-            raise ConfigError(f"{source} {item!r}: unknown section {parts[0]!r}.{did_you_mean(parts[0], SECTIONS)}")
+            raise ConfigError(
+                f"{source} {item!r}: unknown section {parts[0]!r}.{did_you_mean(parts[0], SECTIONS)}"
+            )
         if len(parts) == 1:
             if not isinstance(value, dict):
                 raise ConfigError(f"{source} {item!r}: a whole section needs a mapping value")
@@ -222,7 +291,7 @@ def apply_overrides(config: Dict[str, Any], overrides: Iterable[str], source: st
             continue
         node: Any = config.setdefault(parts[0], {})
         for depth, part in enumerate(parts[1:-1], start=1):
-            node = _step_into(node, part, ".".join(parts[:depth + 1]), item, source)
+            node = _step_into(node, part, ".".join(parts[: depth + 1]), item, source)
         last = parts[-1]
         if isinstance(node, list):
             node[_list_index(node, last, key, item, source)] = value
@@ -268,8 +337,10 @@ def compile_options(glob: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         return {}
     unknown = sorted(set(setting) - set(COMPILE_KEYS))
     if unknown:
-        raise ConfigError(f"unknown key(s) in Global.compile: {unknown}; expected some of {list(COMPILE_KEYS)} "
-                          f"(torch.compile's arguments), or true")
+        raise ConfigError(
+            f"unknown key(s) in Global.compile: {unknown}; expected some of {list(COMPILE_KEYS)} "
+            f"(torch.compile's arguments), or true"
+        )
     return dict(setting)
 
 
@@ -279,8 +350,10 @@ def _validate_global(config: Dict[str, Any]) -> None:
     for key, value in list(glob.items()):
         if key in UNSUPPORTED_GLOBAL:
             if value:
-                raise ConfigError(f"Global.{key} is not supported yet ({UNSUPPORTED_GLOBAL[key]}); "
-                                  f"remove it or set it to false/empty")
+                raise ConfigError(
+                    f"Global.{key} is not supported yet ({UNSUPPORTED_GLOBAL[key]}); "
+                    f"remove it or set it to false/empty"
+                )
             continue
         if key not in GLOBAL_SCHEMA:
             raise ConfigError(f"unknown key Global.{key}.{did_you_mean(key, GLOBAL_SCHEMA)}")
@@ -309,7 +382,9 @@ def _validate_global(config: Dict[str, Any]) -> None:
     if glob["print_batch_step"] <= 0 or glob["log_smooth_window"] <= 0 or glob["save_epoch_step"] <= 0:
         raise ConfigError("Global.print_batch_step, log_smooth_window and save_epoch_step must be > 0")
     if glob["save_iter_step"] is not None and glob["save_iter_step"] <= 0:
-        raise ConfigError(f"Global.save_iter_step must be a positive number of steps (or null), got {glob['save_iter_step']}")
+        raise ConfigError(
+            f"Global.save_iter_step must be a positive number of steps (or null), got {glob['save_iter_step']}"
+        )
     if glob["auto_scale_lr"] is not None:
         _validate_auto_scale_lr(glob["auto_scale_lr"])
 
@@ -317,11 +392,15 @@ def _validate_global(config: Dict[str, Any]) -> None:
 def _validate_auto_scale_lr(spec: Mapping[str, Any]) -> None:
     for key in spec:
         if key not in ("base_batch_size", "enable"):
-            raise ConfigError(f"unknown key Global.auto_scale_lr.{key}.{did_you_mean(key, ['base_batch_size', 'enable'])}")
+            raise ConfigError(
+                f"unknown key Global.auto_scale_lr.{key}.{did_you_mean(key, ['base_batch_size', 'enable'])}"
+            )
     base = spec.get("base_batch_size")
     if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
-        raise ConfigError(f"Global.auto_scale_lr.base_batch_size must be a positive integer (the global batch the "
-                          f"learning rate was tuned for), got {base!r}")
+        raise ConfigError(
+            f"Global.auto_scale_lr.base_batch_size must be a positive integer (the global batch the "
+            f"learning rate was tuned for), got {base!r}"
+        )
     if not isinstance(spec.get("enable", True), bool):
         raise ConfigError(f"Global.auto_scale_lr.enable must be true or false, got {spec['enable']!r}")
 
@@ -340,7 +419,9 @@ def shared_global_values(config: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: glob[k] for k in SHARED_GLOBAL_KEYS if glob.get(k) is not None}
 
 
-def inject_globals(registry: Any, name: str, kwargs: Dict[str, Any], shared: Mapping[str, Any]) -> Dict[str, Any]:
+def inject_globals(
+    registry: Any, name: str, kwargs: Dict[str, Any], shared: Mapping[str, Any]
+) -> Dict[str, Any]:
     """``kwargs`` plus the shared Global values the constructor ``name`` accepts (Global wins)."""
     accepted, _ = registry.accepted_keys(name)
     out = dict(kwargs)
@@ -348,8 +429,9 @@ def inject_globals(registry: Any, name: str, kwargs: Dict[str, Any], shared: Map
     return out
 
 
-def _check_component(registry: Any, entry: Any, where: str, shared: Mapping[str, Any],
-                     injected: Sequence[str] = ()) -> None:
+def _check_component(
+    registry: Any, entry: Any, where: str, shared: Mapping[str, Any], injected: Sequence[str] = ()
+) -> None:
     if not isinstance(entry, dict) or "name" not in entry:
         raise ConfigError(f"{where} needs a mapping with a 'name' key, got {entry!r}")
     registry.get(entry["name"], f"{where}.name")
@@ -366,7 +448,7 @@ def _check_transforms(ops: Any, where: str, shared: Mapping[str, Any]) -> None:
     for i, op in enumerate(ops):
         if not isinstance(op, dict) or len(op) != 1:
             raise ConfigError(f"{where}[{i}] must be a one-key mapping {{OpName: params}}, got {op!r}")
-        (name, params), = op.items()
+        ((name, params),) = op.items()
         params = params or {}
         if not isinstance(params, dict):
             raise ConfigError(f"{where}[{i}].{name} parameters must be a mapping, got {params!r}")
@@ -398,7 +480,11 @@ def _validate_data_section(config: Dict[str, Any], section: str, shared: Mapping
         raise ConfigError(f"{section}.loader must be a mapping")
     for key, value in loader.items():
         if key not in LOADER_SCHEMA:
-            hint = " Custom samplers/collate functions are not supported yet." if key in ("sampler", "collate_fn") else ""
+            hint = (
+                " Custom samplers/collate functions are not supported yet."
+                if key in ("sampler", "collate_fn")
+                else ""
+            )
             raise ConfigError(f"unknown key {section}.loader.{key}.{did_you_mean(key, LOADER_SCHEMA)}{hint}")
         if value is not None:
             _check_type(value, LOADER_SCHEMA[key][0], f"{section}.loader.{key}")
@@ -427,15 +513,21 @@ def _validate_optimizer(config: Dict[str, Any]) -> None:
     if isinstance(lr, dict):
         entry = dict(lr)
         entry.setdefault("name", "Const")
-        LR_SCHEDULERS.check(entry["name"], {k: v for k, v in entry.items() if k != "name"},
-                            "Optimizer.lr", injected=("epochs", "step_each_epoch", "total_steps"))
+        LR_SCHEDULERS.check(
+            entry["name"],
+            {k: v for k, v in entry.items() if k != "name"},
+            "Optimizer.lr",
+            injected=("epochs", "step_each_epoch", "total_steps"),
+        )
     else:
         _check_type(lr, _NUM, "Optimizer.lr")
     reg = opt.get("regularizer")
     if reg:
         if not isinstance(reg, dict) or "name" not in reg:
             raise ConfigError("Optimizer.regularizer needs {name: L2, factor: ...}")
-        REGULARIZERS.check(reg["name"], {k: v for k, v in reg.items() if k != "name"}, "Optimizer.regularizer")
+        REGULARIZERS.check(
+            reg["name"], {k: v for k, v in reg.items() if k != "name"}, "Optimizer.regularizer"
+        )
     for key in ("clip_norm", "clip_norm_global"):
         if opt.get(key) is not None:
             _check_type(opt[key], _NUM, f"Optimizer.{key}")
@@ -445,11 +537,15 @@ def _without_stage_pretrained(entry: Dict[str, Any]) -> Dict[str, Any]:
     """``Architecture.Backbone`` minus its ``pretrained`` weights path (checked to be a path)."""
     value = entry[STAGE_PRETRAINED_KEY]
     if value is not None and not isinstance(value, str):
-        raise ConfigError(f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} must be a weights path (.pt or Paddle "
-                          f".pdparams) or null, got {value!r}")
+        raise ConfigError(
+            f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} must be a weights path (.pt or Paddle "
+            f".pdparams) or null, got {value!r}"
+        )
     if isinstance(value, str) and value.startswith(("http://", "https://")):
-        raise ConfigError(f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} is a URL ({value}); ppdist does not "
-                          f"download weights: download the file and give its local path")
+        raise ConfigError(
+            f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} is a URL ({value}); ppdist does not "
+            f"download weights: download the file and give its local path"
+        )
     return {k: v for k, v in entry.items() if k != STAGE_PRETRAINED_KEY}
 
 
@@ -465,7 +561,11 @@ def _validate_architecture(config: Dict[str, Any], shared: Mapping[str, Any]) ->
             raise ConfigError(f"unknown key Architecture.{key}.{did_you_mean(key, allowed)}")
     if arch.get("Transform"):
         raise ConfigError("Architecture.Transform (e.g. TPS) is not supported yet; set it to null")
-    for key, registry, required in (("Backbone", BACKBONES, True), ("Neck", NECKS, False), ("Head", HEADS, True)):
+    for key, registry, required in (
+        ("Backbone", BACKBONES, True),
+        ("Neck", NECKS, False),
+        ("Head", HEADS, True),
+    ):
         entry = arch.get(key)
         if entry is None and not required:
             continue
@@ -473,7 +573,9 @@ def _validate_architecture(config: Dict[str, Any], shared: Mapping[str, Any]) ->
             raise ConfigError(f"missing required key Architecture.{key}")
         if key == "Backbone" and isinstance(entry, dict) and STAGE_PRETRAINED_KEY in entry:
             entry = _without_stage_pretrained(entry)
-        _check_component(registry, entry, f"Architecture.{key}", shared, injected=("in_channels", "out_channels"))
+        _check_component(
+            registry, entry, f"Architecture.{key}", shared, injected=("in_channels", "out_channels")
+        )
 
 
 def validate(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -1,4 +1,5 @@
 """Evaluate saved weights on the config's Eval set (the body of ``tools/eval.py``)."""
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,9 @@ def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, fl
         model = model.to(memory_format=torch.channels_last)
     loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
     autocast, _ = make_autocast(glob, env.device)
-    evaluator = Evaluator(loader, build_postprocess(config), build_metric(config), env, autocast,
-                          glob["channels_last"])
+    evaluator = Evaluator(
+        loader, build_postprocess(config), build_metric(config), env, autocast, glob["channels_last"]
+    )
     metrics = evaluator.run(model)
     logger.info("eval: %d process(es), fps %.2f", env.world_size, evaluator.last_fps)
     return metrics

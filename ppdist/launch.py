@@ -5,6 +5,7 @@ This is not a launcher of its own: it turns the options into torchrun arguments,
 ``torchrun`` command (to copy) and runs torchrun in this process (``torch.distributed.run``), with
 Paddle's ``log_dir/workerlog.N`` files and an explained error when the nodes do not meet.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,40 +46,75 @@ def node_rank_from_addresses(addresses: Sequence[str]) -> int:
         return matches[0]
     listed = ",".join(addresses)
     if not matches:
-        raise ValueError(f"none of --ips {listed} is an address of this machine ({socket.gethostname()}); "
-                         "pass --node_rank")
+        raise ValueError(
+            f"none of --ips {listed} is an address of this machine ({socket.gethostname()}); pass --node_rank"
+        )
     found = ", ".join(addresses[index] for index in matches)
-    raise ValueError(f"several of --ips {listed} are addresses of this machine ({found}); "
-                     "pass --node_rank to say which node this is")
+    raise ValueError(
+        f"several of --ips {listed} are addresses of this machine ({found}); "
+        "pass --node_rank to say which node this is"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line, in Paddle's spelling."""
     parser = argparse.ArgumentParser(
-        prog="python -m ppdist.launch", allow_abbrev=False,
+        prog="python -m ppdist.launch",
+        allow_abbrev=False,
         description="Start TRAINING_SCRIPT on every GPU of this node with torchrun (Paddle-style options). "
-                    "Run the same command on every node of --ips.",
+        "Run the same command on every node of --ips.",
         epilog="example: python -m ppdist.launch --ips 10.0.0.1,10.0.0.2 --gpus 0,1,2,3 --log_dir log "
-               "tools/train.py -c configs/rec/x.yml -o Global.epoch_num=10")
-    parser.add_argument("--ips", default="127.0.0.1",
-                        help="comma-separated node addresses; the first is the master (default: %(default)s)")
+        "tools/train.py -c configs/rec/x.yml -o Global.epoch_num=10",
+    )
+    parser.add_argument(
+        "--ips",
+        default="127.0.0.1",
+        help="comma-separated node addresses; the first is the master (default: %(default)s)",
+    )
     procs = parser.add_mutually_exclusive_group()
-    procs.add_argument("--gpus", "--devices", dest="gpus", metavar="IDS",
-                       help="GPU ids to use on this node, e.g. 0,1,2,3: one process each "
-                            "(default: all visible GPUs, or 1 process on CPU)")
+    procs.add_argument(
+        "--gpus",
+        "--devices",
+        dest="gpus",
+        metavar="IDS",
+        help="GPU ids to use on this node, e.g. 0,1,2,3: one process each "
+        "(default: all visible GPUs, or 1 process on CPU)",
+    )
     procs.add_argument("--nproc_per_node", type=int, metavar="N", help="number of processes on this node")
-    parser.add_argument("--node_rank", type=int, metavar="R",
-                        help="index of this node in --ips (default: found from this machine's addresses)")
-    parser.add_argument("--master_port", type=int, metavar="P",
-                        help="rendezvous port on the master (default: $FLAGS_START_PORT or 29500)")
-    parser.add_argument("--log_dir", metavar="DIR", help="write each worker's output to DIR/workerlog.RANK too")
-    parser.add_argument("--max_restarts", type=int, default=0, metavar="K",
-                        help="restart the workers up to K times after a failure (default: %(default)s)")
-    parser.add_argument("--elastic", action="store_true",
-                        help="use torchrun's c10d rendezvous (nodes may join late or restart) "
-                             "instead of the static one")
-    parser.add_argument("--join_timeout", type=int, default=600, metavar="S",
-                        help="seconds to wait for all nodes to join (default: %(default)s)")
+    parser.add_argument(
+        "--node_rank",
+        type=int,
+        metavar="R",
+        help="index of this node in --ips (default: found from this machine's addresses)",
+    )
+    parser.add_argument(
+        "--master_port",
+        type=int,
+        metavar="P",
+        help="rendezvous port on the master (default: $FLAGS_START_PORT or 29500)",
+    )
+    parser.add_argument(
+        "--log_dir", metavar="DIR", help="write each worker's output to DIR/workerlog.RANK too"
+    )
+    parser.add_argument(
+        "--max_restarts",
+        type=int,
+        default=0,
+        metavar="K",
+        help="restart the workers up to K times after a failure (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--elastic",
+        action="store_true",
+        help="use torchrun's c10d rendezvous (nodes may join late or restart) instead of the static one",
+    )
+    parser.add_argument(
+        "--join_timeout",
+        type=int,
+        default=600,
+        metavar="S",
+        help="seconds to wait for all nodes to join (default: %(default)s)",
+    )
     parser.add_argument("--dry_run", action="store_true", help="print the torchrun command and exit")
     parser.add_argument("training_script", help="e.g. tools/train.py")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments, e.g. -c x.yml")
@@ -101,8 +137,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         except ValueError as exc:
             parser.error(str(exc))
     elif not 0 <= ns.node_rank < len(ns.ip_list):
-        parser.error(f"--node_rank {ns.node_rank} is out of range: --ips lists {len(ns.ip_list)} node(s), "
-                     f"so it must be in [0, {len(ns.ip_list) - 1}]")
+        parser.error(
+            f"--node_rank {ns.node_rank} is out of range: --ips lists {len(ns.ip_list)} node(s), "
+            f"so it must be in [0, {len(ns.ip_list) - 1}]"
+        )
     ns.visible_devices = None
     if ns.gpus is not None:
         ids = [item.strip() for item in ns.gpus.split(",")]
@@ -142,13 +180,35 @@ def torchrun_args(ns: argparse.Namespace) -> List[str]:
     master, port, nnodes = ns.ip_list[0], ns.master_port, len(ns.ip_list)
     if ns.elastic:
         is_host = "true" if ns.node_rank == 0 else "false"
-        args = ["--nnodes", str(nnodes), "--nproc_per_node", str(ns.nproc), "--rdzv_backend", "c10d",
-                "--rdzv_endpoint", f"{master}:{port}", "--rdzv_id", rendezvous_id(ns.ip_list, port),
-                "--rdzv-conf", f"join_timeout={ns.join_timeout},is_host={is_host}"]
+        args = [
+            "--nnodes",
+            str(nnodes),
+            "--nproc_per_node",
+            str(ns.nproc),
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            f"{master}:{port}",
+            "--rdzv_id",
+            rendezvous_id(ns.ip_list, port),
+            "--rdzv-conf",
+            f"join_timeout={ns.join_timeout},is_host={is_host}",
+        ]
     else:
-        args = ["--nnodes", str(nnodes), "--node_rank", str(ns.node_rank), "--master_addr", master,
-                "--master_port", str(port), "--nproc_per_node", str(ns.nproc),
-                "--rdzv-conf", f"timeout={ns.join_timeout}"]
+        args = [
+            "--nnodes",
+            str(nnodes),
+            "--node_rank",
+            str(ns.node_rank),
+            "--master_addr",
+            master,
+            "--master_port",
+            str(port),
+            "--nproc_per_node",
+            str(ns.nproc),
+            "--rdzv-conf",
+            f"timeout={ns.join_timeout}",
+        ]
     if ns.max_restarts:
         args += ["--max-restarts", str(ns.max_restarts)]
     return args + [ns.training_script] + list(ns.training_script_args)
@@ -188,7 +248,9 @@ class WorkerLogSpecs(LogsSpecs):
         error_files: Dict[int, str] = {}
         for local_rank, env in envs.items():
             stdouts[local_rank] = os.path.join(self.root_log_dir, f"workerlog.{env.get('RANK', local_rank)}")
-            error_dir = os.path.join(self.root_log_dir, ".torchelastic", f"attempt_{self.round}", str(local_rank))
+            error_dir = os.path.join(
+                self.root_log_dir, ".torchelastic", f"attempt_{self.round}", str(local_rank)
+            )
             os.makedirs(error_dir, exist_ok=True)
             error_files[local_rank] = os.path.join(error_dir, "error.json")
             if os.path.exists(error_files[local_rank]):  # left by an earlier run in this DIR
@@ -209,16 +271,22 @@ def rendezvous_error_message(ns: argparse.Namespace, exc: BaseException) -> str:
     texts = [" ".join(str(error).split()) for error in (exc, exc.__cause__) if error is not None]
     details = ": ".join(dict.fromkeys(text for text in texts if text)) or type(exc).__name__
     if "EADDRINUSE" in details or "address already in use" in details.lower():
-        return (f"node {ns.node_rank}: cannot open the rendezvous at {endpoint}: port {ns.master_port} is in use "
-                f"({details}). Pick another --master_port, the same on every node.")
+        return (
+            f"node {ns.node_rank}: cannot open the rendezvous at {endpoint}: port {ns.master_port} is in use "
+            f"({details}). Pick another --master_port, the same on every node."
+        )
     if ns.node_rank != 0 and isinstance(exc, (DistNetworkError, RendezvousConnectionError)):
         problem = f"the master node did not join the rendezvous at {endpoint} (could not connect: {details})"
     else:
-        problem = (f"the other nodes did not join the rendezvous at {endpoint} within {ns.join_timeout} s "
-                   f"({details})")
-    return (f"node {ns.node_rank}: {problem}. Check that the same command runs on every node of --ips, "
-            f"that {endpoint} is reachable from every node (firewall), and the network interface "
-            "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME).")
+        problem = (
+            f"the other nodes did not join the rendezvous at {endpoint} within {ns.join_timeout} s "
+            f"({details})"
+        )
+    return (
+        f"node {ns.node_rank}: {problem}. Check that the same command runs on every node of --ips, "
+        f"that {endpoint} is reachable from every node (firewall), and the network interface "
+        "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)."
+    )
 
 
 def run_torchrun(args: List[str], log_dir: Optional[str]) -> None:
@@ -244,7 +312,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if ns.gpus is not None and ns.visible_devices is None:
         print(f"ppdist.launch: note: no CUDA device here, --gpus {ns.gpus} only sets {ns.nproc} processes")
     prefix = "".join(f"{name}={shlex.quote(value)} " for name, value in env.items())
-    print(f"ppdist.launch: node {ns.node_rank}/{len(ns.ip_list)}: {prefix}torchrun {shlex.join(args)}", flush=True)
+    print(
+        f"ppdist.launch: node {ns.node_rank}/{len(ns.ip_list)}: {prefix}torchrun {shlex.join(args)}",
+        flush=True,
+    )
     if ns.dry_run:
         return 0
     os.environ.update(env)  # inherited by the workers

@@ -1,11 +1,12 @@
 """A small Python API over the inference runners.
 
-    from ppdist.predict import Predictor
-    predictor = Predictor("output/inference/quickstart_synth")           # exported: ONNX Runtime
-    predictor = Predictor("configs/rec/quickstart_synth.yml",             # or a checkpoint: PyTorch
-                          checkpoint="output/rec/quickstart_synth/best_accuracy")
-    results = predictor(["a.png", "b.png"])   # or numpy BGR images; one dict per image
+from ppdist.predict import Predictor
+predictor = Predictor("output/inference/quickstart_synth")           # exported: ONNX Runtime
+predictor = Predictor("configs/rec/quickstart_synth.yml",             # or a checkpoint: PyTorch
+                      checkpoint="output/rec/quickstart_synth/best_accuracy")
+results = predictor(["a.png", "b.png"])   # or numpy BGR images; one dict per image
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,14 @@ class Predictor:
     a training config and checkpoint (PyTorch). Results are the runners' dicts: rec ``{path, text,
     score}``, det ``{path, boxes, scores, labels, category_ids}``, seg ``{path, label_map}``."""
 
-    def __init__(self, source: str, checkpoint: str = None, overrides: Sequence[str] = (), device: str = "cpu",
-                 batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        source: str,
+        checkpoint: str = None,
+        overrides: Sequence[str] = (),
+        device: str = "cpu",
+        batch_size: int = 8,
+    ) -> None:
         from ppdist.inference.infer import from_config, from_exported
 
         if os.path.isdir(source):
@@ -34,7 +41,9 @@ class Predictor:
             from ppdist.config import load_config
 
             extra = [f"Global.checkpoints={checkpoint}"] if checkpoint else []
-            self.info, self.runner, self.backend = from_config(load_config(source, extra + list(overrides)), device)
+            self.info, self.runner, self.backend = from_config(
+                load_config(source, extra + list(overrides)), device
+            )
         else:
             raise ConfigError(f"Predictor: {source} is neither an exported model directory nor a config file")
         self.task = self.info["task"]
@@ -54,6 +63,8 @@ class Predictor:
         items = [images] if isinstance(images, (str, np.ndarray)) else list(images)
         results: List[Dict[str, Any]] = []
         for start in range(0, len(items), self.batch_size):
-            samples = [self._load(image, start + i) for i, image in enumerate(items[start:start + self.batch_size])]
+            samples = [
+                self._load(image, start + i) for i, image in enumerate(items[start : start + self.batch_size])
+            ]
             results.extend(self.runner.predict(self.backend.run, samples))
         return results

@@ -6,6 +6,7 @@ registry of its kind. A config entry ``{name: X, **kwargs}`` is built with
 signature *before* anything is constructed, so a typo produces one clear message with
 the closest valid names instead of a ``TypeError`` from deep inside a constructor.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -102,8 +103,9 @@ class Registry:
             )
         return self._items[name]
 
-    def check(self, name: str, kwargs: Mapping[str, Any], where: str = "",
-              injected: Sequence[str] = ()) -> None:
+    def check(
+        self, name: str, kwargs: Mapping[str, Any], where: str = "", injected: Sequence[str] = ()
+    ) -> None:
         """Raise ``ConfigError`` unless ``name(**kwargs)`` matches the constructor signature.
 
         ``injected`` names arguments the framework supplies itself (not the user's to miss).
@@ -127,8 +129,9 @@ class Registry:
                     f"wrong type for {prefix}{key}: expected {_type_name(annotation)}, "
                     f"got {type(value).__name__} ({value!r})"
                 )
-        missing = [k for k, p in named.items()
-                   if p.default is p.empty and k not in kwargs and k not in injected]
+        missing = [
+            k for k, p in named.items() if p.default is p.empty and k not in kwargs and k not in injected
+        ]
         if missing:
             raise ConfigError(
                 f"missing required key(s) for {self.kind} {name!r} at {where or 'config'}: "

@@ -1,4 +1,5 @@
 """Shared fixtures: the repo root on sys.path and small synthetic data sets."""
+
 from __future__ import annotations
 
 import os

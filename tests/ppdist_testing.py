@@ -1,4 +1,5 @@
 """Test helpers: a tiny CRNN config on synthetic digits and tool launchers (plain functions)."""
+
 from __future__ import annotations
 
 import os
@@ -18,25 +19,56 @@ EVAL_TRANSFORMS = [
 ]
 
 
-def tiny_config(path: str, data_dir: str, save_dir: str, epochs: int = 4, num_train: int = 512, **global_extra) -> str:
+def tiny_config(
+    path: str, data_dir: str, save_dir: str, epochs: int = 4, num_train: int = 512, **global_extra
+) -> str:
     """A small, fast CRNN variant (MobileNetV3-small 0.35 + FC sequence encoder) on digits."""
     config = {
         "_BASE_": [QUICKSTART],
-        "Global": dict({
-            "epoch_num": epochs, "save_model_dir": save_dir, "save_epoch_step": 1, "print_batch_step": 4,
-            "eval_batch_step": [0, 1000000], "eval_batch_epoch": 2, "dist_timeout": 300,
-            "synthetic_data": {"kind": "rec", "data_dir": data_dir, "num_train": num_train, "num_val": 51, "seed": 1,
-                               "charset": "0123456789", "min_len": 3, "max_len": 5},
-        }, **global_extra),
-        "Architecture": {"Backbone": {"name": "MobileNetV3", "model_name": "small", "scale": 0.35,
-                                      "small_stride": [1, 2, 2, 2]},
-                         "Neck": {"name": "SequenceEncoder", "encoder_type": "fc", "hidden_size": 64}},
+        "Global": dict(
+            {
+                "epoch_num": epochs,
+                "save_model_dir": save_dir,
+                "save_epoch_step": 1,
+                "print_batch_step": 4,
+                "eval_batch_step": [0, 1000000],
+                "eval_batch_epoch": 2,
+                "dist_timeout": 300,
+                "synthetic_data": {
+                    "kind": "rec",
+                    "data_dir": data_dir,
+                    "num_train": num_train,
+                    "num_val": 51,
+                    "seed": 1,
+                    "charset": "0123456789",
+                    "min_len": 3,
+                    "max_len": 5,
+                },
+            },
+            **global_extra,
+        ),
+        "Architecture": {
+            "Backbone": {
+                "name": "MobileNetV3",
+                "model_name": "small",
+                "scale": 0.35,
+                "small_stride": [1, 2, 2, 2],
+            },
+            "Neck": {"name": "SequenceEncoder", "encoder_type": "fc", "hidden_size": 64},
+        },
         "Optimizer": {"lr": {"name": "Cosine", "learning_rate": 0.002, "warmup_epoch": 0}},
-        "Train": {"dataset": {"data_dir": data_dir, "label_file_list": [os.path.join(data_dir, "train.txt")],
-                              "transforms": EVAL_TRANSFORMS},
-                  "loader": {"batch_size_per_card": 16, "num_workers": 1}},
-        "Eval": {"dataset": {"data_dir": data_dir, "label_file_list": [os.path.join(data_dir, "val.txt")]},
-                 "loader": {"batch_size_per_card": 8, "num_workers": 0}},
+        "Train": {
+            "dataset": {
+                "data_dir": data_dir,
+                "label_file_list": [os.path.join(data_dir, "train.txt")],
+                "transforms": EVAL_TRANSFORMS,
+            },
+            "loader": {"batch_size_per_card": 16, "num_workers": 1},
+        },
+        "Eval": {
+            "dataset": {"data_dir": data_dir, "label_file_list": [os.path.join(data_dir, "val.txt")]},
+            "loader": {"batch_size_per_card": 8, "num_workers": 0},
+        },
     }
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
@@ -55,41 +87,87 @@ def run_tool(args: List[str], nproc: Optional[int] = None, timeout: int = 420) -
     if nproc is None:
         cmd = [sys.executable, script] + args[1:]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-               script] + args[1:]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(nproc),
+            script,
+        ] + args[1:]
     return subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def check_ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-4000:]}\nSTDERR:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\nSTDOUT:\n{result.stdout[-4000:]}\nSTDERR:\n{result.stderr[-4000:]}"
+    )
     return result
 
 
 SEG_QUICKSTART = os.path.join(REPO, "configs", "seg", "quickstart_synth.yml")
 
 
-def tiny_seg_config(path: str, data_dir: str, save_dir: str, max_iters: int = 150, num_train: int = 256,
-                    num_val: int = 37, **global_extra) -> str:
+def tiny_seg_config(
+    path: str,
+    data_dir: str,
+    save_dir: str,
+    max_iters: int = 150,
+    num_train: int = 256,
+    num_val: int = 37,
+    **global_extra,
+) -> str:
     """A narrow PP-LiteSeg (STDC1 at base 16, thin decoder) on 64x64 synthetic shapes, 4 classes."""
     min_kept = 8 * 64 * 64 // 16
     config = {
         "_BASE_": [SEG_QUICKSTART],
-        "Global": dict({
-            "max_iters": max_iters, "save_model_dir": save_dir, "print_batch_step": 10,
-            "eval_batch_step": [0, 1000000], "dist_timeout": 300, "num_classes": 4,
-            "synthetic_data": {"kind": "seg", "data_dir": data_dir, "num_train": num_train, "num_val": num_val,
-                               "seed": 3, "image_size": 64, "num_classes": 4},
-        }, **global_extra),
-        "Architecture": {"Backbone": {"name": "STDC1", "base": 16},
-                         "Head": {"name": "PPLiteSegHead", "arm_out_chs": [16, 16, 32],
-                                  "seg_head_inter_chs": [16, 16, 16], "cm_out_ch": 32}},
+        "Global": dict(
+            {
+                "max_iters": max_iters,
+                "save_model_dir": save_dir,
+                "print_batch_step": 10,
+                "eval_batch_step": [0, 1000000],
+                "dist_timeout": 300,
+                "num_classes": 4,
+                "synthetic_data": {
+                    "kind": "seg",
+                    "data_dir": data_dir,
+                    "num_train": num_train,
+                    "num_val": num_val,
+                    "seed": 3,
+                    "image_size": 64,
+                    "num_classes": 4,
+                },
+            },
+            **global_extra,
+        ),
+        "Architecture": {
+            "Backbone": {"name": "STDC1", "base": 16},
+            "Head": {
+                "name": "PPLiteSegHead",
+                "arm_out_chs": [16, 16, 32],
+                "seg_head_inter_chs": [16, 16, 16],
+                "cm_out_ch": 32,
+            },
+        },
         "Loss": {"types": [{"name": "OhemCrossEntropyLoss", "thresh": 0.7, "min_kept": min_kept}] * 3},
         "Optimizer": {"lr": {"name": "PolynomialDecay", "learning_rate": 0.05, "warmup_iters": 20}},
-        "Train": {"dataset": {"dataset_root": data_dir,
-                              "transforms": [{"RandomPaddingCrop": {"crop_size": [64, 64]}},
-                                             {"RandomHorizontalFlip": {}}, {"Normalize": {}}]},
-                  "loader": {"batch_size_per_card": 8, "num_workers": 1}},
-        "Eval": {"dataset": {"dataset_root": data_dir}, "loader": {"batch_size_per_card": 4, "num_workers": 0}},
+        "Train": {
+            "dataset": {
+                "dataset_root": data_dir,
+                "transforms": [
+                    {"RandomPaddingCrop": {"crop_size": [64, 64]}},
+                    {"RandomHorizontalFlip": {}},
+                    {"Normalize": {}},
+                ],
+            },
+            "loader": {"batch_size_per_card": 8, "num_workers": 1},
+        },
+        "Eval": {
+            "dataset": {"dataset_root": data_dir},
+            "loader": {"batch_size_per_card": 4, "num_workers": 0},
+        },
     }
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
@@ -99,31 +177,83 @@ def tiny_seg_config(path: str, data_dir: str, save_dir: str, max_iters: int = 15
 DET_QUICKSTART = os.path.join(REPO, "configs", "det", "quickstart_synth.yml")
 
 
-def tiny_det_config(path: str, data_dir: str, save_dir: str, epochs: int = 8, num_train: int = 256,
-                    num_val: int = 37, **global_extra) -> str:
+def tiny_det_config(
+    path: str,
+    data_dir: str,
+    save_dir: str,
+    epochs: int = 8,
+    num_train: int = 256,
+    num_val: int = 37,
+    **global_extra,
+) -> str:
     """A narrow PP-YOLOE (width 0.25, depth 0.33) on 96x96 synthetic shapes, 2 classes."""
     config = {
         "_BASE_": [DET_QUICKSTART],
-        "Global": dict({
-            "epoch_num": epochs, "save_model_dir": save_dir, "print_batch_step": 8, "eval_batch_epoch": epochs,
-            "dist_timeout": 300, "num_classes": 2, "width_mult": 0.25, "depth_mult": 0.33,
-            "synthetic_data": {"kind": "det", "data_dir": data_dir, "num_train": num_train, "num_val": num_val,
-                               "seed": 5, "image_size": 96, "num_classes": 2, "max_objects": 3},
-        }, **global_extra),
+        "Global": dict(
+            {
+                "epoch_num": epochs,
+                "save_model_dir": save_dir,
+                "print_batch_step": 8,
+                "eval_batch_epoch": epochs,
+                "dist_timeout": 300,
+                "num_classes": 2,
+                "width_mult": 0.25,
+                "depth_mult": 0.33,
+                "synthetic_data": {
+                    "kind": "det",
+                    "data_dir": data_dir,
+                    "num_train": num_train,
+                    "num_val": num_val,
+                    "seed": 5,
+                    "image_size": 96,
+                    "num_classes": 2,
+                    "max_objects": 3,
+                },
+            },
+            **global_extra,
+        ),
         "Loss": {"static_assigner_epoch": 4},
-        "Optimizer": {"lr": {"name": "CosineDecay", "learning_rate": 0.01, "max_epochs": epochs + 2,
-                             "warmup_epoch": 1, "warmup_start_lr": 0.0}},
-        "Train": {"dataset": {"dataset_dir": data_dir,
-                              "transforms": [{"Decode": {}}, {"RandomFlip": {}}],
-                              "batch_transforms": [{"BatchRandomResize": {"target_size": [96], "random_size": True,
-                                                                          "random_interp": False, "keep_ratio": False}},
-                                                   {"NormalizeImage": {}}, {"Permute": {}}, {"PadGT": {}}]},
-                  "loader": {"batch_size_per_card": 8, "num_workers": 1}},
-        "Eval": {"dataset": {"dataset_dir": data_dir,
-                             "transforms": [{"Decode": {}}, {"Resize": {"target_size": [96, 96], "keep_ratio": False,
-                                                                        "interp": 2}},
-                                            {"NormalizeImage": {}}, {"Permute": {}}]},
-                 "loader": {"batch_size_per_card": 4, "num_workers": 0}},
+        "Optimizer": {
+            "lr": {
+                "name": "CosineDecay",
+                "learning_rate": 0.01,
+                "max_epochs": epochs + 2,
+                "warmup_epoch": 1,
+                "warmup_start_lr": 0.0,
+            }
+        },
+        "Train": {
+            "dataset": {
+                "dataset_dir": data_dir,
+                "transforms": [{"Decode": {}}, {"RandomFlip": {}}],
+                "batch_transforms": [
+                    {
+                        "BatchRandomResize": {
+                            "target_size": [96],
+                            "random_size": True,
+                            "random_interp": False,
+                            "keep_ratio": False,
+                        }
+                    },
+                    {"NormalizeImage": {}},
+                    {"Permute": {}},
+                    {"PadGT": {}},
+                ],
+            },
+            "loader": {"batch_size_per_card": 8, "num_workers": 1},
+        },
+        "Eval": {
+            "dataset": {
+                "dataset_dir": data_dir,
+                "transforms": [
+                    {"Decode": {}},
+                    {"Resize": {"target_size": [96, 96], "keep_ratio": False, "interp": 2}},
+                    {"NormalizeImage": {}},
+                    {"Permute": {}},
+                ],
+            },
+            "loader": {"batch_size_per_card": 4, "num_workers": 0},
+        },
     }
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
@@ -155,8 +285,9 @@ def paddle_fixture_script(family: str) -> Any:
     only when run)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"paddle_{family}_fixtures",
-                                                  os.path.join(paddle_fixture_dir(family), "make_fixtures.py"))
+    spec = importlib.util.spec_from_file_location(
+        f"paddle_{family}_fixtures", os.path.join(paddle_fixture_dir(family), "make_fixtures.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

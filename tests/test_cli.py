@@ -1,4 +1,5 @@
 """Clean error messages from the tools, also for errors raised inside DataLoader workers."""
+
 from torch.utils.data import DataLoader
 
 from ppdist.cli import error_message

@@ -1,4 +1,5 @@
 """Config: _BASE_ merging, -o overrides, validation messages, Global injection."""
+
 import os
 import textwrap
 
@@ -35,8 +36,9 @@ def test_parse_value_yaml_and_scientific_floats():
 
 def test_overrides_walk_dicts_and_lists():
     cfg = {"Global": {"a": 1}, "Train": {"dataset": {"transforms": [{"Op": {"k": 1}}]}}}
-    apply_overrides(cfg, ["Global.a=2", "Global.new.deep=x", "Train.dataset.transforms.0.Op.k=[3, 4]",
-                          "Global={b: 3}"])
+    apply_overrides(
+        cfg, ["Global.a=2", "Global.new.deep=x", "Train.dataset.transforms.0.Op.k=[3, 4]", "Global={b: 3}"]
+    )
     assert cfg["Global"] == {"a": 2, "new": {"deep": "x"}, "b": 3}
     assert cfg["Train"]["dataset"]["transforms"][0]["Op"]["k"] == [3, 4]
     with pytest.raises(ConfigError, match="unknown section 'Globl'.*'Global'"):
@@ -49,14 +51,17 @@ def test_overrides_walk_dicts_and_lists():
 
 def test_base_inheritance_relative_paths(tmp_path, repo_root):
     base = os.path.join(repo_root, REC_CONFIG)
-    child = write(tmp_path / "exp" / "child.yml", f"""
+    child = write(
+        tmp_path / "exp" / "child.yml",
+        f"""
         _BASE_: [{base}]
         Global:
           epoch_num: 3
         Train:
           loader:
             num_workers: 0
-    """)
+    """,
+    )
     cfg = load_config(child)
     assert cfg["Global"]["epoch_num"] == 3
     assert cfg["Global"]["max_text_length"] == 25  # inherited
@@ -72,28 +77,52 @@ def test_paddle_config_loads_with_defaults(repo_root):
     assert glob["dist_timeout"] > 0 and glob["max_bad_sample_ratio"] == 0.1
 
 
-@pytest.mark.parametrize("override,pattern", [
-    ("Global.epoch_nums=3", r"unknown key Global.epoch_nums.*'epoch_num'"),
-    ("Global.epoch_num=three", r"wrong type for Global.epoch_num: expected int or null, got str"),
-    ("Architecture.Backbone.name=MobileNetV4", r"unknown backbone name 'MobileNetV4' at Architecture.Backbone.name.*MobileNetV3"),
-    ("Architecture.Backbone.scal=0.5", r"unknown key Architecture.Backbone.scal.*'scale'"),
-    ("Loss.name=CTCLos", r"unknown loss name 'CTCLos'.*'CTCLoss'"),
-    ("Optimizer.name=Adamm", r"unknown optimizer name 'Adamm'.*'Adam'"),
-    ("Optimizer.beta3=0.1", r"unknown key Optimizer.beta3.*'beta1'"),
-    ("Optimizer.lr.name=Cosin", r"unknown lr schedule name 'Cosin'.*'Cosine'"),
-    ("Train.dataset.transforms.2.RecResizeImg.image_shap=[3,32,100]", r"Train.dataset.transforms\[2\].RecResizeImg.image_shap"),
-    ("Train.dataset.transforms.0={DecodeImg: {img_mode: BGR}}", r"unknown transform name 'DecodeImg'.*'DecodeImage'"),
-    ("Train.loader.batch_size=3", r"unknown key Train.loader.batch_size.*'batch_size_per_card'"),
-    ("Train.dataset.label_file_list=[a.txt]", r"unknown key Train.dataset.label_file_list.*It is a key of: SimpleDataSet"),
-    ("Global.to_static=true", r"Global.to_static is not supported yet"),
-    ("Global.eval_batch_step=[1]", r"\[start, interval\]"),
-    ("Global.save_iter_step=0", r"Global.save_iter_step must be a positive number of steps"),
-    ("Global.auto_scale_lr={base_batch_size: 0}", r"auto_scale_lr.base_batch_size must be a positive integer"),
-    ("Global.auto_scale_lr={base_batch: 64}", r"unknown key Global.auto_scale_lr.base_batch.*'base_batch_size'"),
-    ("Global.compile={modes: max-autotune}", r"unknown key\(s\) in Global.compile: \['modes'\]; expected some of"),
-    ("Global.compile=fast", r"wrong type for Global.compile: expected bool or dict"),
-    ("Train.loader.cv2_num_threads=two", r"wrong type for Train.loader.cv2_num_threads: expected int"),
-])
+@pytest.mark.parametrize(
+    "override,pattern",
+    [
+        ("Global.epoch_nums=3", r"unknown key Global.epoch_nums.*'epoch_num'"),
+        ("Global.epoch_num=three", r"wrong type for Global.epoch_num: expected int or null, got str"),
+        (
+            "Architecture.Backbone.name=MobileNetV4",
+            r"unknown backbone name 'MobileNetV4' at Architecture.Backbone.name.*MobileNetV3",
+        ),
+        ("Architecture.Backbone.scal=0.5", r"unknown key Architecture.Backbone.scal.*'scale'"),
+        ("Loss.name=CTCLos", r"unknown loss name 'CTCLos'.*'CTCLoss'"),
+        ("Optimizer.name=Adamm", r"unknown optimizer name 'Adamm'.*'Adam'"),
+        ("Optimizer.beta3=0.1", r"unknown key Optimizer.beta3.*'beta1'"),
+        ("Optimizer.lr.name=Cosin", r"unknown lr schedule name 'Cosin'.*'Cosine'"),
+        (
+            "Train.dataset.transforms.2.RecResizeImg.image_shap=[3,32,100]",
+            r"Train.dataset.transforms\[2\].RecResizeImg.image_shap",
+        ),
+        (
+            "Train.dataset.transforms.0={DecodeImg: {img_mode: BGR}}",
+            r"unknown transform name 'DecodeImg'.*'DecodeImage'",
+        ),
+        ("Train.loader.batch_size=3", r"unknown key Train.loader.batch_size.*'batch_size_per_card'"),
+        (
+            "Train.dataset.label_file_list=[a.txt]",
+            r"unknown key Train.dataset.label_file_list.*It is a key of: SimpleDataSet",
+        ),
+        ("Global.to_static=true", r"Global.to_static is not supported yet"),
+        ("Global.eval_batch_step=[1]", r"\[start, interval\]"),
+        ("Global.save_iter_step=0", r"Global.save_iter_step must be a positive number of steps"),
+        (
+            "Global.auto_scale_lr={base_batch_size: 0}",
+            r"auto_scale_lr.base_batch_size must be a positive integer",
+        ),
+        (
+            "Global.auto_scale_lr={base_batch: 64}",
+            r"unknown key Global.auto_scale_lr.base_batch.*'base_batch_size'",
+        ),
+        (
+            "Global.compile={modes: max-autotune}",
+            r"unknown key\(s\) in Global.compile: \['modes'\]; expected some of",
+        ),
+        ("Global.compile=fast", r"wrong type for Global.compile: expected bool or dict"),
+        ("Train.loader.cv2_num_threads=two", r"wrong type for Train.loader.cv2_num_threads: expected int"),
+    ],
+)
 def test_validation_errors_name_file_key_and_suggestion(repo_root, override, pattern):
     path = os.path.join(repo_root, REC_CONFIG)
     with pytest.raises(ConfigError, match=pattern) as err:
@@ -120,9 +149,10 @@ def test_global_keys_reach_transforms_and_postprocess(tmp_path, repo_root):
     from ppdist.data.build import build_transforms
 
     dict_path = write(tmp_path / "dict.txt", "a\nb\nc\n")
-    cfg = load_config(os.path.join(repo_root, REC_CONFIG),
-                      [f"Global.character_dict_path={dict_path}", "Global.use_space_char=true",
-                       "Global.max_text_length=7"])
+    cfg = load_config(
+        os.path.join(repo_root, REC_CONFIG),
+        [f"Global.character_dict_path={dict_path}", "Global.use_space_char=true", "Global.max_text_length=7"],
+    )
     post = build_postprocess(cfg)
     assert post.num_classes == 5  # blank + a b c + space
     ops = build_transforms(cfg["Train"]["dataset"]["transforms"], cfg, "Train.dataset.transforms")

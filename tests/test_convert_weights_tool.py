@@ -1,4 +1,5 @@
 """tools/convert_paddle_weights.py and Paddle weights given straight to the prediction tools."""
+
 import os
 import pickle
 
@@ -9,14 +10,32 @@ from ppdist_testing import REPO, check_ok, run_tool
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "paddle_rec", "crnn_small.pdparams")
 CONFIG = os.path.join(REPO, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
-SMALL = ["Architecture.Backbone.model_name=small", "Architecture.Backbone.scale=0.35", "Architecture.Backbone.small_stride=[1,2,2,2]",
-         "Architecture.Neck.hidden_size=24"]  # the crnn_small fixture's settings
+SMALL = [
+    "Architecture.Backbone.model_name=small",
+    "Architecture.Backbone.scale=0.35",
+    "Architecture.Backbone.small_stride=[1,2,2,2]",
+    "Architecture.Neck.hidden_size=24",
+]  # the crnn_small fixture's settings
 
 
 def test_converts_and_writes_a_weights_only_file(tmp_path):
     out = str(tmp_path / "crnn.pt")
-    result = check_ok(run_tool(["convert_paddle_weights.py", "-c", CONFIG, "-o", *SMALL, "--pdparams", FIXTURE,
-                                "--out", out, "--strict"]))
+    result = check_ok(
+        run_tool(
+            [
+                "convert_paddle_weights.py",
+                "-c",
+                CONFIG,
+                "-o",
+                *SMALL,
+                "--pdparams",
+                FIXTURE,
+                "--out",
+                out,
+                "--strict",
+            ]
+        )
+    )
     assert "converted 229/229 tensors" in result.stdout and f"wrote {out}" in result.stdout
     data = torch.load(out, weights_only=True)
     assert data["converted_from"] == os.path.abspath(FIXTURE)
@@ -37,12 +56,29 @@ def test_strict_fails_on_another_class_count_and_lists_the_head(tmp_path):
     charset = tmp_path / "dict.txt"
     charset.write_text("\n".join("abcdefghij") + "\n")
     out = str(tmp_path / "crnn.pt")
-    result = run_tool(["convert_paddle_weights.py", "-c", CONFIG, "-o", *SMALL,
-                       f"Global.character_dict_path={charset}", "--pdparams", FIXTURE, "--out", out, "--strict"])
+    result = run_tool(
+        [
+            "convert_paddle_weights.py",
+            "-c",
+            CONFIG,
+            "-o",
+            *SMALL,
+            f"Global.character_dict_path={charset}",
+            "--pdparams",
+            FIXTURE,
+            "--out",
+            out,
+            "--strict",
+        ]
+    )
     assert result.returncode == 1, result.stderr
     assert "skipped (shape mismatch) (2): head.fc.weight" in result.stdout
-    assert "2 tensor(s) skipped and 0 missing (--strict)" in result.stderr and "Traceback" not in result.stderr
-    assert set(torch.load(out, weights_only=True)["conversion"]["skipped"][0].split(":")[:1]) == {"head.fc.weight"}
+    assert (
+        "2 tensor(s) skipped and 0 missing (--strict)" in result.stderr and "Traceback" not in result.stderr
+    )
+    assert set(torch.load(out, weights_only=True)["conversion"]["skipped"][0].split(":")[:1]) == {
+        "head.fc.weight"
+    }
 
 
 def test_a_pickle_that_calls_a_function_is_refused(tmp_path):
@@ -53,8 +89,9 @@ def test_a_pickle_that_calls_a_function_is_refused(tmp_path):
     evil = str(tmp_path / "evil.pdparams")
     with open(evil, "wb") as handle:
         pickle.dump({"conv.weight": Evil()}, handle)
-    result = run_tool(["convert_paddle_weights.py", "-c", CONFIG, "--pdparams", evil, "--out",
-                       str(tmp_path / "x.pt")])
+    result = run_tool(
+        ["convert_paddle_weights.py", "-c", CONFIG, "--pdparams", evil, "--out", str(tmp_path / "x.pt")]
+    )
     assert result.returncode == 1 and "refused: the file asks for posix.mkdir" in result.stderr
     assert not os.path.exists(tmp_path / "pwned") and not os.path.exists(tmp_path / "x.pt")
 
@@ -68,8 +105,19 @@ def test_train_starts_from_paddle_weights(tmp_path, digits_dir):
     charset.write_text("".join(f"{digit}\n" for digit in "0123456789"))
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "out"), epochs=1, num_train=512)
     neck = "Architecture.Neck={name: SequenceEncoder, encoder_type: rnn, hidden_size: 24}"
-    result = check_ok(run_tool(["train.py", "-c", cfg, "-o", neck, f"Global.pretrained_model={FIXTURE}",
-                                f"Global.character_dict_path={charset}"]))
+    result = check_ok(
+        run_tool(
+            [
+                "train.py",
+                "-c",
+                cfg,
+                "-o",
+                neck,
+                f"Global.pretrained_model={FIXTURE}",
+                f"Global.character_dict_path={charset}",
+            ]
+        )
+    )
     log = result.stdout + result.stderr
     assert f"{FIXTURE}: converted 227/229 tensors" in log
     assert "skipped (shape mismatch) (2): head.fc.weight" in log

@@ -1,4 +1,5 @@
 """The shipped PP-YOLOE configs resolve to PaddleDetection's recipes and build the originals."""
+
 import math
 import os
 
@@ -16,12 +17,18 @@ def cfg(name):
     return os.path.join(DET, name)
 
 
-@pytest.mark.parametrize("size,depth,width", [("s", 0.33, 0.50), ("m", 0.67, 0.75), ("l", 1.0, 1.0),
-                                              ("x", 1.33, 1.25)])
+@pytest.mark.parametrize(
+    "size,depth,width", [("s", 0.33, 0.50), ("m", 0.67, 0.75), ("l", 1.0, 1.0), ("x", 1.33, 1.25)]
+)
 def test_sizes_share_the_base_and_scale(size, depth, width):
     config = load_config(cfg(f"ppyoloe_crn_{size}_300e_coco.yml"))
     glob = config["Global"]
-    assert (glob["depth_mult"], glob["width_mult"], glob["num_classes"], glob["epoch_num"]) == (depth, width, 80, 300)
+    assert (glob["depth_mult"], glob["width_mult"], glob["num_classes"], glob["epoch_num"]) == (
+        depth,
+        width,
+        80,
+        300,
+    )
     assert glob["use_ema"] and glob["ema_decay_type"] == "threshold" and glob["use_sync_bn"]
     assert config["Train"]["loader"]["batch_size_per_card"] == 8
 
@@ -33,7 +40,12 @@ def test_s_recipe_builds_the_original_and_its_schedule():
     loss = build_loss(config)
     assert loss.static_assigner_epoch == 100
     post = build_postprocess(config)
-    assert (post.score_threshold, post.nms_top_k, post.nms_threshold, post.keep_top_k) == (0.01, 1000, 0.7, 300)
+    assert (post.score_threshold, post.nms_top_k, post.nms_threshold, post.keep_top_k) == (
+        0.01,
+        1000,
+        0.7,
+        300,
+    )
     steps = 1832  # COCO train2017 at a global batch of 64
     optimizer, scheduler = build_optimizer(config["Optimizer"], model, epochs=300, step_each_epoch=steps)
     schedule = scheduler.schedule
@@ -45,7 +57,9 @@ def test_s_recipe_builds_the_original_and_its_schedule():
     no_decay = {id(p) for g in optimizer.param_groups if g["weight_decay"] == 0.0 for p in g["params"]}
     import torch
 
-    bn_params = {id(p) for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d) for p in m.parameters()}
+    bn_params = {
+        id(p) for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d) for p in m.parameters()
+    }
     assert no_decay == bn_params
 
 
@@ -53,7 +67,9 @@ def test_plus_recipe_changes_only_its_keys():
     config = load_config(cfg("ppyoloe_plus_crn_s_80e_coco.yml"))
     assert config["Architecture"]["Backbone"]["use_alpha"] is True
     assert config["Loss"]["static_assigner_epoch"] == 30 and config["Global"]["epoch_num"] == 80
-    assert config["Optimizer"]["lr"]["learning_rate"] == 0.001 and config["Optimizer"]["lr"]["max_epochs"] == 96
+    assert (
+        config["Optimizer"]["lr"]["learning_rate"] == 0.001 and config["Optimizer"]["lr"]["max_epochs"] == 96
+    )
     norm = config["Train"]["dataset"]["batch_transforms"][1]["NormalizeImage"]
     assert norm["mean"] == [0.0, 0.0, 0.0] and norm["std"] == [1.0, 1.0, 1.0]
     model = build_model(config)

@@ -1,4 +1,5 @@
 """The config reference documents every Global key the schema accepts."""
+
 import os
 
 from ppdist.config import GLOBAL_SCHEMA, UNSUPPORTED_GLOBAL

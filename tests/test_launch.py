@@ -1,4 +1,5 @@
 """python -m ppdist.launch: Paddle-style options turned into torchrun's, worker logs, explained rendezvous errors."""
+
 import os
 import socket
 import subprocess
@@ -54,28 +55,86 @@ def parse_error(argv, capsys) -> str:
 
 
 def test_static_rendezvous_args():
-    assert args_for(["--ips", "10.0.0.1,10.0.0.2", "--node_rank", "1", "--nproc_per_node", "4",
-                     "--master_port", "12345", "train.py", "-c", "x.yml", "-o", "A=1"]) == [
-        "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "12345",
-        "--nproc_per_node", "4", "--rdzv-conf", "timeout=600", "train.py", "-c", "x.yml", "-o", "A=1"]
+    assert args_for(
+        [
+            "--ips",
+            "10.0.0.1,10.0.0.2",
+            "--node_rank",
+            "1",
+            "--nproc_per_node",
+            "4",
+            "--master_port",
+            "12345",
+            "train.py",
+            "-c",
+            "x.yml",
+            "-o",
+            "A=1",
+        ]
+    ) == [
+        "--nnodes",
+        "2",
+        "--node_rank",
+        "1",
+        "--master_addr",
+        "10.0.0.1",
+        "--master_port",
+        "12345",
+        "--nproc_per_node",
+        "4",
+        "--rdzv-conf",
+        "timeout=600",
+        "train.py",
+        "-c",
+        "x.yml",
+        "-o",
+        "A=1",
+    ]
 
 
 def test_script_args_pass_through_even_when_they_look_like_launch_options():
-    ns = launch.parse_args(["--nproc_per_node", "1", "train.py", "--ips", "x", "--gpus", "0", "--help", "-o", "A=B"])
+    ns = launch.parse_args(
+        ["--nproc_per_node", "1", "train.py", "--ips", "x", "--gpus", "0", "--help", "-o", "A=B"]
+    )
     assert (ns.ips, ns.gpus, ns.training_script) == ("127.0.0.1", None, "train.py")
     assert ns.training_script_args == ["--ips", "x", "--gpus", "0", "--help", "-o", "A=B"]
 
 
 def test_elastic_rendezvous_args_are_the_same_id_on_every_node():
-    common = ["--ips", "10.0.0.1,10.0.0.2", "--nproc_per_node", "2", "--elastic", "--max_restarts", "2",
-              "--join_timeout", "300"]
+    common = [
+        "--ips",
+        "10.0.0.1,10.0.0.2",
+        "--nproc_per_node",
+        "2",
+        "--elastic",
+        "--max_restarts",
+        "2",
+        "--join_timeout",
+        "300",
+    ]
     node0 = args_for(common + ["--node_rank", "0", "train.py", "-c", "x.yml"])
     node1 = args_for(common + ["--node_rank", "1", "train.py", "-c", "x.yml"])
     run_id = launch.rendezvous_id(["10.0.0.1", "10.0.0.2"], 29500)
     assert run_id.startswith("ppdist-") and len(run_id) == len("ppdist-") + 8
-    assert node0 == ["--nnodes", "2", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
-                     "--rdzv_endpoint", "10.0.0.1:29500", "--rdzv_id", run_id,
-                     "--rdzv-conf", "join_timeout=300,is_host=true", "--max-restarts", "2", "train.py", "-c", "x.yml"]
+    assert node0 == [
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "2",
+        "--rdzv_backend",
+        "c10d",
+        "--rdzv_endpoint",
+        "10.0.0.1:29500",
+        "--rdzv_id",
+        run_id,
+        "--rdzv-conf",
+        "join_timeout=300,is_host=true",
+        "--max-restarts",
+        "2",
+        "train.py",
+        "-c",
+        "x.yml",
+    ]
     assert node1 == [item.replace("is_host=true", "is_host=false") for item in node0]
 
 
@@ -98,7 +157,9 @@ def test_gpus_on_cpu_only_set_the_number_of_processes(monkeypatch, capsys):
     assert (ns.nproc, ns.visible_devices) == (3, None)
     assert launch.main(["--gpus", "0,1,2", "--dry_run", "t.py"]) == 0
     out = capsys.readouterr().out
-    assert "only sets 3 processes" in out and "CUDA_VISIBLE_DEVICES" not in out and "--nproc_per_node 3" in out
+    assert (
+        "only sets 3 processes" in out and "CUDA_VISIBLE_DEVICES" not in out and "--nproc_per_node 3" in out
+    )
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
     assert launch.parse_args(["t.py"]).nproc == 1
 
@@ -106,21 +167,27 @@ def test_gpus_on_cpu_only_set_the_number_of_processes(monkeypatch, capsys):
 def test_gpus_with_cuda_set_visible_devices(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert launch.main(["--gpus", "2,3", "--master_port", "6000", "--dry_run", "t.py", "-c", "a b.yml"]) == 0
-    assert capsys.readouterr().out == ("ppdist.launch: node 0/1: CUDA_VISIBLE_DEVICES=2,3 torchrun --nnodes 1 "
-                                       "--node_rank 0 --master_addr 127.0.0.1 --master_port 6000 --nproc_per_node 2 "
-                                       "--rdzv-conf timeout=600 t.py -c 'a b.yml'\n")
+    assert capsys.readouterr().out == (
+        "ppdist.launch: node 0/1: CUDA_VISIBLE_DEVICES=2,3 torchrun --nnodes 1 "
+        "--node_rank 0 --master_addr 127.0.0.1 --master_port 6000 --nproc_per_node 2 "
+        "--rdzv-conf timeout=600 t.py -c 'a b.yml'\n"
+    )
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # a dry run changes nothing
 
 
 def test_elastic_dry_run_is_plain_torchrun_with_c10d(capsys):
     assert launch.main(["--elastic", "--nproc_per_node", "1", "--dry_run", "t.py"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("ppdist.launch: node 0/1: torchrun --nnodes 1 --nproc_per_node 1 --rdzv_backend c10d ")
+    assert out.startswith(
+        "ppdist.launch: node 0/1: torchrun --nnodes 1 --nproc_per_node 1 --rdzv_backend c10d "
+    )
     assert "is_host=true" in out
 
 
 def test_bad_options_are_clear_errors(monkeypatch, capsys):
-    assert "10.0.0.1 listed more than once" in parse_error(["--ips", "10.0.0.1,10.0.0.2,10.0.0.1", "t.py"], capsys)
+    assert "10.0.0.1 listed more than once" in parse_error(
+        ["--ips", "10.0.0.1,10.0.0.2,10.0.0.1", "t.py"], capsys
+    )
     message = parse_error(["--ips", "10.0.0.1,10.0.0.2", "--node_rank", "2", "t.py"], capsys)
     assert "--node_rank 2 is out of range" in message and "[0, 1]" in message
     message = parse_error(["--ips", "127.0.0.1,127.0.0.2", "t.py"], capsys)
@@ -129,7 +196,9 @@ def test_bad_options_are_clear_errors(monkeypatch, capsys):
     message = parse_error(["--ips", "203.0.113.9,203.0.113.10", "t.py"], capsys)
     assert "none of --ips 203.0.113.9,203.0.113.10 is an address of this machine" in message
     assert "--gpus 0,x" in parse_error(["--gpus", "0,x", "t.py"], capsys)
-    assert "not allowed with argument" in parse_error(["--gpus", "0", "--nproc_per_node", "2", "t.py"], capsys)
+    assert "not allowed with argument" in parse_error(
+        ["--gpus", "0", "--nproc_per_node", "2", "t.py"], capsys
+    )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert "CUDA_VISIBLE_DEVICES=0,1" in parse_error(["--gpus", "1,2", "t.py"], capsys)
 
@@ -145,7 +214,10 @@ def test_worker_log_specs(tmp_path):
     log_dir = str(tmp_path / "log")
     specs = launch.WorkerLogSpecs(log_dir)
     assert os.path.isdir(log_dir) and specs.root_log_dir == log_dir
-    envs = {0: {"RANK": "2", "TORCHELASTIC_RESTART_COUNT": "0"}, 1: {"RANK": "3", "TORCHELASTIC_RESTART_COUNT": "0"}}
+    envs = {
+        0: {"RANK": "2", "TORCHELASTIC_RESTART_COUNT": "0"},
+        1: {"RANK": "3", "TORCHELASTIC_RESTART_COUNT": "0"},
+    }
     dest = specs.reify(envs)
     logs = {0: os.path.join(log_dir, "workerlog.2"), 1: os.path.join(log_dir, "workerlog.3")}
     assert dest.stdouts == logs and dest.tee_stdouts == logs
@@ -160,7 +232,10 @@ def test_worker_log_specs(tmp_path):
         with open(path, "w") as handle:
             handle.write("attempt 0\n")
 
-    restart = {0: {"RANK": "2", "TORCHELASTIC_RESTART_COUNT": "1"}, 1: {"RANK": "3", "TORCHELASTIC_RESTART_COUNT": "1"}}
+    restart = {
+        0: {"RANK": "2", "TORCHELASTIC_RESTART_COUNT": "1"},
+        1: {"RANK": "3", "TORCHELASTIC_RESTART_COUNT": "1"},
+    }
     dest = specs.reify(restart)
     assert dest.stdouts == logs
     assert sorted(os.listdir(log_dir)) == [".torchelastic", "workerlog.2.attempt0", "workerlog.3.attempt0"]
@@ -177,11 +252,14 @@ def test_worker_log_specs(tmp_path):
 
 
 def test_stderr_merged_into_stdout_in_order():
-    code = ("import sys; from ppdist.cli import run_main\n"
-            "run_main(lambda: [print('one'), print('two', file=sys.stderr), print('three')] and 0)")
+    code = (
+        "import sys; from ppdist.cli import run_main\n"
+        "run_main(lambda: [print('one'), print('two', file=sys.stderr), print('three')] and 0)"
+    )
     env = dict(child_env(), PPDIST_STDERR_TO_STDOUT="1")
-    result = subprocess.run([sys.executable, "-u", "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-u", "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert (result.stdout, result.stderr) == ("one\ntwo\nthree\n", "")
 
@@ -189,11 +267,17 @@ def test_stderr_merged_into_stdout_in_order():
 def test_rendezvous_error_messages():
     from torch.distributed import DistNetworkError
 
-    node1 = launch.parse_args(["--ips", "10.0.0.1,10.0.0.2", "--node_rank", "1", "--master_port", "6000", "t.py"])
+    node1 = launch.parse_args(
+        ["--ips", "10.0.0.1,10.0.0.2", "--node_rank", "1", "--master_port", "6000", "t.py"]
+    )
     message = launch.rendezvous_error_message(node1, DistNetworkError("client socket has timed out"))
-    assert message.startswith("node 1: the master node did not join the rendezvous at 10.0.0.1:6000 "
-                              "(could not connect: client socket has timed out). Check that the same command")
-    node0 = launch.parse_args(["--ips", "10.0.0.1,10.0.0.2", "--node_rank", "0", "--master_port", "6000", "t.py"])
+    assert message.startswith(
+        "node 1: the master node did not join the rendezvous at 10.0.0.1:6000 "
+        "(could not connect: client socket has timed out). Check that the same command"
+    )
+    node0 = launch.parse_args(
+        ["--ips", "10.0.0.1,10.0.0.2", "--node_rank", "0", "--master_port", "6000", "t.py"]
+    )
     message = launch.rendezvous_error_message(node0, DistNetworkError("code: -98, name: EADDRINUSE"))
     assert message.startswith("node 0: cannot open the rendezvous at 10.0.0.1:6000: port 6000 is in use")
 
@@ -201,8 +285,14 @@ def test_rendezvous_error_messages():
 def run_launch(args, timeout=60) -> subprocess.CompletedProcess:
     env = child_env()
     env.pop("CUDA_VISIBLE_DEVICES", None)  # --gpus must be a subset of it
-    return subprocess.run([sys.executable, "-m", "ppdist.launch"] + args, cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ppdist.launch"] + args,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -214,14 +304,29 @@ def worker_script(tmp_path) -> str:
 
 def test_launch_two_workers_with_log_dir(tmp_path, worker_script):
     log_dir = tmp_path / "log"
-    result = run_launch(["--ips", "127.0.0.1", "--node_rank", "0", "--gpus", "0,1", "--master_port", str(free_port()),
-                         "--log_dir", str(log_dir), worker_script])
+    result = run_launch(
+        [
+            "--ips",
+            "127.0.0.1",
+            "--node_rank",
+            "0",
+            "--gpus",
+            "0,1",
+            "--master_port",
+            str(free_port()),
+            "--log_dir",
+            str(log_dir),
+            worker_script,
+        ]
+    )
     assert result.returncode == 0, f"STDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr}"
     command = [line for line in result.stdout.splitlines() if line.startswith("ppdist.launch: node 0/1: ")]
     assert len(command) == 1 and "torchrun " in command[0] and "--nproc_per_node 2" in command[0]
     assert "rank 1 of 2" in result.stdout  # tee'd to the console
-    assert sorted(name for name in os.listdir(log_dir) if name.startswith("workerlog")) == ["workerlog.0",
-                                                                                          "workerlog.1"]
+    assert sorted(name for name in os.listdir(log_dir) if name.startswith("workerlog")) == [
+        "workerlog.0",
+        "workerlog.1",
+    ]
     text = (log_dir / "workerlog.1").read_text()
     assert "rank 1 of 2" in text and "err from 1" in text
 
@@ -232,9 +337,22 @@ def test_peer_that_never_joins_is_explained(worker_script, elastic):
     (about 10 s for 8 s here); c10d: its join_timeout is honoured as well (about 10 s)."""
     port = free_port()
     start = time.monotonic()
-    result = run_launch(["--ips", "127.0.0.1,127.0.0.2", "--node_rank", "0", "--nproc_per_node", "1",
-                         "--master_port", str(port), "--join_timeout", "8"] + (["--elastic"] if elastic else [])
-                        + [worker_script])
+    result = run_launch(
+        [
+            "--ips",
+            "127.0.0.1,127.0.0.2",
+            "--node_rank",
+            "0",
+            "--nproc_per_node",
+            "1",
+            "--master_port",
+            str(port),
+            "--join_timeout",
+            "8",
+        ]
+        + (["--elastic"] if elastic else [])
+        + [worker_script]
+    )
     assert result.returncode == 1, f"STDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr}"
     assert time.monotonic() - start < 60
     assert f"127.0.0.1:{port}" in result.stderr and "did not join" in result.stderr
@@ -247,8 +365,9 @@ def test_busy_port_and_failing_workers(tmp_path, worker_script):
         busy.bind(("", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = run_launch(["--ips", "127.0.0.1,127.0.0.2", "--node_rank", "0", "--master_port", str(port),
-                             worker_script])
+        result = run_launch(
+            ["--ips", "127.0.0.1,127.0.0.2", "--node_rank", "0", "--master_port", str(port), worker_script]
+        )
     assert result.returncode == 1 and f"port {port} is in use" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 

@@ -1,4 +1,5 @@
 """Registry: name lookup, signature-checked build, clear errors."""
+
 from typing import List, Optional
 
 import pytest

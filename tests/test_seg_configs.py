@@ -1,4 +1,5 @@
 """The shipped PP-LiteSeg configs resolve to PaddleSeg's recipes and build the original models."""
+
 import os
 
 import pytest
@@ -24,11 +25,14 @@ def test_cityscapes_recipe_resolves(path, backbone, params):
     assert config["Architecture"]["Backbone"]["name"] == backbone
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == params
     loss = build_loss(config)
-    assert [(part.thresh, part.min_kept, part.ignore_index) for part in loss.losses] == [(0.7, 130000, 255)] * 3
+    assert [(part.thresh, part.min_kept, part.ignore_index) for part in loss.losses] == [
+        (0.7, 130000, 255)
+    ] * 3
     post = build_postprocess(config)
     assert post.aug_eval and post.scales == [0.5]
-    optimizer, scheduler = build_optimizer(config["Optimizer"], model, epochs=860, step_each_epoch=186,
-                                           total_steps=160000)
+    optimizer, scheduler = build_optimizer(
+        config["Optimizer"], model, epochs=860, step_each_epoch=186, total_steps=160000
+    )
     assert optimizer.param_groups[0]["weight_decay"] == 5e-4 and optimizer.param_groups[0]["momentum"] == 0.9
     assert scheduler.schedule.lr_at(0) == pytest.approx(1e-5)
     assert scheduler.schedule.lr_at(1000) == pytest.approx(0.005)
@@ -41,8 +45,10 @@ def test_misspelled_loss_entry_key_is_reported_with_its_path():
 
 
 def test_global_num_classes_reaches_every_component():
-    config = load_config(os.path.join(REPO, "configs", "seg", "quickstart_synth.yml"),
-                         ["Global.num_classes=3", "Global.synthetic_data.num_classes=3"])
+    config = load_config(
+        os.path.join(REPO, "configs", "seg", "quickstart_synth.yml"),
+        ["Global.num_classes=3", "Global.synthetic_data.num_classes=3"],
+    )
     model = build_model(config)
     assert model.head.seg_heads[0].conv_out.out_channels == 3
     from ppdist.builder import build_metric

@@ -1,4 +1,5 @@
 """The command-line tools fail cleanly: one message, an exit code, no traceback."""
+
 import os
 
 from ppdist_testing import run_tool, tiny_config
@@ -8,8 +9,10 @@ def test_config_typo_exits_2_with_one_paragraph(tmp_path, digits_dir):
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "o"))
     result = run_tool(["train.py", "-c", cfg, "-o", "Optimizer.lr.name=Cosin"])
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"ppdist: config error: {cfg}: unknown lr schedule name 'Cosin' at "
-                                     f"Optimizer.lr. Did you mean: 'Cosine', 'CosineDecay', 'Const'?")
+    assert result.stderr.strip() == (
+        f"ppdist: config error: {cfg}: unknown lr schedule name 'Cosin' at "
+        f"Optimizer.lr. Did you mean: 'Cosine', 'CosineDecay', 'Const'?"
+    )
     assert not os.path.exists(tmp_path / "o")  # validation happens before anything runs
 
 

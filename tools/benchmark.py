@@ -6,6 +6,7 @@ PyTorch loop over the same pre-loaded batches (the ratio is the trainer's overhe
 loader alone against the model's consumption rate, 1 vs K processes under torchrun (with
 ``--nproc K``), evaluation and inference throughput, and the environment. See docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,27 +24,57 @@ def build_parser():
     parser = base_parser(__doc__)
     parser.add_argument("--iters", type=int, default=50, help="timed training steps (default 50)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps before them (default 10)")
-    parser.add_argument("--nproc", type=int, default=1,
-                        help="K > 1 also measures K processes under torchrun against 1 (scaling)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads of the single-process measurements (default: torch's default)")
-    parser.add_argument("--scaling_threads", type=int, default=None,
-                        help="threads per process of both scaling runs (default: CPU cores // K on CPU, else 1)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="alternate bare loop and trainer (and the 1- and K-process runs) R times and keep the "
-                             "best of each, which is the least disturbed by other load (default 1)")
-    parser.add_argument("--weights", default=None,
-                        help="checkpoint for the eval and infer measurements (default: Global.checkpoints or "
-                             "pretrained_model, else the initial weights)")
-    parser.add_argument("--infer_dir", default=None, help="images for the infer measurement (default Global.infer_img)")
-    parser.add_argument("--infer_images", type=int, default=200, help="at most this many images (default 200)")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="K > 1 also measures K processes under torchrun against 1 (scaling)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of the single-process measurements (default: torch's default)",
+    )
+    parser.add_argument(
+        "--scaling_threads",
+        type=int,
+        default=None,
+        help="threads per process of both scaling runs (default: CPU cores // K on CPU, else 1)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="alternate bare loop and trainer (and the 1- and K-process runs) R times and keep the "
+        "best of each, which is the least disturbed by other load (default 1)",
+    )
+    parser.add_argument(
+        "--weights",
+        default=None,
+        help="checkpoint for the eval and infer measurements (default: Global.checkpoints or "
+        "pretrained_model, else the initial weights)",
+    )
+    parser.add_argument(
+        "--infer_dir", default=None, help="images for the infer measurement (default Global.infer_img)"
+    )
+    parser.add_argument(
+        "--infer_images", type=int, default=200, help="at most this many images (default 200)"
+    )
     parser.add_argument("--infer_batch_size", type=int, default=8)
     parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="measurements to leave out")
-    parser.add_argument("--output_dir", default=None,
-                        help="trainer runs, logs and the JSON go here (default ./output/benchmark/<config name>)")
+    parser.add_argument(
+        "--output_dir",
+        default=None,
+        help="trainer runs, logs and the JSON go here (default ./output/benchmark/<config name>)",
+    )
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
-    parser.add_argument("--part", default="all", choices=("all", "trainer"),
-                        help="'trainer': only the trainer measurement (what the scaling runs start under torchrun)")
+    parser.add_argument(
+        "--part",
+        default="all",
+        choices=("all", "trainer"),
+        help="'trainer': only the trainer measurement (what the scaling runs start under torchrun)",
+    )
     return parser
 
 
@@ -59,7 +90,9 @@ def run_trainer_part(args, config, env, save_dir: str) -> None:
     """Under torchrun: the trainer measurement, written by rank 0."""
     from ppdist.benchmark.measurements import measure_trainer, training_config
 
-    trainer = measure_trainer(training_config(config, args.warmup, args.iters, save_dir), env, args.warmup, args.iters)
+    trainer = measure_trainer(
+        training_config(config, args.warmup, args.iters, save_dir), env, args.warmup, args.iters
+    )
     if env.is_main and args.json:
         write_json({"trainer": trainer}, args.json)
 
@@ -76,8 +109,14 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
 
     glob = config["Global"]
     skip = set(args.skip)
-    result = {"config": args.config, "overrides": overrides, "warmup": args.warmup, "iters": args.iters,
-              "environment": describe_environment(config, env.device), "notes": []}
+    result = {
+        "config": args.config,
+        "overrides": overrides,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "environment": describe_environment(config, env.device),
+        "notes": [],
+    }
     say = lambda text: print(f"benchmark: {text}", flush=True)  # noqa: E731
     train_cfg = m.training_config(config, args.warmup, args.iters, os.path.join(output_dir, "trainer"))
     if not {"bare", "loader"} <= skip:
@@ -88,8 +127,9 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
     for attempt in range(max(1, args.repeat)):
         if "bare" not in skip:
             say(f"bare loop, run {attempt + 1}")
-            bare_runs.append(m.measure_bare_loop(train_cfg, env.device, batches, args.warmup,
-                                                 loader["steps_per_epoch"]))
+            bare_runs.append(
+                m.measure_bare_loop(train_cfg, env.device, batches, args.warmup, loader["steps_per_epoch"])
+            )
         if "trainer" not in skip:
             say(f"trainer, run {attempt + 1} (its log lines: {os.path.join(output_dir, 'benchmark.log')})")
             trainer_runs.append(m.measure_trainer(train_cfg, env, args.warmup, args.iters))
@@ -114,24 +154,38 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
     if "infer" not in skip:
         infer_dir = args.infer_dir or glob["infer_img"]
         if infer_dir and os.path.exists(infer_dir):
-            paths = list_images(infer_dir)[:args.infer_images]
+            paths = list_images(infer_dir)[: args.infer_images]
             say(f"inference over {len(paths)} images")
             result["infer"] = m.measure_infer(config, weights, paths, args.infer_batch_size, env.device)
         else:
-            result["notes"].append(f"infer not measured: no images (--infer_dir or Global.infer_img; got {infer_dir!r})")
+            result["notes"].append(
+                f"infer not measured: no images (--infer_dir or Global.infer_img; got {infer_dir!r})"
+            )
     if not weights and ("eval" in result or "infer" in result):
         result["notes"].append("eval/infer ran on the initial weights (--weights for a trained checkpoint)")
     if args.nproc > 1 and "scaling" not in skip:
-        threads = args.scaling_threads or (max(1, (os.cpu_count() or 1) // args.nproc) if env.device.type == "cpu" else 1)
+        threads = args.scaling_threads or (
+            max(1, (os.cpu_count() or 1) // args.nproc) if env.device.type == "cpu" else 1
+        )
         if env.device.type == "cuda" and args.nproc > torch.cuda.device_count():
-            raise ConfigError(f"--nproc {args.nproc} needs {args.nproc} GPUs, this machine has "
-                              f"{torch.cuda.device_count()}")
+            raise ConfigError(
+                f"--nproc {args.nproc} needs {args.nproc} GPUs, this machine has {torch.cuda.device_count()}"
+            )
         runs = {1: [], args.nproc: []}
         for attempt in range(max(1, args.repeat)):  # alternated, like the bare loop and the trainer
             for nproc in runs:
                 say(f"scaling: {nproc} process(es) x {threads} thread(s) under torchrun, run {attempt + 1}")
-                runs[nproc].append(run_trainer_processes(nproc, args.config, overrides, args.warmup, args.iters,
-                                                         threads, os.path.join(output_dir, "scaling")))
+                runs[nproc].append(
+                    run_trainer_processes(
+                        nproc,
+                        args.config,
+                        overrides,
+                        args.warmup,
+                        args.iters,
+                        threads,
+                        os.path.join(output_dir, "scaling"),
+                    )
+                )
         single, multi = (dict(best_run(runs[n]), runs=[r["samples_per_s"] for r in runs[n]]) for n in runs)
         result["scaling"] = scaling_summary(single, multi, args.nproc)
     print(format_report(result), flush=True)
@@ -167,8 +221,10 @@ def main() -> int:
             logger.removeHandler(handler)
     try:
         if env.distributed and args.part == "all":
-            raise ConfigError("run tools/benchmark.py as one process (not under torchrun): --nproc K starts the "
-                              "K-process measurement under torchrun itself")
+            raise ConfigError(
+                "run tools/benchmark.py as one process (not under torchrun): --nproc K starts the "
+                "K-process measurement under torchrun itself"
+            )
         ensure_synthetic_data(config, env)
         if args.part == "trainer":
             run_trainer_part(args, config, env, output_dir)

@@ -6,6 +6,7 @@ suite's rules. ``-o`` overrides apply to the converted ppdist config (ppdist key
 The ppdist YAML goes to OUT.yml (or stdout); every key with no ppdist equivalent
 is listed on stderr and in the YAML's comment header. Bad input exits with status 2 and one line.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,7 +20,9 @@ from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
 
 def main() -> int:
     parser = base_parser(__doc__)
-    parser.add_argument("--out", dest="output", default=None, help="where to write the ppdist config (default: stdout)")
+    parser.add_argument(
+        "--out", dest="output", default=None, help="where to write the ppdist config (default: stdout)"
+    )
     args = parser.parse_args()
     from ppdist.config import apply_overrides, validate
     from ppdist.convert.config_convert import convert_config
@@ -34,8 +37,10 @@ def main() -> int:
             handle.write(text)
     else:
         sys.stdout.write(text)
-    print(f"{args.config}: {conversion.suite} config converted"
-          + (f" to {args.output}" if args.output else ""), file=sys.stderr)
+    print(
+        f"{args.config}: {conversion.suite} config converted" + (f" to {args.output}" if args.output else ""),
+        file=sys.stderr,
+    )
     for item in conversion.unmapped:
         print(f"not converted: {item}", file=sys.stderr)
     for item in conversion.notes:

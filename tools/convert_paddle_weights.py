@@ -8,6 +8,7 @@ tools/eval.py, export_model.py and infer.py. The report lists tensors skipped fo
 mismatch (e.g. another class count), missing from the file, or in the file but unused.
 PaddleDetection keeps EMA weights in ``.pdparams`` and the raw ones in ``.pdema``: either converts.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,11 +24,17 @@ def main() -> int:
     parser = base_parser(__doc__)
     parser.add_argument("--pdparams", required=True, help="Paddle weights: .pdparams or .pdema (or a prefix)")
     parser.add_argument("--out", required=True, help="ppdist weights file to write (.pt)")
-    parser.add_argument("--stage", choices=("backbone",), default=None,
-                        help="convert only this stage (e.g. ImageNet backbone weights, for Architecture.Backbone."
-                             "pretrained)")
-    parser.add_argument("--strict", action="store_true",
-                        help="fail unless every tensor of the model is converted (evaluating a trained model)")
+    parser.add_argument(
+        "--stage",
+        choices=("backbone",),
+        default=None,
+        help="convert only this stage (e.g. ImageNet backbone weights, for Architecture.Backbone.pretrained)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail unless every tensor of the model is converted (evaluating a trained model)",
+    )
     args = parser.parse_args()
     from ppdist.builder import build_model
     from ppdist.config import load_config
@@ -37,8 +44,10 @@ def main() -> int:
     report = write_converted(build_model(config), args.pdparams, args.out, args.stage)
     print("\n".join(report.lines(limit=1000)))
     if args.strict and not report.complete:
-        raise CheckpointError(f"{args.pdparams}: {len(report.skipped)} tensor(s) skipped and {len(report.missing)} "
-                              f"missing (--strict); {args.out} was written with the rest")
+        raise CheckpointError(
+            f"{args.pdparams}: {len(report.skipped)} tensor(s) skipped and {len(report.missing)} "
+            f"missing (--strict); {args.out} was written with the rest"
+        )
     print(f"wrote {args.out}")
     return 0
 

@@ -3,6 +3,7 @@
 
 Runs on all processes under torchrun (exact, unpadded shards) and prints the metrics.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,12 +18,18 @@ from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
 def main() -> int:
     parser = base_parser(__doc__)
     parser.add_argument("--output_json", default=None, help="write the metrics to this JSON file")
-    parser.add_argument("--output_dir", default=None,
-                        help="metric outputs (detection: bbox.json in COCO results format); = -o Metric.output_dir=DIR")
-    parser.add_argument("--classwise", action="store_true", help="per-class AP (detection); = -o Metric.classwise=true")
+    parser.add_argument(
+        "--output_dir",
+        default=None,
+        help="metric outputs (detection: bbox.json in COCO results format); = -o Metric.output_dir=DIR",
+    )
+    parser.add_argument(
+        "--classwise", action="store_true", help="per-class AP (detection); = -o Metric.classwise=true"
+    )
     args = parser.parse_args()
-    extra = ([f"Metric.output_dir={args.output_dir}"] if args.output_dir else []) + \
-        (["Metric.classwise=true"] if args.classwise else [])
+    extra = ([f"Metric.output_dir={args.output_dir}"] if args.output_dir else []) + (
+        ["Metric.classwise=true"] if args.classwise else []
+    )
     from ppdist.config import load_config
     from ppdist.convert.config_convert import conversion_of, report_conversion
     from ppdist.data.prepare import ensure_synthetic_data
@@ -34,7 +41,9 @@ def main() -> int:
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(None, env.rank)
-    report_conversion(conversion_of(args.config), None, logger, env.rank == 0)  # Paddle config: what was not converted
+    report_conversion(
+        conversion_of(args.config), None, logger, env.rank == 0
+    )  # Paddle config: what was not converted
     try:
         ensure_synthetic_data(config, env)
         metrics = evaluate_checkpoint(config, env)

@@ -4,6 +4,7 @@
 Writes ``model.onnx`` / ``model.pt`` and ``inference.yml`` (preprocessing, post-process, labels,
 input spec) so that ``tools/infer.py --model DIR`` runs without the training config.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,13 +18,22 @@ from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
 def main() -> int:
     parser = base_parser(__doc__)
     parser.add_argument("--format", choices=("onnx", "torchscript", "both"), default="both")
-    parser.add_argument("--output_dir", default=None,
-                        help="default: Global.save_inference_dir, else ./output/inference/<config name>")
-    parser.add_argument("--check", action="store_true",
-                        help="run ONNX Runtime and PyTorch on the same inputs at two sizes and report the max abs diff")
+    parser.add_argument(
+        "--output_dir",
+        default=None,
+        help="default: Global.save_inference_dir, else ./output/inference/<config name>",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="run ONNX Runtime and PyTorch on the same inputs at two sizes and report the max abs diff",
+    )
     parser.add_argument("--tolerance", type=float, default=1e-3, help="--check fails above this difference")
-    parser.add_argument("--exclude_nms", action="store_true",
-                        help="detection: output boxes [N, A, 4] and scores [N, C, A] without NMS in the graph")
+    parser.add_argument(
+        "--exclude_nms",
+        action="store_true",
+        help="detection: output boxes [N, A, 4] and scores [N, C, A] without NMS in the graph",
+    )
     args = parser.parse_args()
     from ppdist.config import load_config
     from ppdist.engine.logger import setup_logger
@@ -32,7 +42,11 @@ def main() -> int:
     config = load_config(args.config, flat_overrides(args.opt))
     setup_logger(None)
     stem = os.path.splitext(os.path.basename(args.config))[0]
-    out_dir = args.output_dir or config["Global"].get("save_inference_dir") or os.path.join("output", "inference", stem)
+    out_dir = (
+        args.output_dir
+        or config["Global"].get("save_inference_dir")
+        or os.path.join("output", "inference", stem)
+    )
     report = export_model(config, out_dir, FORMATS[args.format], args.exclude_nms, args.check, args.tolerance)
     if "max_abs_diff" in report:
         print(f"ONNX Runtime vs PyTorch max abs diff: {report['max_abs_diff']:.3g}")

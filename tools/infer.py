@@ -6,6 +6,7 @@ Writes into ``--output_dir``: rec ``results.txt`` (``path<TAB>text<TAB>score``);
 (COCO results) and the images with boxes above ``--draw_threshold``; seg ``<name>.png`` (palette
 PNG of class ids) and ``<name>_overlay.jpg``. Unreadable files are reported and skipped.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ def build_parser():
     parser.add_argument("--model", default=None, help="exported model directory (inference.yml + model.onnx)")
     parser.add_argument("--output_dir", default="output/infer", help="where the results are written")
     parser.add_argument("--batch_size", type=int, default=1)
-    parser.add_argument("--draw_threshold", type=float, default=0.5, help="det: draw boxes scoring at least this")
+    parser.add_argument(
+        "--draw_threshold", type=float, default=0.5, help="det: draw boxes scoring at least this"
+    )
     parser.add_argument("--device", default="cpu", help="PyTorch device for checkpoint inference")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
     seg = parser.add_argument_group("segmentation test-time options (override PostProcess / inference.yml)")
@@ -40,7 +43,9 @@ def test_time_overrides(args) -> dict:
     """PaddleSeg val.py semantics: a switch given on the command line replaces the config's value."""
     overrides = {}
     if args.aug_eval:
-        overrides.update(aug_eval=True, flip_horizontal=args.flip_horizontal, flip_vertical=args.flip_vertical)
+        overrides.update(
+            aug_eval=True, flip_horizontal=args.flip_horizontal, flip_vertical=args.flip_vertical
+        )
         if args.scales:
             overrides["scales"] = args.scales
     if args.is_slide:
@@ -83,9 +88,11 @@ def run(argv=None) -> dict:
     for _, why in summary["skipped"]:
         print(f"skipped: {why}", file=sys.stderr)
     backend_name = "onnxruntime" if args.model else "pytorch"
-    print(f"{summary['images']} image(s) predicted, {len(summary['skipped'])} skipped (unreadable), "
-          f"{summary['images_per_s']:.1f} images/s ({backend_name}, batch {args.batch_size}); "
-          f"results in {args.output_dir}")
+    print(
+        f"{summary['images']} image(s) predicted, {len(summary['skipped'])} skipped (unreadable), "
+        f"{summary['images_per_s']:.1f} images/s ({backend_name}, batch {args.batch_size}); "
+        f"results in {args.output_dir}"
+    )
     return summary
 
 

@@ -13,6 +13,7 @@ Tasks:
 
 Skips generation when the output already holds a dataset; prints a JSON summary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,9 @@ def _task_parser(tasks: argparse._SubParsersAction, name: str, help_text: str) -
     sub = tasks.add_parser(name, help=help_text)
     sub.add_argument("--out", required=True, help="output directory (created atomically)")
     sub.add_argument("--num", type=int, required=True, help="number of training images")
-    sub.add_argument("--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)")
+    sub.add_argument(
+        "--num_val", type=int, default=None, help="validation images (default: num // 10, at least 1)"
+    )
     sub.add_argument("--seed", type=int, default=0)
     return sub
 
@@ -45,8 +48,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     rec.add_argument("--min_len", type=int, default=3)
     rec.add_argument("--max_len", type=int, default=7)
     rec.add_argument("--charset", default="0123456789abcdefghijklmnopqrstuvwxyz")
-    rec.add_argument("--upper_case_ratio", type=float, default=0.0,
-                     help="fraction of letters rendered upper case (labels keep the case)")
+    rec.add_argument(
+        "--upper_case_ratio",
+        type=float,
+        default=0.0,
+        help="fraction of letters rendered upper case (labels keep the case)",
+    )
     seg = _task_parser(tasks, "seg", "semantic segmentation (shapes) in PaddleSeg file-list layout")
     seg.add_argument("--image_size", type=int, default=128, help="side of the square images in pixels")
     seg.add_argument("--num_classes", type=int, default=5, help="classes including background (2-8)")
@@ -60,7 +67,9 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
     num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
     task_options = {k: v for k, v in vars(args).items() if k not in COMMON_KEYS}
-    summary = GENERATORS[args.task](args.out, num_train=args.num, num_val=num_val, seed=args.seed, **task_options)
+    summary = GENERATORS[args.task](
+        args.out, num_train=args.num, num_val=num_val, seed=args.seed, **task_options
+    )
     print(json.dumps(summary, indent=2))
     return summary
 

@@ -1,4 +1,5 @@
 """Train a model: ``python tools/train.py -c CFG [-o Key.sub=value ...]`` (also under torchrun)."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ def main() -> int:
     from ppdist.errors import ConfigError
 
     config = load_config(args.config, flat_overrides(args.opt))  # validated before anything runs
-    conversion = conversion_of(args.config)  # a PaddleDetection/PaddleSeg config, converted on load; else None
+    conversion = conversion_of(
+        args.config
+    )  # a PaddleDetection/PaddleSeg config, converted on load; else None
     if not config.get("Train"):
         raise ConfigError(f"{args.config}: missing required section Train")
     glob = config["Global"]

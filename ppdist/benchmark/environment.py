@@ -1,4 +1,5 @@
 """What a measurement ran on: versions, device, threads and the performance switches."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,9 @@ from ppdist.data.build import loader_options
 
 def git_commit(path: str) -> str:
     try:
-        out = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(
+            ["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
@@ -40,7 +42,9 @@ def describe_environment(config: Mapping[str, Any], device: torch.device) -> Dic
     options = compile_options(glob)
     loading = loader_options(train_loader, device.type)
     return {
-        "ppdist_commit": git_commit(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+        "ppdist_commit": git_commit(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        ),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,

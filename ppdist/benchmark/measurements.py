@@ -5,6 +5,7 @@ the same model, loss, optimizer and LR schedule (and EMA / gradient clipping whe
 uses them) on the same batches; the bare loop gets them pre-loaded on the device, the trainer
 reads them through its data loader and does everything it normally does (logging, DDP, ...).
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,8 +29,13 @@ def training_config(config: Mapping[str, Any], warmup: int, iters: int, save_dir
     config = copy.deepcopy(dict(config))
     config.pop("Eval", None)
     glob = config["Global"]
-    glob.update(max_iters=int(warmup) + int(iters), save_model_dir=save_dir, checkpoints=None, save_iter_step=None,
-                save_epoch_step=10**9)
+    glob.update(
+        max_iters=int(warmup) + int(iters),
+        save_model_dir=save_dir,
+        checkpoints=None,
+        save_iter_step=None,
+        save_epoch_step=10**9,
+    )
     return config
 
 
@@ -52,14 +58,18 @@ def measure_trainer(config: Dict[str, Any], env: DistEnv, warmup: int, iters: in
     ddp = trainer.ddp_model
     ddp = getattr(ddp, "_orig_mod", ddp)  # under Global.compile
     if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
-        result["ddp"] = {"gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
-                         "static_graph": bool(ddp.static_graph),
-                         "bucket_cap_mb": float(ddp.bucket_bytes_cap) / 2**20,
-                         "find_unused_parameters": bool(ddp.find_unused_parameters)}
+        result["ddp"] = {
+            "gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
+            "static_graph": bool(ddp.static_graph),
+            "bucket_cap_mb": float(ddp.bucket_bytes_cap) / 2**20,
+            "find_unused_parameters": bool(ddp.find_unused_parameters),
+        }
     return result
 
 
-def load_batches(config: Mapping[str, Any], count: int, warmup: int, device: torch.device) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+def load_batches(
+    config: Mapping[str, Any], count: int, warmup: int, device: torch.device
+) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """The first ``count`` training batches of a single-process run (epoch after epoch), moved to
     ``device``; also the loader's own throughput over the batches after ``warmup`` and its
     batches per epoch."""
@@ -93,14 +103,24 @@ def load_batches(config: Mapping[str, Any], count: int, warmup: int, device: tor
         batch = move_to_device(batch, device, glob["channels_last"])
         batch[EPOCH_KEY] = epoch_of_batch - 1
         batches.append(batch)
-    loader_result = {"samples_per_s": timed_samples / seconds if seconds > 0 else 0.0, "samples": timed_samples,
-                     "batches": count - warmup, "seconds": seconds, "steps_per_epoch": steps_per_epoch,
-                     "num_workers": int(config["Train"]["loader"]["num_workers"])}
+    loader_result = {
+        "samples_per_s": timed_samples / seconds if seconds > 0 else 0.0,
+        "samples": timed_samples,
+        "batches": count - warmup,
+        "seconds": seconds,
+        "steps_per_epoch": steps_per_epoch,
+        "num_workers": int(config["Train"]["loader"]["num_workers"]),
+    }
     return batches, loader_result
 
 
-def measure_bare_loop(config: Mapping[str, Any], device: torch.device, batches: List[Dict[str, Any]],
-                      warmup: int, steps_per_epoch: int) -> Dict[str, Any]:
+def measure_bare_loop(
+    config: Mapping[str, Any],
+    device: torch.device,
+    batches: List[Dict[str, Any]],
+    warmup: int,
+    steps_per_epoch: int,
+) -> Dict[str, Any]:
     """samples/s of a plain forward/backward/step loop over pre-loaded ``batches``."""
     from ppdist.builder import build_loss, build_model
     from ppdist.engine.ema import ModelEMA
@@ -118,11 +138,16 @@ def measure_bare_loop(config: Mapping[str, Any], device: torch.device, batches: 
     network = torch.compile(model, **options) if options is not None else model
     loss_fn = build_loss(config)
     total = len(batches)
-    optimizer, scheduler = build_optimizer(opt_cfg, model, math.ceil(total / steps_per_epoch), steps_per_epoch, total)
+    optimizer, scheduler = build_optimizer(
+        opt_cfg, model, math.ceil(total / steps_per_epoch), steps_per_epoch, total
+    )
     autocast, use_scaler = make_autocast(glob, device)
     scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]))
-    ema = (ModelEMA(model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
-           if glob["use_ema"] else None)
+    ema = (
+        ModelEMA(model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
+        if glob["use_ema"]
+        else None
+    )
     clip = needs_clipping(opt_cfg, glob["grad_clip"])
     start = None
     samples = 0
@@ -147,11 +172,17 @@ def measure_bare_loop(config: Mapping[str, Any], device: torch.device, batches: 
             samples += batch_size_of(batch)
     _sync(device)
     seconds = time.perf_counter() - start if start is not None else 0.0
-    return {"samples_per_s": samples / seconds if seconds > 0 else 0.0, "steps": total - warmup,
-            "samples": samples, "seconds": seconds}
+    return {
+        "samples_per_s": samples / seconds if seconds > 0 else 0.0,
+        "steps": total - warmup,
+        "samples": samples,
+        "seconds": seconds,
+    }
 
 
-def build_weighted_model(config: Mapping[str, Any], weights: Optional[str], device: torch.device) -> torch.nn.Module:
+def build_weighted_model(
+    config: Mapping[str, Any], weights: Optional[str], device: torch.device
+) -> torch.nn.Module:
     """The config's model with the inference weights of ``weights`` (EMA when kept), or its
     initial weights when none are given."""
     from ppdist.builder import build_model
@@ -183,14 +214,19 @@ def measure_eval(config: Mapping[str, Any], env: DistEnv, weights: Optional[str]
     start = time.perf_counter()
     metrics = evaluator.run(model, desc="benchmark eval")
     seconds = time.perf_counter() - start
-    return {"samples_per_s": evaluator.last_fps, "samples": len(loader.dataset), "seconds": seconds,
-            "num_workers": int(config["Eval"]["loader"]["num_workers"]),
-            "batch_size": int(config["Eval"]["loader"]["batch_size_per_card"]),
-            "metric": {metric.main_indicator: metrics.get(metric.main_indicator)}}
+    return {
+        "samples_per_s": evaluator.last_fps,
+        "samples": len(loader.dataset),
+        "seconds": seconds,
+        "num_workers": int(config["Eval"]["loader"]["num_workers"]),
+        "batch_size": int(config["Eval"]["loader"]["batch_size_per_card"]),
+        "metric": {metric.main_indicator: metrics.get(metric.main_indicator)},
+    }
 
 
-def measure_infer(config: Mapping[str, Any], weights: Optional[str], paths: List[str], batch_size: int,
-                  device: torch.device) -> Dict[str, Any]:
+def measure_infer(
+    config: Mapping[str, Any], weights: Optional[str], paths: List[str], batch_size: int, device: torch.device
+) -> Dict[str, Any]:
     """images/s of the inference path (file -> preprocess -> deploy model -> post-process) with
     the PyTorch backend, after one warm-up batch."""
     from ppdist.export.deploy_modules import build_deploy
@@ -205,5 +241,10 @@ def measure_infer(config: Mapping[str, Any], weights: Optional[str], paths: List
     runner = build_runner(inference_info_from_config(config))
     infer(paths[:batch_size], runner, backend, batch_size=batch_size, progress=False)
     result = infer(paths, runner, backend, batch_size=batch_size, progress=False)
-    return {"images_per_s": result["images_per_s"], "images": result["images"], "seconds": result["seconds"],
-            "batch_size": batch_size, "backend": "pytorch"}
+    return {
+        "images_per_s": result["images_per_s"],
+        "images": result["images"],
+        "seconds": result["seconds"],
+        "batch_size": batch_size,
+        "backend": "pytorch",
+    }

@@ -1,4 +1,5 @@
 """Multi-process throughput: the trainer measurement under torchrun with 1 and K processes."""
+
 from __future__ import annotations
 
 import json
@@ -9,34 +10,80 @@ from typing import Any, Dict, List, Sequence
 
 from ppdist.errors import PPDistError
 
-BENCHMARK_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                "tools", "benchmark.py")
+BENCHMARK_SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools", "benchmark.py"
+)
 
 
-def trainer_command(nproc: int, config_path: str, overrides: Sequence[str], warmup: int, iters: int,
-                    threads: int, json_path: str, output_dir: str) -> List[str]:
+def trainer_command(
+    nproc: int,
+    config_path: str,
+    overrides: Sequence[str],
+    warmup: int,
+    iters: int,
+    threads: int,
+    json_path: str,
+    output_dir: str,
+) -> List[str]:
     """``torchrun --standalone --nproc_per_node K tools/benchmark.py ... --part trainer``."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               BENCHMARK_SCRIPT, "-c", config_path]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        BENCHMARK_SCRIPT,
+        "-c",
+        config_path,
+    ]
     if overrides:
         command += ["-o", *overrides]
-    return command + ["--part", "trainer", "--warmup", str(warmup), "--iters", str(iters), "--threads", str(threads),
-                      "--json", json_path, "--output_dir", output_dir]
+    return command + [
+        "--part",
+        "trainer",
+        "--warmup",
+        str(warmup),
+        "--iters",
+        str(iters),
+        "--threads",
+        str(threads),
+        "--json",
+        json_path,
+        "--output_dir",
+        output_dir,
+    ]
 
 
-def run_trainer_processes(nproc: int, config_path: str, overrides: Sequence[str], warmup: int, iters: int,
-                          threads: int, work_dir: str) -> Dict[str, Any]:
+def run_trainer_processes(
+    nproc: int,
+    config_path: str,
+    overrides: Sequence[str],
+    warmup: int,
+    iters: int,
+    threads: int,
+    work_dir: str,
+) -> Dict[str, Any]:
     """The trainer measurement with ``nproc`` processes of ``threads`` threads each."""
     os.makedirs(work_dir, exist_ok=True)
     json_path = os.path.join(work_dir, f"trainer_{nproc}proc.json")
     log_path = os.path.join(work_dir, f"trainer_{nproc}proc.log")
-    command = trainer_command(nproc, config_path, overrides, warmup, iters, threads, json_path,
-                              os.path.join(work_dir, f"run_{nproc}proc"))
+    command = trainer_command(
+        nproc,
+        config_path,
+        overrides,
+        warmup,
+        iters,
+        threads,
+        json_path,
+        os.path.join(work_dir, f"run_{nproc}proc"),
+    )
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     with open(log_path, "w", encoding="utf-8") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0 or not os.path.isfile(json_path):
-        raise PPDistError(f"the {nproc}-process trainer run failed (exit code {done.returncode}); see {log_path}")
+        raise PPDistError(
+            f"the {nproc}-process trainer run failed (exit code {done.returncode}); see {log_path}"
+        )
     with open(json_path, "r", encoding="utf-8") as handle:
         result = json.load(handle)["trainer"]
     result["threads_per_process"] = threads
@@ -45,5 +92,11 @@ def run_trainer_processes(nproc: int, config_path: str, overrides: Sequence[str]
 
 def scaling_summary(single: Dict[str, Any], multi: Dict[str, Any], nproc: int) -> Dict[str, Any]:
     speedup = multi["samples_per_s"] / single["samples_per_s"] if single["samples_per_s"] > 0 else 0.0
-    return {"processes": nproc, "threads_per_process": multi["threads_per_process"],
-            "single": single, "multi": multi, "speedup": speedup, "efficiency": speedup / nproc}
+    return {
+        "processes": nproc,
+        "threads_per_process": multi["threads_per_process"],
+        "single": single,
+        "multi": multi,
+        "speedup": speedup,
+        "efficiency": speedup / nproc,
+    }

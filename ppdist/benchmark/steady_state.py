@@ -1,4 +1,5 @@
 """Steady-state throughput from the trainer's per-step reports."""
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,9 @@ class StepClock:
     def summary(self) -> Dict[str, Any]:
         """samples/s over the window, and the mean reader/batch cost of its steps."""
         if self.start is None or self.end is None or not self.steps:
-            raise RuntimeError(f"the run ended before step {self.warmup + self.iters} "
-                               f"({len(self.steps)} timed step(s))")
+            raise RuntimeError(
+                f"the run ended before step {self.warmup + self.iters} ({len(self.steps)} timed step(s))"
+            )
         return window_summary(self.steps, self.end - self.start)
 
 
@@ -48,6 +50,12 @@ def window_summary(steps: List[Mapping[str, float]], seconds: float) -> Dict[str
     samples = sum(float(s["samples"]) for s in steps)
     reader = sum(float(s["reader_cost"]) for s in steps) / len(steps)
     batch = sum(float(s["batch_cost"]) for s in steps) / len(steps)
-    return {"samples_per_s": samples / seconds, "steps": len(steps), "samples": int(samples), "seconds": seconds,
-            "avg_reader_cost": reader, "avg_batch_cost": batch,
-            "reader_fraction": reader / batch if batch > 0 else 0.0}
+    return {
+        "samples_per_s": samples / seconds,
+        "steps": len(steps),
+        "samples": int(samples),
+        "seconds": seconds,
+        "avg_reader_cost": reader,
+        "avg_batch_cost": batch,
+        "reader_fraction": reader / batch if batch > 0 else 0.0,
+    }

@@ -3,6 +3,7 @@
 Every converter reads the Paddle mapping through ``Keys`` so that a key it never reads is
 listed ("key path: why") instead of being dropped silently.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -56,7 +57,9 @@ def base_paths(path: str, bases: Any, key: str) -> List[str]:
         if not os.path.isabs(resolved):
             resolved = os.path.join(os.path.dirname(path), resolved)
         if not os.path.isfile(resolved):
-            raise ConfigError(f"{path}: {key} file not found: {base} (resolved to {os.path.normpath(resolved)})")
+            raise ConfigError(
+                f"{path}: {key} file not found: {base} (resolved to {os.path.normpath(resolved)})"
+            )
         out.append(resolved)
     return out
 
@@ -80,8 +83,10 @@ class Conversion:
     notes: List[str] = field(default_factory=list)
 
     def header(self) -> str:
-        lines = [f"Converted from the {self.suite} config {self.source} by tools/convert_paddle_config.py.",
-                 "Review the keys listed below before training."]
+        lines = [
+            f"Converted from the {self.suite} config {self.source} by tools/convert_paddle_config.py.",
+            "Review the keys listed below before training.",
+        ]
         if self.unmapped:
             lines.append("Keys with no ppdist equivalent (not converted):")
             lines += [f"  - {item}" for item in self.unmapped]
@@ -97,7 +102,9 @@ class Conversion:
         ordered = {k: _flow_leaves(self.config[k], k) for k in SECTIONS if k in self.config}
         if isinstance(ordered.get("Global"), dict):
             order = {k: i for i, k in enumerate(GLOBAL_SCHEMA)}
-            ordered["Global"] = dict(sorted(ordered["Global"].items(), key=lambda kv: order.get(kv[0], len(order))))
+            ordered["Global"] = dict(
+                sorted(ordered["Global"].items(), key=lambda kv: order.get(kv[0], len(order)))
+            )
         body = yaml.dump(ordered, Dumper=_FlowListDumper, sort_keys=False, allow_unicode=True, width=110)
         return self.header() + "\n" + body
 
@@ -139,7 +146,7 @@ def _is_op(node: Any) -> bool:
 
 def _flow_op(node: Dict[str, Any]) -> Dict[str, Any]:
     """``{Op: {options}}`` with the options inline when they are short."""
-    (name, params), = node.items()
+    ((name, params),) = node.items()
     if all(_is_leaf(v) for v in params.values()) and len(repr(params)) < 100:
         return {name: _Flow(params)}
     return {name: _flow_leaves(params, name)}
@@ -152,7 +159,8 @@ def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
 
 _FlowListDumper.add_representer(list, _represent_list)
 _FlowListDumper.add_representer(
-    _Flow, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True))
+    _Flow, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True)
+)
 _FlowListDumper.add_representer(tuple, _represent_list)
 
 
@@ -286,7 +294,13 @@ def suite_root(config_path: str) -> Optional[str]:
 def fix_path(value: Any, config_path: str, key_path: str, report: Report) -> Any:
     """A relative path that does not exist here but does inside the Paddle checkout the config
     comes from (Paddle tools run from the checkout's root) is rewritten to that location."""
-    if not isinstance(value, str) or not value or is_url(value) or os.path.isabs(value) or os.path.exists(value):
+    if (
+        not isinstance(value, str)
+        or not value
+        or is_url(value)
+        or os.path.isabs(value)
+        or os.path.exists(value)
+    ):
         return value
     root = suite_root(config_path)
     if root is not None and os.path.exists(os.path.join(root, value)):

@@ -5,6 +5,7 @@ keys with no equivalent, the conversion notes); ``Conversion.to_yaml()`` is the 
 ``load_paddle_config(path)`` is the hook of ``ppdist.config.load_config``: the converted config of
 a PaddleDetection/PaddleSeg file, or None for a file already in ppdist's (PaddleOCR's) schema.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,9 +41,11 @@ def convert_config(path: str, suite: Optional[str] = None) -> Conversion:
     from ppdist.convert.config_common import read_paddle_yaml
 
     keys = sorted(read_paddle_yaml(path))
-    raise ConfigError(f"{path}: cannot tell which suite this config comes from: its top-level keys {keys} are not "
-                      f"PaddleOCR/ppdist sections, PaddleDetection keys (architecture, TrainReader, ...) or "
-                      f"PaddleSeg keys (model, train_dataset, ...)")
+    raise ConfigError(
+        f"{path}: cannot tell which suite this config comes from: its top-level keys {keys} are not "
+        f"PaddleOCR/ppdist sections, PaddleDetection keys (architecture, TrainReader, ...) or "
+        f"PaddleSeg keys (model, train_dataset, ...)"
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -67,8 +70,9 @@ def load_paddle_config(path: str) -> Optional[Dict[str, Any]]:
     return copy.deepcopy(conversion.config) if conversion is not None else None
 
 
-def report_conversion(conversion: Optional[Conversion], save_dir: Optional[str], logger: logging.Logger,
-                      is_main: bool = True) -> Optional[str]:
+def report_conversion(
+    conversion: Optional[Conversion], save_dir: Optional[str], logger: logging.Logger, is_main: bool = True
+) -> Optional[str]:
     """Log the unmapped keys as warnings and (main process) save the converted YAML in ``save_dir``."""
     if conversion is None or not is_main:
         return None
@@ -87,5 +91,14 @@ def report_conversion(conversion: Optional[Conversion], save_dir: Optional[str],
     return target
 
 
-__all__ = ["CONVERTED_NAME", "Conversion", "convert_config", "conversion_of", "load_paddle_config",
-           "report_conversion", "detect_suite", "suite_of", "UNKNOWN"]
+__all__ = [
+    "CONVERTED_NAME",
+    "Conversion",
+    "convert_config",
+    "conversion_of",
+    "load_paddle_config",
+    "report_conversion",
+    "detect_suite",
+    "suite_of",
+    "UNKNOWN",
+]

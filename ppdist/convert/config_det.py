@@ -6,6 +6,7 @@ bases; mappings merge recursively, lists and scalars are replaced) and writes th
 sections. Keys PaddleDetection would take from constructor defaults get PaddleDetection's
 defaults, so the ppdist run matches even where ppdist's own defaults differ.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,14 +30,34 @@ from ppdist.errors import ConfigError
 
 ARCHITECTURES = ("YOLOv3", "PPYOLOE")
 # PaddleDetection constructor defaults of the components ppdist implements (facts of its API).
-CSPRESNET_DEFAULTS = {"layers": [3, 6, 6, 3], "channels": [64, 128, 256, 512, 1024], "act": "swish",
-                      "return_idx": [1, 2, 3], "use_large_stem": False, "use_alpha": False}
-CSPPAN_DEFAULTS = {"out_channels": [1024, 512, 256], "act": "leaky", "stage_num": 1, "block_num": 3, "spp": False,
-                   "use_alpha": False}
-HEAD_DEFAULTS = {"act": "swish", "fpn_strides": [32, 16, 8], "grid_cell_scale": 5.0, "grid_cell_offset": 0.5,
-                 "reg_max": 16}
-LOSS_DEFAULTS = {"static_assigner_epoch": 4, "use_varifocal_loss": True,
-                 "loss_weight": {"class": 1.0, "iou": 2.5, "dfl": 0.5}}
+CSPRESNET_DEFAULTS = {
+    "layers": [3, 6, 6, 3],
+    "channels": [64, 128, 256, 512, 1024],
+    "act": "swish",
+    "return_idx": [1, 2, 3],
+    "use_large_stem": False,
+    "use_alpha": False,
+}
+CSPPAN_DEFAULTS = {
+    "out_channels": [1024, 512, 256],
+    "act": "leaky",
+    "stage_num": 1,
+    "block_num": 3,
+    "spp": False,
+    "use_alpha": False,
+}
+HEAD_DEFAULTS = {
+    "act": "swish",
+    "fpn_strides": [32, 16, 8],
+    "grid_cell_scale": 5.0,
+    "grid_cell_offset": 0.5,
+    "reg_max": 16,
+}
+LOSS_DEFAULTS = {
+    "static_assigner_epoch": 4,
+    "use_varifocal_loss": True,
+    "loss_weight": {"class": 1.0, "iou": 2.5, "dfl": 0.5},
+}
 ATSS_DEFAULTS = {"topk": 9}
 TAL_DEFAULTS = {"topk": 13, "alpha": 1.0, "beta": 6.0}
 NMS_DEFAULTS = {"score_threshold": 0.05, "nms_top_k": -1, "keep_top_k": 100, "nms_threshold": 0.5}
@@ -73,8 +94,14 @@ class _DetConverter:
 
     def run(self) -> Dict[str, Any]:
         arch, loss, post = self.architecture()
-        config = {"Global": self.glob, "Architecture": arch, "Loss": loss, "Optimizer": self.optimizer(),
-                  "PostProcess": post, "Metric": self.metric()}
+        config = {
+            "Global": self.glob,
+            "Architecture": arch,
+            "Loss": loss,
+            "Optimizer": self.optimizer(),
+            "PostProcess": post,
+            "Metric": self.metric(),
+        }
         train, evaluation = self.data()
         config["Train"] = train
         if evaluation is not None:
@@ -95,24 +122,33 @@ class _DetConverter:
         glob["epoch_num"] = int(epoch)
         stem = os.path.splitext(os.path.basename(self.path))[0]
         glob["save_model_dir"] = os.path.join(top.get("save_dir", "output"), stem)
-        report.note(f"Global.save_model_dir: {glob['save_model_dir']} (save_dir/<config name>, where the config's "
-                    f"'weights' key expects PaddleDetection's checkpoints)")
+        report.note(
+            f"Global.save_model_dir: {glob['save_model_dir']} (save_dir/<config name>, where the config's "
+            f"'weights' key expects PaddleDetection's checkpoints)"
+        )
         snapshot = int(top.get("snapshot_epoch", 1))
         glob["save_epoch_step"] = snapshot
         glob["eval_batch_epoch"] = snapshot
-        report.note(f"snapshot_epoch {snapshot}: Global.save_epoch_step and Global.eval_batch_epoch (ppdist evaluates "
-                    f"whenever an Eval section exists, like PaddleDetection's --eval)")
+        report.note(
+            f"snapshot_epoch {snapshot}: Global.save_epoch_step and Global.eval_batch_epoch (ppdist evaluates "
+            f"whenever an Eval section exists, like PaddleDetection's --eval)"
+        )
         log_iter = int(top.get("log_iter", 20))
         glob["print_batch_step"] = log_iter
         glob["log_smooth_window"] = log_iter
-        top.skip("weights", "PaddleDetection's default weights of eval/infer/export; ppdist tools take "
-                            "-o Global.checkpoints=PATH (a ppdist checkpoint or a .pdparams)")
+        top.skip(
+            "weights",
+            "PaddleDetection's default weights of eval/infer/export; ppdist tools take "
+            "-o Global.checkpoints=PATH (a ppdist checkpoint or a .pdparams)",
+        )
         self.ema()
         norm = top.get("norm_type", "bn")
         if norm == "sync_bn":
             glob["use_sync_bn"] = True
         elif norm != "bn":
-            report.unmapped_key("norm_type", "ppdist models use BatchNorm (sync_bn: Global.use_sync_bn)", norm)
+            report.unmapped_key(
+                "norm_type", "ppdist models use BatchNorm (sync_bn: Global.use_sync_bn)", norm
+            )
         if "find_unused_parameters" in top:
             glob["find_unused_parameters"] = bool(top.get("find_unused_parameters"))
         if top.get("use_vdl"):
@@ -144,8 +180,12 @@ class _DetConverter:
         key = f"Architecture.Backbone.{STAGE_PRETRAINED_KEY}" if backbone else "Global.pretrained_model"
         what = "backbone weights" if backbone else "whole-model weights"
         if is_url(value):
-            self.report.unmapped_key("pretrain_weights", f"a URL ({what}); ppdist does not download weights: download "
-                                     f"it and give the local .pdparams path with -o {key}=PATH", value)
+            self.report.unmapped_key(
+                "pretrain_weights",
+                f"a URL ({what}); ppdist does not download weights: download "
+                f"it and give the local .pdparams path with -o {key}=PATH",
+                value,
+            )
             return
         path = fix_path(value, self.path, "pretrain_weights", self.report)
         if backbone:
@@ -170,10 +210,14 @@ class _DetConverter:
         top.expect("cycle_epoch", -1, "no periodic EMA reset in ppdist")
         black = top.get("ema_black_list")
         if black and list(black) != ["proj_conv.weight"]:
-            self.report.unmapped_key("ema_black_list", "ppdist's EMA averages every floating-point tensor", black)
+            self.report.unmapped_key(
+                "ema_black_list", "ppdist's EMA averages every floating-point tensor", black
+            )
         elif black:
-            self.report.note("ema_black_list [proj_conv.weight]: ppdist keeps the DFL projection as a constant "
-                             "buffer, so the EMA never changes it (same effect)")
+            self.report.note(
+                "ema_black_list [proj_conv.weight]: ppdist keeps the DFL projection as a constant "
+                "buffer, so the EMA never changes it (same effect)"
+            )
         top.expect("ema_filter_no_grad", False, "ppdist's EMA averages every floating-point tensor")
 
     # ------------------------------------------------------------------ model
@@ -191,19 +235,26 @@ class _DetConverter:
         top, report = self.top, self.report
         name = top.get("architecture")
         if name not in ARCHITECTURES:
-            raise ConfigError(f"{self.path}: architecture {name!r} is not supported: ppdist converts PP-YOLOE "
-                              f"(architecture {' or '.join(ARCHITECTURES)} with CSPResNet, CustomCSPPAN and "
-                              f"PPYOLOEHead)")
+            raise ConfigError(
+                f"{self.path}: architecture {name!r} is not supported: ppdist converts PP-YOLOE "
+                f"(architecture {' or '.join(ARCHITECTURES)} with CSPResNet, CustomCSPPAN and "
+                f"PPYOLOEHead)"
+            )
         meta = top.sub(name)
         parts = {"backbone": "CSPResNet", "neck": "CustomCSPPAN", "yolo_head": "PPYOLOEHead"}
         for key, expected in parts.items():
             value = meta.get(key)
             if value != expected:
-                raise ConfigError(f"{self.path}: {name}.{key} {value!r} is not supported: ppdist converts PP-YOLOE "
-                                  f"({', '.join(f'{k}: {v}' for k, v in parts.items())})")
+                raise ConfigError(
+                    f"{self.path}: {name}.{key} {value!r} is not supported: ppdist converts PP-YOLOE "
+                    f"({', '.join(f'{k}: {v}' for k, v in parts.items())})"
+                )
         if meta.get("post_process") is not None:
-            report.unmapped_key(f"{name}.post_process", "ppdist uses the head's MultiClassNMS post-process",
-                                meta.get("post_process"))
+            report.unmapped_key(
+                f"{name}.post_process",
+                "ppdist uses the head's MultiClassNMS post-process",
+                meta.get("post_process"),
+            )
         meta.expect("data_format", "NCHW", "ppdist runs NCHW (see Global.channels_last)")
         meta.expect("for_mot", False, "no tracking in ppdist")
         meta.finish()
@@ -222,16 +273,18 @@ class _DetConverter:
         arch = {"model_type": "det", "algorithm": "PPYOLOE", "Backbone": backbone, "Neck": neck, "Head": head}
         return arch, loss, post
 
-    def section_values(self, sec: Any, defaults: Dict[str, Any],
-                       per_component: bool) -> Tuple[Dict[str, Any], List[str]]:
+    def section_values(
+        self, sec: Any, defaults: Dict[str, Any], per_component: bool
+    ) -> Tuple[Dict[str, Any], List[str]]:
         """Paddle's defaults overridden by the section's keys (the explicit ones listed), plus the
         width/depth multipliers when backbone and neck have their own."""
         values = dict(defaults)
         explicit = [k for k in defaults if k in sec]
         values.update({k: sec.get(k) for k in explicit})
         if per_component:
-            values.update(width_mult=self.shared(sec, "width_mult", 1.0),
-                          depth_mult=self.shared(sec, "depth_mult", 1.0))
+            values.update(
+                width_mult=self.shared(sec, "width_mult", 1.0), depth_mult=self.shared(sec, "depth_mult", 1.0)
+            )
             explicit += ["width_mult", "depth_mult"]
         sec.get("width_mult")  # read (as global values) either way: not "unconverted"
         sec.get("depth_mult")
@@ -251,8 +304,10 @@ class _DetConverter:
         values, explicit = self.section_values(sec, CSPPAN_DEFAULTS, per_component)
         if "in_channels" in sec:
             sec.get("in_channels")
-            self.report.note("CustomCSPPAN.in_channels: taken from the backbone's outputs (as PaddleDetection's "
-                             "from_config does)")
+            self.report.note(
+                "CustomCSPPAN.in_channels: taken from the backbone's outputs (as PaddleDetection's "
+                "from_config does)"
+            )
         norm = self.shared(sec, "norm_type", "bn")
         sec.get("norm_type")
         if norm not in ("bn", "sync_bn"):
@@ -265,14 +320,25 @@ class _DetConverter:
         sec.expect("data_format", "NCHW", "ppdist runs NCHW (see Global.channels_last)")
         sec.expect("trt", False, "TensorRT-specific activation")
         sec.expect("use_trans", False, "no transformer encoder in ppdist's CustomCSPPAN")
-        for key in ("dim_feedforward", "dropout", "activation", "nhead", "num_layers", "attn_dropout",
-                    "act_dropout", "normalize_before", "eval_size"):
+        for key in (
+            "dim_feedforward",
+            "dropout",
+            "activation",
+            "nhead",
+            "num_layers",
+            "attn_dropout",
+            "act_dropout",
+            "normalize_before",
+            "eval_size",
+        ):
             if key in sec and not sec.data.get("use_trans"):
                 sec.get(key)  # only used by the transformer encoder, which is off
         sec.finish()
         return component(registry, "CustomCSPPAN", values, explicit)
 
-    def head(self, heads: Any, losses: Any, posts: Any) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    def head(
+        self, heads: Any, losses: Any, posts: Any
+    ) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
         top, report = self.top, self.report
         sec = top.sub("PPYOLOEHead")
         num_classes = self.shared(sec, "num_classes", 80)
@@ -292,8 +358,10 @@ class _DetConverter:
                     top.get(key)
         if "in_channels" in sec:
             sec.get("in_channels")
-            report.note("PPYOLOEHead.in_channels: taken from the neck's outputs (as PaddleDetection's "
-                        "from_config does)")
+            report.note(
+                "PPYOLOEHead.in_channels: taken from the neck's outputs (as PaddleDetection's "
+                "from_config does)"
+            )
         head = component(heads, "PPYOLOEHead", values, explicit)
 
         loss_values = dict(LOSS_DEFAULTS)
@@ -323,7 +391,9 @@ class _DetConverter:
         value = head.get(key, expected)
         name = value.get("name") if isinstance(value, dict) else value
         if name != expected:
-            raise ConfigError(f"{self.path}: PPYOLOEHead.{key} {name!r} is not supported (ppdist has {expected})")
+            raise ConfigError(
+                f"{self.path}: PPYOLOEHead.{key} {name!r} is not supported (ppdist has {expected})"
+            )
         section = self.top.sub(expected) if expected in self.top else Keys({}, expected, self.report)
         params = dict(defaults)
         for k in list(section.data):
@@ -337,16 +407,23 @@ class _DetConverter:
             elif k == "num_classes" or (k in ("force_gt_matching", "sm_use", "is_close_gt") and not v):
                 continue  # num_classes: Global.num_classes; the others are off, as in ppdist
             else:
-                self.report.unmapped_key(f"PPYOLOEHead.{key}.{k}", f"no such option in ppdist's {expected}", v)
+                self.report.unmapped_key(
+                    f"PPYOLOEHead.{key}.{k}", f"no such option in ppdist's {expected}", v
+                )
         return out
 
     def nms(self, head: Keys, registry: Any) -> Dict[str, Any]:
         value = head.get("nms", "MultiClassNMS")
         name = value.get("name") if isinstance(value, dict) else value
         if name != "MultiClassNMS":
-            raise ConfigError(f"{self.path}: PPYOLOEHead.nms {name!r} is not supported (ppdist has MultiClassNMS)")
-        section = self.top.sub("MultiClassNMS") if "MultiClassNMS" in self.top else Keys({}, "MultiClassNMS",
-                                                                                            self.report)
+            raise ConfigError(
+                f"{self.path}: PPYOLOEHead.nms {name!r} is not supported (ppdist has MultiClassNMS)"
+            )
+        section = (
+            self.top.sub("MultiClassNMS")
+            if "MultiClassNMS" in self.top
+            else Keys({}, "MultiClassNMS", self.report)
+        )
         params = {k: section.get(k) for k in list(section.data)}
         if isinstance(value, dict):
             params.update({k: v for k, v in value.items() if k != "name"})
@@ -356,12 +433,21 @@ class _DetConverter:
             if key in NMS_DEFAULTS:
                 values[key] = val
                 explicit.append(key)
-            elif (key, val) in (("normalized", True), ("nms_eta", 1.0), ("return_index", False),
-                                ("return_rois_num", True), ("trt", False), ("background_label", -1)):
+            elif (key, val) in (
+                ("normalized", True),
+                ("nms_eta", 1.0),
+                ("return_index", False),
+                ("return_rois_num", True),
+                ("trt", False),
+                ("background_label", -1),
+            ):
                 continue
             else:
-                self.report.unmapped_key(f"PPYOLOEHead.nms.{key}", "no such option in ppdist's MultiClassNMS "
-                                         "(hard NMS, normalized boxes)", val)
+                self.report.unmapped_key(
+                    f"PPYOLOEHead.nms.{key}",
+                    "no such option in ppdist's MultiClassNMS (hard NMS, normalized boxes)",
+                    val,
+                )
         return component(registry, "MultiClassNMS", values, explicit)
 
     def metric(self) -> Dict[str, Any]:
@@ -384,8 +470,11 @@ class _DetConverter:
     def optimizer(self) -> Dict[str, Any]:
         top, report = self.top, self.report
         builder = top.sub("OptimizerBuilder")
-        opt_cfg = Keys(builder.get("optimizer", {"type": "Momentum", "momentum": 0.9}),
-                       "OptimizerBuilder.optimizer", report)
+        opt_cfg = Keys(
+            builder.get("optimizer", {"type": "Momentum", "momentum": 0.9}),
+            "OptimizerBuilder.optimizer",
+            report,
+        )
         kind = opt_cfg.get("type")
         out: Dict[str, Any]
         if kind in ("Momentum", "SGD"):
@@ -402,8 +491,10 @@ class _DetConverter:
             if kind == "AdamW":
                 out["weight_decay"] = float(opt_cfg.get("weight_decay", 0.01))
         else:
-            raise ConfigError(f"{self.path}: OptimizerBuilder.optimizer.type {kind!r} is not supported "
-                              f"(Momentum, SGD, Adam, AdamW)")
+            raise ConfigError(
+                f"{self.path}: OptimizerBuilder.optimizer.type {kind!r} is not supported "
+                f"(Momentum, SGD, Adam, AdamW)"
+            )
         opt_cfg.skip("param_groups", "per-group optimizer settings are not supported")
         opt_cfg.expect("multi_precision", False, "master weights are handled by AMP's GradScaler")
         opt_cfg.finish()
@@ -411,11 +502,17 @@ class _DetConverter:
         if reg and reg != "None":
             reg_keys = Keys(reg, "OptimizerBuilder.regularizer", report)
             if kind == "AdamW":
-                report.unmapped_key("OptimizerBuilder.regularizer", "ignored for AdamW by PaddleDetection too "
-                                    "(AdamW uses its weight_decay)", reg, show_value=True)
+                report.unmapped_key(
+                    "OptimizerBuilder.regularizer",
+                    "ignored for AdamW by PaddleDetection too (AdamW uses its weight_decay)",
+                    reg,
+                    show_value=True,
+                )
                 reg_keys.used.update(reg_keys.data)
             elif reg_keys.get("type") != "L2":
-                report.unmapped_key("OptimizerBuilder.regularizer.type", "ppdist has L2 only", reg_keys.get("type"))
+                report.unmapped_key(
+                    "OptimizerBuilder.regularizer.type", "ppdist has L2 only", reg_keys.get("type")
+                )
             else:
                 out["regularizer"] = {"name": "L2", "factor": float(reg_keys.get("factor", 0.0001))}
             reg_keys.finish()
@@ -439,8 +536,11 @@ class _DetConverter:
         name = decay.get("name")
         use_warmup = decay.get("use_warmup", True)
         if name == "CosineDecay":
-            out: Dict[str, Any] = {"name": "CosineDecay", "learning_rate": base_lr,
-                                   "max_epochs": int(decay.get("max_epochs", 1000))}
+            out: Dict[str, Any] = {
+                "name": "CosineDecay",
+                "learning_rate": base_lr,
+                "max_epochs": int(decay.get("max_epochs", 1000)),
+            }
             decay.expect("min_lr_ratio", 0.0, "ppdist's CosineDecay anneals to 0")
             decay.expect("last_plateau_epochs", 0, "no final plateau in ppdist's CosineDecay")
         elif name == "PiecewiseDecay":
@@ -448,25 +548,33 @@ class _DetConverter:
             values = decay.get("values")
             if values is None:
                 gamma = decay.get("gamma", [0.1, 0.01])
-                gammas = gamma if isinstance(gamma, list) else [gamma / 10 ** i for i in range(len(milestones))]
+                gammas = gamma if isinstance(gamma, list) else [gamma / 10**i for i in range(len(milestones))]
                 values = [base_lr] + [base_lr * g for g in gammas]
             out = {"name": "Piecewise", "decay_epochs": milestones, "values": [float(v) for v in values]}
         else:
-            raise ConfigError(f"{self.path}: LearningRate scheduler {name!r} is not supported (CosineDecay, "
-                              f"PiecewiseDecay, with LinearWarmup)")
+            raise ConfigError(
+                f"{self.path}: LearningRate scheduler {name!r} is not supported (CosineDecay, "
+                f"PiecewiseDecay, with LinearWarmup)"
+            )
         decay.finish()
         if use_warmup and len(schedulers) > 1:
             self.warmup(Keys(schedulers[1], "LearningRate.schedulers[1]", self.report), out, base_lr)
         for i, extra in enumerate(schedulers[2:], start=2):
-            self.report.unmapped_key(f"LearningRate.schedulers[{i}]", "PaddleDetection uses only the first two "
-                                     "schedulers (decay, warmup)", extra)
+            self.report.unmapped_key(
+                f"LearningRate.schedulers[{i}]",
+                "PaddleDetection uses only the first two schedulers (decay, warmup)",
+                extra,
+            )
         return out
 
     def warmup(self, sec: Keys, out: Dict[str, Any], base_lr: float) -> None:
         name = sec.get("name")
         if name != "LinearWarmup":
-            self.report.unmapped_key("LearningRate.schedulers[1]", "ppdist warms up linearly only (LinearWarmup); "
-                                     "no warmup converted", sec.data)
+            self.report.unmapped_key(
+                "LearningRate.schedulers[1]",
+                "ppdist warms up linearly only (LinearWarmup); no warmup converted",
+                sec.data,
+            )
             sec.used.update(sec.data)
             return
         epochs = sec.get("epochs")
@@ -476,13 +584,17 @@ class _DetConverter:
         sec.finish()
         if out["name"] == "Piecewise":
             if epochs is None and steps:
-                self.report.unmapped_key("LearningRate.schedulers[1].steps", "ppdist's Piecewise warms up over whole "
-                                         "epochs only (use epochs)", steps)
+                self.report.unmapped_key(
+                    "LearningRate.schedulers[1].steps",
+                    "ppdist's Piecewise warms up over whole epochs only (use epochs)",
+                    steps,
+                )
             elif epochs:
                 out["warmup_epoch"] = epochs
                 if start:
-                    self.report.unmapped_key("LearningRate.schedulers[1].start_factor", "ppdist's Piecewise warms "
-                                             "up from 0", start)
+                    self.report.unmapped_key(
+                        "LearningRate.schedulers[1].start_factor", "ppdist's Piecewise warms up from 0", start
+                    )
             return
         if epochs is not None:
             out["warmup_epoch"] = epochs
@@ -511,7 +623,9 @@ class _DetConverter:
 
         kind = dataset.get("name")
         if kind != "COCODataSet":
-            raise ConfigError(f"{self.path}: {dataset.path}.name {kind!r} is not supported (ppdist has COCODataSet)")
+            raise ConfigError(
+                f"{self.path}: {dataset.path}.name {kind!r} is not supported (ppdist has COCODataSet)"
+            )
         ds: Dict[str, Any] = {"name": "COCODataSet"}
         for key in ("dataset_dir", "image_dir", "anno_path"):
             value = dataset.get(key) or ""
@@ -525,16 +639,20 @@ class _DetConverter:
                     ds[key] = value
         fields = dataset.get("data_fields")
         if fields is not None and not set(fields) <= set(COCO_DEFAULT_FIELDS):
-            self.report.unmapped_key(f"{dataset.path}.data_fields", "ppdist loads image, gt_bbox, gt_class and "
-                                     "is_crowd", fields)
+            self.report.unmapped_key(
+                f"{dataset.path}.data_fields", "ppdist loads image, gt_bbox, gt_class and is_crowd", fields
+            )
         dataset.expect("sample_num", -1, "ppdist uses the whole annotation file")
         dataset.expect("repeat", 1, "no dataset repetition in ppdist")
         dataset.finish()
-        ds["transforms"] = convert_det_transforms(reader.get("sample_transforms") or [],
-                                                  f"{reader.path}.sample_transforms", self.report)
+        ds["transforms"] = convert_det_transforms(
+            reader.get("sample_transforms") or [], f"{reader.path}.sample_transforms", self.report
+        )
         batch = reader.get("batch_transforms") or []
         if batch:
-            ds["batch_transforms"] = convert_det_transforms(batch, f"{reader.path}.batch_transforms", self.report)
+            ds["batch_transforms"] = convert_det_transforms(
+                batch, f"{reader.path}.batch_transforms", self.report
+            )
         training = name == "Train"
         loader: Dict[str, Any] = {"batch_size_per_card": int(reader.get("batch_size", 1))}
         if training:
@@ -546,8 +664,10 @@ class _DetConverter:
             for key in ("shuffle", "drop_last"):
                 if key in reader:
                     reader.get(key)
-                    self.report.note(f"{reader.path}.{key}: ignored, as by PaddleDetection's evaluation (a plain "
-                                     f"BatchSampler over every image)")
+                    self.report.note(
+                        f"{reader.path}.{key}: ignored, as by PaddleDetection's evaluation (a plain "
+                        f"BatchSampler over every image)"
+                    )
         loader["num_workers"] = workers
         if "use_shared_memory" in reader:
             loader["use_shared_memory"] = bool(reader.get("use_shared_memory"))
@@ -566,7 +686,8 @@ class _DetConverter:
             evaluation = top.data.get("EvalReader") or {}
             same = same_value(test.data.get("sample_transforms"), evaluation.get("sample_transforms"))
             test.used.update(test.data)
-            why = ("tools/infer.py and export use Eval.dataset.transforms" +
-                   (" (the same ops here)" if same else " (they differ here: check Eval's)"))
+            why = "tools/infer.py and export use Eval.dataset.transforms" + (
+                " (the same ops here)" if same else " (they differ here: check Eval's)"
+            )
             self.report.unmapped_key("TestReader", why, show_value=False)
         top.skip("TestDataset", "tools/infer.py reads images from -o Global.infer_img=PATH")

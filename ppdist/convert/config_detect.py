@@ -1,4 +1,5 @@
 """Which suite a YAML config comes from: ppdist/PaddleOCR, PaddleDetection or PaddleSeg."""
+
 from __future__ import annotations
 
 from typing import Any, Dict
@@ -7,20 +8,53 @@ from ppdist.config import BASE_KEY, SECTIONS
 from ppdist.convert.config_common import PADDLEDET, PADDLEOCR, PADDLESEG, read_paddle_yaml
 from ppdist.errors import ConfigError
 
-PPDIST = "ppdist"      # ppdist's schema, which PaddleOCR's configs already use
+PPDIST = "ppdist"  # ppdist's schema, which PaddleOCR's configs already use
 UNKNOWN = "unknown"
 
 # Top-level keys only PaddleDetection configs have (its sections and run-wide keys).
-DET_MARKERS = frozenset((
-    "architecture", "TrainReader", "EvalReader", "TestReader", "TrainDataset", "EvalDataset", "TestDataset",
-    "LearningRate", "OptimizerBuilder", "epoch", "snapshot_epoch", "log_iter", "pretrain_weights", "weights",
-    "worker_num", "metric", "save_dir", "norm_type", "use_ema", "num_classes", "depth_mult", "width_mult",
-))
+DET_MARKERS = frozenset(
+    (
+        "architecture",
+        "TrainReader",
+        "EvalReader",
+        "TestReader",
+        "TrainDataset",
+        "EvalDataset",
+        "TestDataset",
+        "LearningRate",
+        "OptimizerBuilder",
+        "epoch",
+        "snapshot_epoch",
+        "log_iter",
+        "pretrain_weights",
+        "weights",
+        "worker_num",
+        "metric",
+        "save_dir",
+        "norm_type",
+        "use_ema",
+        "num_classes",
+        "depth_mult",
+        "width_mult",
+    )
+)
 # Top-level keys only PaddleSeg configs have.
-SEG_MARKERS = frozenset((
-    "_base_", "model", "train_dataset", "val_dataset", "test_dataset", "lr_scheduler", "iters", "batch_size",
-    "test_config", "loss", "optimizer", "distill_loss",
-))
+SEG_MARKERS = frozenset(
+    (
+        "_base_",
+        "model",
+        "train_dataset",
+        "val_dataset",
+        "test_dataset",
+        "lr_scheduler",
+        "iters",
+        "batch_size",
+        "test_config",
+        "loss",
+        "optimizer",
+        "distill_loss",
+    )
+)
 
 
 def suite_of(data: Dict[str, Any]) -> str:
@@ -64,5 +98,13 @@ def is_paddle_config(path: str) -> bool:
     return detect_suite(path) in (PADDLEDET, PADDLESEG)
 
 
-__all__ = ["PPDIST", "UNKNOWN", "PADDLEDET", "PADDLESEG", "PADDLEOCR", "detect_suite", "is_paddle_config",
-           "suite_of"]
+__all__ = [
+    "PPDIST",
+    "UNKNOWN",
+    "PADDLEDET",
+    "PADDLESEG",
+    "PADDLEOCR",
+    "detect_suite",
+    "is_paddle_config",
+    "suite_of",
+]

@@ -4,6 +4,7 @@ Keys, options and transforms ppdist does not have are removed and listed; a rela
 only exists inside the PaddleOCR checkout (e.g. ``ppocr/utils/ppocr_keys_v1.txt``) is rewritten
 to that location when the config is read from the checkout.
 """
+
 from __future__ import annotations
 
 import copy
@@ -59,16 +60,21 @@ def _global(glob: Dict[str, Any], path: str, report: Report) -> None:
         if value:
             glob[key] = fix_path(value, path, f"Global.{key}", report)
             if not os.path.isfile(glob[key]):
-                report.note(f"Global.{key}: {value} does not exist here (PaddleOCR resolves it from its checkout's "
-                            f"root); give it with -o Global.{key}=PATH")
+                report.note(
+                    f"Global.{key}: {value} does not exist here (PaddleOCR resolves it from its checkout's "
+                    f"root); give it with -o Global.{key}=PATH"
+                )
 
 
-def _component(registry: Any, entry: Dict[str, Any], where: str, path: str, report: Report,
-               keep: tuple = ()) -> None:
+def _component(
+    registry: Any, entry: Dict[str, Any], where: str, path: str, report: Report, keep: tuple = ()
+) -> None:
     name = entry.get("name")
     if name not in registry:
-        raise ConfigError(f"{path}: {where}.name {name!r} is not supported by ppdist "
-                          f"(it has: {', '.join(registry.names())})")
+        raise ConfigError(
+            f"{path}: {where}.name {name!r} is not supported by ppdist "
+            f"(it has: {', '.join(registry.names())})"
+        )
     accepted, var_kw = registry.accepted_keys(name)
     for key in list(entry):
         if key != "name" and key not in accepted and key not in keep and not var_kw:
@@ -79,15 +85,23 @@ def _architecture(arch: Dict[str, Any], path: str, report: Report) -> None:
     from ppdist.registry import BACKBONES, HEADS, NECKS
 
     if arch.get("Transform"):
-        raise ConfigError(f"{path}: Architecture.Transform ({arch['Transform'].get('name')}) is not supported by "
-                          f"ppdist (no TPS/STN)")
+        raise ConfigError(
+            f"{path}: Architecture.Transform ({arch['Transform'].get('name')}) is not supported by "
+            f"ppdist (no TPS/STN)"
+        )
     for key in list(arch):
         if key not in ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels"):
             report.unmapped_key(f"Architecture.{key}", "no ppdist equivalent", arch.pop(key))
     for key, registry in (("Backbone", BACKBONES), ("Neck", NECKS), ("Head", HEADS)):
         if isinstance(arch.get(key), dict):
-            _component(registry, arch[key], f"Architecture.{key}", path, report,
-                       keep=(STAGE_PRETRAINED_KEY,) if key == "Backbone" else ())
+            _component(
+                registry,
+                arch[key],
+                f"Architecture.{key}",
+                path,
+                report,
+                keep=(STAGE_PRETRAINED_KEY,) if key == "Backbone" else (),
+            )
 
 
 def _optimizer(opt: Dict[str, Any], path: str, report: Report) -> None:
@@ -114,10 +128,14 @@ def _data(part: Dict[str, Any], section: str, path: str, report: Report) -> None
         for i, op in enumerate(dataset.get(ops_key) or []):
             name = next(iter(op)) if isinstance(op, dict) and len(op) == 1 else None
             if name not in TRANSFORMS:
-                report.unmapped_key(f"{section}.dataset.{ops_key}[{i}]", "ppdist has no such transform; dropped", op)
+                report.unmapped_key(
+                    f"{section}.dataset.{ops_key}[{i}]", "ppdist has no such transform; dropped", op
+                )
                 continue
             params = dict(op[name] or {})
-            _component(TRANSFORMS, dict(params, name=name), f"{section}.dataset.{ops_key}[{i}].{name}", path, report)
+            _component(
+                TRANSFORMS, dict(params, name=name), f"{section}.dataset.{ops_key}[{i}].{name}", path, report
+            )
             accepted, var_kw = TRANSFORMS.accepted_keys(name)
             kept.append({name: {k: v for k, v in params.items() if var_kw or k in accepted} or None})
         if ops_key in dataset:

@@ -5,6 +5,7 @@ list relative to the file; the file merges over each base in turn, so the file a
 win; mappings merge recursively unless the child sets ``_inherited_: False``; lists and scalars
 are replaced) and writes the ppdist sections.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,17 +29,35 @@ from ppdist.errors import ConfigError
 SEG_BASE_KEY = "_base_"
 INHERIT_KEY = "_inherited_"
 # Class attributes of PaddleSeg's data sets that its builder copies into the model and losses.
-DATASETS = {"Cityscapes": {"name": "CityscapesDataSet", "num_classes": 19, "ignore_index": 255},
-            "Dataset": {"name": "SegDataSet"}}
+DATASETS = {
+    "Cityscapes": {"name": "CityscapesDataSet", "num_classes": 19, "ignore_index": 255},
+    "Dataset": {"name": "SegDataSet"},
+}
 STDC_LAYERS = {"STDC1": [2, 2, 2], "STDC2": [4, 5, 3]}
 # PaddleSeg / Paddle constructor defaults of the components ppdist implements.
-PPLITESEG_DEFAULTS = {"backbone_indices": [2, 3, 4], "arm_type": "UAFM_SpAtten", "cm_bin_sizes": [1, 2, 4],
-                      "cm_out_ch": 128, "arm_out_chs": [64, 96, 128], "seg_head_inter_chs": [64, 64, 64],
-                      "resize_mode": "bilinear"}
-LOSS_DEFAULTS = {"CrossEntropyLoss": {"weight": None, "top_k_percent_pixels": 1.0, "avg_non_ignore": True},
-                 "OhemCrossEntropyLoss": {"thresh": 0.7, "min_kept": 10000, "weight": None}}
-POLY_DEFAULTS = {"end_lr": 0.0001, "power": 1.0}   # paddle.optimizer.lr.PolynomialDecay
-TEST_CONFIG_KEYS = ("aug_eval", "scales", "flip_horizontal", "flip_vertical", "is_slide", "crop_size", "stride")
+PPLITESEG_DEFAULTS = {
+    "backbone_indices": [2, 3, 4],
+    "arm_type": "UAFM_SpAtten",
+    "cm_bin_sizes": [1, 2, 4],
+    "cm_out_ch": 128,
+    "arm_out_chs": [64, 96, 128],
+    "seg_head_inter_chs": [64, 64, 64],
+    "resize_mode": "bilinear",
+}
+LOSS_DEFAULTS = {
+    "CrossEntropyLoss": {"weight": None, "top_k_percent_pixels": 1.0, "avg_non_ignore": True},
+    "OhemCrossEntropyLoss": {"thresh": 0.7, "min_kept": 10000, "weight": None},
+}
+POLY_DEFAULTS = {"end_lr": 0.0001, "power": 1.0}  # paddle.optimizer.lr.PolynomialDecay
+TEST_CONFIG_KEYS = (
+    "aug_eval",
+    "scales",
+    "flip_horizontal",
+    "flip_vertical",
+    "is_slide",
+    "crop_size",
+    "stride",
+)
 
 
 # --------------------------------------------------------------------------- loading
@@ -90,8 +109,10 @@ class _SegConverter:
     def require(self, key: str) -> Any:
         value = self.top.get(key)
         if value is None:
-            raise ConfigError(f"{self.path}: missing required key '{key}' (PaddleSeg needs batch_size, iters, "
-                              f"train_dataset, optimizer, lr_scheduler, loss and model)")
+            raise ConfigError(
+                f"{self.path}: missing required key '{key}' (PaddleSeg needs batch_size, iters, "
+                f"train_dataset, optimizer, lr_scheduler, loss and model)"
+            )
         return value
 
     def run(self) -> Dict[str, Any]:
@@ -101,9 +122,15 @@ class _SegConverter:
         evaluation = None
         if self.top.get("val_dataset") is not None:
             evaluation, _, _ = self.dataset("val_dataset", "Eval")
-        config: Dict[str, Any] = {"Global": self.glob, "Architecture": self.model(), "Loss": self.loss(),
-                                  "Optimizer": self.optimizer(), "PostProcess": self.test_config(),
-                                  "Metric": {"name": "SegMetric", "main_indicator": "miou"}, "Train": train}
+        config: Dict[str, Any] = {
+            "Global": self.glob,
+            "Architecture": self.model(),
+            "Loss": self.loss(),
+            "Optimizer": self.optimizer(),
+            "PostProcess": self.test_config(),
+            "Metric": {"name": "SegMetric", "main_indicator": "miou"},
+            "Train": train,
+        }
         if evaluation is not None:
             config["Eval"] = evaluation
         self.global_keys()
@@ -116,15 +143,25 @@ class _SegConverter:
 
     def global_keys(self) -> None:
         glob, report = self.glob, self.report
-        glob.update(use_gpu=True, max_iters=int(self.top.get("iters")), print_batch_step=10, log_smooth_window=10,
-                    eval_batch_step=[0, 1000], save_iter_step=1000, save_epoch_step=100, use_sync_bn=True,
-                    cal_metric_during_train=False)
+        glob.update(
+            use_gpu=True,
+            max_iters=int(self.top.get("iters")),
+            print_batch_step=10,
+            log_smooth_window=10,
+            eval_batch_step=[0, 1000],
+            save_iter_step=1000,
+            save_epoch_step=100,
+            use_sync_bn=True,
+            cal_metric_during_train=False,
+        )
         stem = os.path.splitext(os.path.basename(self.path))[0]
         glob["save_model_dir"] = os.path.join("output", stem)
-        report.note("PaddleSeg's command-line defaults are written to Global: --device gpu (use_gpu), "
-                    "--log_iters 10 (print_batch_step), --save_interval 1000 with --do_eval (eval_batch_step "
-                    "[0, 1000], save_iter_step 1000; iter_epoch_N checkpoints every 100 epochs), --save_dir "
-                    "output (save_model_dir output/<config name>); SyncBN on several GPUs (use_sync_bn)")
+        report.note(
+            "PaddleSeg's command-line defaults are written to Global: --device gpu (use_gpu), "
+            "--log_iters 10 (print_batch_step), --save_interval 1000 with --do_eval (eval_batch_step "
+            "[0, 1000], save_iter_step 1000; iter_epoch_N checkpoints every 100 epochs), --save_dir "
+            "output (save_model_dir output/<config name>); SyncBN on several GPUs (use_sync_bn)"
+        )
 
     # ------------------------------------------------------------------ data
     def dataset(self, key: str, section: str) -> Tuple[Dict[str, Any], Optional[int], int]:
@@ -135,8 +172,9 @@ class _SegConverter:
             raise ConfigError(f"{self.path}: missing required key 'train_dataset'")
         kind = sec.get("type")
         if kind not in DATASETS:
-            raise ConfigError(f"{self.path}: {key}.type {kind!r} is not supported (ppdist has "
-                              f"{', '.join(DATASETS)})")
+            raise ConfigError(
+                f"{self.path}: {key}.type {kind!r} is not supported (ppdist has {', '.join(DATASETS)})"
+            )
         spec = DATASETS[kind]
         ds: Dict[str, Any] = {"name": spec["name"]}
         ds["dataset_root"] = fix_path(sec.get("dataset_root"), self.path, f"{key}.dataset_root", self.report)
@@ -154,8 +192,9 @@ class _SegConverter:
             ignore_index = int(sec.get("ignore_index", 255))
             list_key = {"train": "train_path", "val": "val_path"}.get(mode)
             if list_key is None:
-                raise ConfigError(f"{self.path}: {key}.mode {mode!r} is not supported for type Dataset "
-                                  f"(train or val)")
+                raise ConfigError(
+                    f"{self.path}: {key}.mode {mode!r} is not supported for type Dataset (train or val)"
+                )
             path_value = sec.get(list_key)
             if path_value is None:
                 raise ConfigError(f"{self.path}: {key}.{list_key} is required with mode {mode}")
@@ -168,13 +207,17 @@ class _SegConverter:
             if "img_channels" in sec and sec.get("img_channels") != 3:
                 ds["img_channels"] = sec.get("img_channels")
         sec.expect("edge", False, "no edge labels in ppdist")
-        ds["transforms"] = convert_seg_transforms(sec.get("transforms") or [], f"{key}.transforms", self.report)
+        ds["transforms"] = convert_seg_transforms(
+            sec.get("transforms") or [], f"{key}.transforms", self.report
+        )
         sec.finish()
         if section == "Train":
             batch = int(self.require("batch_size"))
             loader = {"batch_size_per_card": batch, "shuffle": True, "drop_last": True, "num_workers": 4}
-            self.report.note("Train.loader: batch_size per GPU, shuffle and drop_last as PaddleSeg's sampler; "
-                             "num_workers 4 (PaddleSeg's --num_workers flag defaults to 0)")
+            self.report.note(
+                "Train.loader: batch_size per GPU, shuffle and drop_last as PaddleSeg's sampler; "
+                "num_workers 4 (PaddleSeg's --num_workers flag defaults to 0)"
+            )
         else:
             loader = {"batch_size_per_card": 1, "shuffle": False, "drop_last": False, "num_workers": 2}
             self.report.note("Eval.loader: one image per batch, as PaddleSeg's evaluation; num_workers 2")
@@ -187,11 +230,15 @@ class _SegConverter:
         sec = self.top.sub("model")
         kind = sec.get("type")
         if kind != "PPLiteSeg":
-            raise ConfigError(f"{self.path}: model type {kind!r} is not supported: ppdist converts PP-LiteSeg "
-                              f"(model type PPLiteSeg with an STDC1/STDC2 backbone)")
+            raise ConfigError(
+                f"{self.path}: model type {kind!r} is not supported: ppdist converts PP-LiteSeg "
+                f"(model type PPLiteSeg with an STDC1/STDC2 backbone)"
+            )
         if sec.get("num_classes") is not None and sec.get("num_classes") != self.glob.get("num_classes"):
-            raise ConfigError(f"{self.path}: model.num_classes {sec.get('num_classes')} differs from the "
-                              f"train_dataset's {self.glob.get('num_classes')}")
+            raise ConfigError(
+                f"{self.path}: model.num_classes {sec.get('num_classes')} differs from the "
+                f"train_dataset's {self.glob.get('num_classes')}"
+            )
         backbone = self.backbone(sec.sub("backbone"), BACKBONES)
         values = dict(PPLITESEG_DEFAULTS)
         explicit = [k for k in PPLITESEG_DEFAULTS if k in sec]
@@ -200,11 +247,16 @@ class _SegConverter:
         pretrained = sec.get("pretrained")
         if pretrained:
             if is_url(pretrained):
-                self.report.unmapped_key("model.pretrained", "a URL; ppdist does not download weights: download "
-                                         "it and give the local .pdparams with -o Global.pretrained_model=PATH",
-                                         pretrained)
+                self.report.unmapped_key(
+                    "model.pretrained",
+                    "a URL; ppdist does not download weights: download "
+                    "it and give the local .pdparams with -o Global.pretrained_model=PATH",
+                    pretrained,
+                )
             else:
-                self.glob["pretrained_model"] = fix_path(pretrained, self.path, "model.pretrained", self.report)
+                self.glob["pretrained_model"] = fix_path(
+                    pretrained, self.path, "model.pretrained", self.report
+                )
         sec.finish()
         return {"model_type": "seg", "algorithm": "PPLiteSeg", "Backbone": backbone, "Head": head}
 
@@ -223,11 +275,17 @@ class _SegConverter:
             if is_url(pretrained):
                 tarball = pretrained.endswith(".tar.gz")
                 archive = " (a .tar.gz: extract it and use its model.pdparams)" if tarball else ""
-                self.report.unmapped_key("model.backbone.pretrained", "a URL; ppdist does not download weights: "
-                                         f"download it{archive} and give the local .pdparams path with "
-                                         f"-o Architecture.Backbone.{STAGE_PRETRAINED_KEY}=PATH", pretrained)
+                self.report.unmapped_key(
+                    "model.backbone.pretrained",
+                    "a URL; ppdist does not download weights: "
+                    f"download it{archive} and give the local .pdparams path with "
+                    f"-o Architecture.Backbone.{STAGE_PRETRAINED_KEY}=PATH",
+                    pretrained,
+                )
             else:
-                out[STAGE_PRETRAINED_KEY] = fix_path(pretrained, self.path, "model.backbone.pretrained", self.report)
+                out[STAGE_PRETRAINED_KEY] = fix_path(
+                    pretrained, self.path, "model.backbone.pretrained", self.report
+                )
         sec.finish()
         return out
 
@@ -245,17 +303,23 @@ class _SegConverter:
             item = Keys(raw, f"loss.types[{i}]", self.report)
             kind = item.get("type")
             if kind not in LOSS_DEFAULTS:
-                raise ConfigError(f"{self.path}: loss type {kind!r} is not supported (ppdist has "
-                                  f"{', '.join(LOSS_DEFAULTS)})")
+                raise ConfigError(
+                    f"{self.path}: loss type {kind!r} is not supported (ppdist has "
+                    f"{', '.join(LOSS_DEFAULTS)})"
+                )
             values = dict(LOSS_DEFAULTS[kind])
             explicit = [k for k in values if k in item]
             values.update({k: item.get(k) for k in explicit})
             if "ignore_index" in item and item.get("ignore_index") != self.glob.get("ignore_index"):
-                raise ConfigError(f"{self.path}: loss.types[{i}].ignore_index differs from the data set's "
-                                  f"({self.glob.get('ignore_index')}), which PaddleSeg rejects too")
+                raise ConfigError(
+                    f"{self.path}: loss.types[{i}].ignore_index differs from the data set's "
+                    f"({self.glob.get('ignore_index')}), which PaddleSeg rejects too"
+                )
             item.expect("data_format", "NCHW", "ppdist runs NCHW")
             item.finish()
-            entries.append(component(LOSSES, kind, {k: v for k, v in values.items() if v is not None}, explicit))
+            entries.append(
+                component(LOSSES, kind, {k: v for k, v in values.items() if v is not None}, explicit)
+            )
         sec.finish()
         return {"name": "MultiOutputLoss", "types": entries, "coef": list(coef)}
 
@@ -284,7 +348,9 @@ class _SegConverter:
                 out["regularizer"] = {"name": "L2", "factor": float(decay)}
             sec.expect("lazy_mode", False, "no lazy (sparse) Adam in ppdist")
         else:
-            raise ConfigError(f"{self.path}: optimizer type {kind!r} is not supported (SGD, Momentum, Adam, AdamW)")
+            raise ConfigError(
+                f"{self.path}: optimizer type {kind!r} is not supported (SGD, Momentum, Adam, AdamW)"
+            )
         clip = sec.get("grad_clip_cfg")
         if clip:
             name = clip.get("name")
@@ -316,7 +382,9 @@ class _SegConverter:
             out["warmup_iters"] = int(sec.get("warmup_iters"))
             start = sec.get("warmup_start_lr")
             if start is None:
-                raise ConfigError(f"{self.path}: lr_scheduler.warmup_iters needs warmup_start_lr (as in PaddleSeg)")
+                raise ConfigError(
+                    f"{self.path}: lr_scheduler.warmup_iters needs warmup_start_lr (as in PaddleSeg)"
+                )
             out["warmup_start_lr"] = float(start)
         sec.finish()
         return out
@@ -326,9 +394,15 @@ class _SegConverter:
         sec = self.top.sub("learning_rate")
         decay = sec.sub("decay")
         if decay.get("type", "poly") != "poly":
-            raise ConfigError(f"{self.path}: learning_rate.decay type {decay.get('type')!r} is not supported (poly)")
-        out = {"name": "PolynomialDecay", "learning_rate": float(sec.get("value")),
-               "end_lr": float(decay.get("end_lr", 0.0)), "power": float(decay.get("power", 0.9))}
+            raise ConfigError(
+                f"{self.path}: learning_rate.decay type {decay.get('type')!r} is not supported (poly)"
+            )
+        out = {
+            "name": "PolynomialDecay",
+            "learning_rate": float(sec.get("value")),
+            "end_lr": float(decay.get("end_lr", 0.0)),
+            "power": float(decay.get("power", 0.9)),
+        }
         decay.finish()
         sec.finish()
         return out

@@ -3,6 +3,7 @@
 An op ppdist does not have is dropped and listed; an option ppdist's op does not have is listed
 unless it holds the value that ppdist's op behaves as.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
@@ -25,32 +26,64 @@ IMAGENET_STD = [0.229, 0.224, 0.225]
 DET_OPS: Dict[str, Op] = {
     "Decode": Op("Decode", {}),
     "RandomExpand": Op("RandomExpand", {"ratio": 4.0, "prob": 0.5, "fill_value": [127.5, 127.5, 127.5]}),
-    "RandomCrop": Op("RandomCrop", {"aspect_ratio": [0.5, 2.0], "thresholds": [0.0, 0.1, 0.3, 0.5, 0.7, 0.9],
-                                    "scaling": [0.3, 1.0], "num_attempts": 50, "allow_no_crop": True,
-                                    "cover_all_box": False, "prob": 1.0},
-                     fixed={"is_mask_crop": False, "ioumode": "iou"}),
+    "RandomCrop": Op(
+        "RandomCrop",
+        {
+            "aspect_ratio": [0.5, 2.0],
+            "thresholds": [0.0, 0.1, 0.3, 0.5, 0.7, 0.9],
+            "scaling": [0.3, 1.0],
+            "num_attempts": 50,
+            "allow_no_crop": True,
+            "cover_all_box": False,
+            "prob": 1.0,
+        },
+        fixed={"is_mask_crop": False, "ioumode": "iou"},
+    ),
     "RandomFlip": Op("RandomFlip", {"prob": 0.5}, fixed={"is_mask_flip": False}),
     "Resize": Op("Resize", {"interp": 1}, required=("target_size", "keep_ratio")),
-    "NormalizeImage": Op("NormalizeImage", {"mean": IMAGENET_MEAN, "std": IMAGENET_STD, "is_scale": True,
-                                            "norm_type": "mean_std"}),
+    "NormalizeImage": Op(
+        "NormalizeImage",
+        {"mean": IMAGENET_MEAN, "std": IMAGENET_STD, "is_scale": True, "norm_type": "mean_std"},
+    ),
     "Permute": Op("Permute", {}),
-    "BatchRandomResize": Op("BatchRandomResize", {"interp": 0, "random_size": True, "random_interp": False},
-                            required=("target_size", "keep_ratio")),
+    "BatchRandomResize": Op(
+        "BatchRandomResize",
+        {"interp": 0, "random_size": True, "random_interp": False},
+        required=("target_size", "keep_ratio"),
+    ),
 }
 SEG_OPS: Dict[str, Op] = {
-    "ResizeStepScaling": Op("ResizeStepScaling", {"min_scale_factor": 0.75, "max_scale_factor": 1.25,
-                                                  "scale_step_size": 0.25}),
-    "RandomPaddingCrop": Op("RandomPaddingCrop", {"crop_size": [512, 512], "im_padding_value": 127.5,
-                                                  "label_padding_value": 255}, fixed={"category_max_ratio": 1.0}),
+    "ResizeStepScaling": Op(
+        "ResizeStepScaling", {"min_scale_factor": 0.75, "max_scale_factor": 1.25, "scale_step_size": 0.25}
+    ),
+    "RandomPaddingCrop": Op(
+        "RandomPaddingCrop",
+        {"crop_size": [512, 512], "im_padding_value": 127.5, "label_padding_value": 255},
+        fixed={"category_max_ratio": 1.0},
+    ),
     "RandomHorizontalFlip": Op("RandomHorizontalFlip", {"prob": 0.5}),
     "RandomVerticalFlip": Op("RandomVerticalFlip", {"prob": 0.1}),
-    "RandomDistort": Op("RandomDistort", {"brightness_range": 0.5, "brightness_prob": 0.5, "contrast_range": 0.5,
-                                          "contrast_prob": 0.5, "saturation_range": 0.5, "saturation_prob": 0.5,
-                                          "hue_range": 18, "hue_prob": 0.5, "sharpness_range": 0.5,
-                                          "sharpness_prob": 0}),
+    "RandomDistort": Op(
+        "RandomDistort",
+        {
+            "brightness_range": 0.5,
+            "brightness_prob": 0.5,
+            "contrast_range": 0.5,
+            "contrast_prob": 0.5,
+            "saturation_range": 0.5,
+            "saturation_prob": 0.5,
+            "hue_range": 18,
+            "hue_prob": 0.5,
+            "sharpness_range": 0.5,
+            "sharpness_prob": 0,
+        },
+    ),
     "Normalize": Op("Normalize", {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}),
-    "Resize": Op("Resize", {"target_size": [512, 512], "keep_ratio": False, "interp": "LINEAR"},
-                 fixed={"size_divisor": None}),
+    "Resize": Op(
+        "Resize",
+        {"target_size": [512, 512], "keep_ratio": False, "interp": "LINEAR"},
+        fixed={"size_divisor": None},
+    ),
 }
 
 
@@ -83,20 +116,30 @@ def _det_distort(params: Keys, report: Report) -> Dict[str, Any]:
     from ppdist.registry import TRANSFORMS
 
     values: Dict[str, Any] = {"sharpness_prob": 0}
-    defaults = {"hue": [-18, 18, 0.5], "saturation": [0.5, 1.5, 0.5], "contrast": [0.5, 1.5, 0.5],
-                "brightness": [0.5, 1.5, 0.5]}
+    defaults = {
+        "hue": [-18, 18, 0.5],
+        "saturation": [0.5, 1.5, 0.5],
+        "contrast": [0.5, 1.5, 0.5],
+        "brightness": [0.5, 1.5, 0.5],
+    }
     explicit = []
     for key, default in defaults.items():
         low, high, prob = params.get(key, default)
         centre = 0.0 if key == "hue" else 1.0
         if abs((low + high) / 2 - centre) > 1e-9:
-            report.unmapped_key(params.key_path(key), f"ppdist's RandomDistort draws a range symmetric around "
-                                f"{centre:g}; used +-{(high - low) / 2:g}", [low, high, prob])
+            report.unmapped_key(
+                params.key_path(key),
+                f"ppdist's RandomDistort draws a range symmetric around "
+                f"{centre:g}; used +-{(high - low) / 2:g}",
+                [low, high, prob],
+            )
         values[f"{key}_range"] = (high - low) / 2
         values[f"{key}_prob"] = prob
         if key in params:
             explicit += [f"{key}_range", f"{key}_prob"]
-    params.expect("random_apply", True, "ppdist applies the ops in a random order (PaddleDetection's random_apply)")
+    params.expect(
+        "random_apply", True, "ppdist applies the ops in a random order (PaddleDetection's random_apply)"
+    )
     params.expect("count", 4, "ppdist applies all four ops")
     params.expect("random_channel", False, "no channel swap in ppdist")
     params.expect("prob", 1.0, "ppdist's RandomDistort always runs")
@@ -112,7 +155,10 @@ def _det_pad_gt(params: Keys, report: Report) -> Dict[str, Any]:
     return {"name": "PadGT", "num_max_boxes": int(minimum)} if minimum else {"name": "PadGT"}
 
 
-_SPECIAL: Dict[str, Callable[[Keys, Report], Dict[str, Any]]] = {"RandomDistort": _det_distort, "PadGT": _det_pad_gt}
+_SPECIAL: Dict[str, Callable[[Keys, Report], Dict[str, Any]]] = {
+    "RandomDistort": _det_distort,
+    "PadGT": _det_pad_gt,
+}
 
 
 def _as_entry(raw: Any) -> Optional[tuple]:
@@ -120,7 +166,7 @@ def _as_entry(raw: Any) -> Optional[tuple]:
     if isinstance(raw, Mapping) and "name" in raw and len(raw) != 1:
         return raw["name"], {k: v for k, v in raw.items() if k != "name"}
     if isinstance(raw, Mapping) and len(raw) == 1:
-        (name, params), = raw.items()
+        ((name, params),) = raw.items()
         if isinstance(params, Mapping) or params is None:
             return name, dict(params or {})
     return None

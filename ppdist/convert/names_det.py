@@ -10,10 +10,16 @@ BatchNorm statistics follow the per-layer rule. The head's frozen DFL projection
 ``proj_conv.weight`` (0..reg_max) is a constant in ppdist (``PPYOLOEHead.proj``), checked on
 conversion. tests/convert/test_det_equivalence.py checks this against PaddleDetection's model.
 """
+
 from ppdist.convert.naming import register_constants, register_renames
 
-register_renames("CSPResNet", [(r"^backbone\.stem\.0\.", "backbone.stem.conv1."),
-                               (r"^backbone\.stem\.1\.", "backbone.stem.conv2."),
-                               (r"^backbone\.stem\.2\.", "backbone.stem.conv3.")])
+register_renames(
+    "CSPResNet",
+    [
+        (r"^backbone\.stem\.0\.", "backbone.stem.conv1."),
+        (r"^backbone\.stem\.1\.", "backbone.stem.conv2."),
+        (r"^backbone\.stem\.2\.", "backbone.stem.conv3."),
+    ],
+)
 register_renames("PPYOLOEHead", [(r"^head\.", "yolo_head.")])
 register_constants("PPYOLOEHead", [("proj_conv.weight", "proj")])

@@ -12,12 +12,16 @@ The STDC backbones need no renames: PaddleSeg's ``STDCNet`` uses ``features.<i>`
 ``conv`` / ``bn`` (``ConvBNRelu``), ``conv_list`` and ``avd_layer``, as ppdist does. ImageNet
 STDC files hold the same names without the ``backbone.`` prefix (``stage="backbone"``).
 """
+
 from ppdist.convert.naming import register_renames
 
-register_renames("PPLiteSegHead", [
-    # (every key of the model goes through every stage's renames: anchor them on the stage)
-    (r"^(head\..*)\.conv\.(weight|bias)$", r"\1._conv.\2"),  # ConvBNAct.conv -> ConvBNReLU._conv
-    (r"^(head\..*)\.bn\.(\w+)$", r"\1._batch_norm.\2"),      # ConvBNAct.bn -> ConvBNReLU._batch_norm
-    (r"^head\.seg_heads\.", "seg_heads."),
-    (r"^head\.", "ppseg_head."),
-])
+register_renames(
+    "PPLiteSegHead",
+    [
+        # (every key of the model goes through every stage's renames: anchor them on the stage)
+        (r"^(head\..*)\.conv\.(weight|bias)$", r"\1._conv.\2"),  # ConvBNAct.conv -> ConvBNReLU._conv
+        (r"^(head\..*)\.bn\.(\w+)$", r"\1._batch_norm.\2"),  # ConvBNAct.bn -> ConvBNReLU._batch_norm
+        (r"^head\.seg_heads\.", "seg_heads."),
+        (r"^head\.", "ppseg_head."),
+    ],
+)

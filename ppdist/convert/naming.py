@@ -15,6 +15,7 @@ Some Paddle tensors are frozen constants that a ppdist stage derives itself inst
 (PP-YOLOE's DFL projection ``yolo_head.proj_conv.weight``, 0..reg_max). ``register_constants``
 names them; the converter compares the file's values with the stage's and reports a difference.
 """
+
 from __future__ import annotations
 
 import importlib

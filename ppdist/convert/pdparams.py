@@ -7,6 +7,7 @@ A pickle can name and call any importable function, so this reader resolves only
 globals such files hold, and replaces ``eval`` with a function that accepts exactly Paddle's
 ``('data', {'data': array})`` form. Anything else is refused before it is called.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,11 +32,17 @@ class UnsafePickleError(CheckpointError):
 
 def _lodtensor_from_eval(expression: Any, namespace: Any = None, *rest: Any) -> np.ndarray:
     """Paddle's LoDTensor form ``eval('data', {'data': array})``, without ``eval``."""
-    if (expression == "data" and not rest and isinstance(namespace, dict) and set(namespace) == {"data"}
-            and isinstance(namespace["data"], np.ndarray)):
+    if (
+        expression == "data"
+        and not rest
+        and isinstance(namespace, dict)
+        and set(namespace) == {"data"}
+        and isinstance(namespace["data"], np.ndarray)
+    ):
         return namespace["data"]
-    raise UnsafePickleError(f"eval called with {expression!r}: only Paddle's eval('data', {{'data': array}}) "
-                            f"form is accepted")
+    raise UnsafePickleError(
+        f"eval called with {expression!r}: only Paddle's eval('data', {{'data': array}}) form is accepted"
+    )
 
 
 def _latin1_encode(text: Any, encoding: str = "latin1", errors: str = "strict") -> bytes:
@@ -83,12 +90,16 @@ class PaddleUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Callable[..., Any]:
         found = self.allowed.get((module, name))
         if found is None:
-            raise UnsafePickleError(f"{self.source}: refused: the file asks for {module}.{name}, which a Paddle "
-                                    f"weights file never holds (it could run code); nothing was loaded")
+            raise UnsafePickleError(
+                f"{self.source}: refused: the file asks for {module}.{name}, which a Paddle "
+                f"weights file never holds (it could run code); nothing was loaded"
+            )
         return found
 
     def persistent_load(self, pid: Any) -> Any:
-        raise UnsafePickleError(f"{self.source}: refused: persistent ids are not part of a Paddle weights file")
+        raise UnsafePickleError(
+            f"{self.source}: refused: persistent ids are not part of a Paddle weights file"
+        )
 
 
 def read_paddle_pickle(path: str) -> Any:
@@ -105,13 +116,19 @@ def read_paddle_pickle(path: str) -> Any:
             raise
         raise UnsafePickleError(f"{path}: refused: {exc}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise CheckpointError(f"{path} is not a Paddle weights file (paddle.save pickle): "
-                              f"{type(exc).__name__}: {exc}") from None
+        raise CheckpointError(
+            f"{path} is not a Paddle weights file (paddle.save pickle): {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _as_array(value: Any) -> Any:
     """An array from Paddle's tensor forms: ndarray, or (name, ndarray) of a dygraph tensor."""
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], np.ndarray):
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], np.ndarray)
+    ):
         return value[1]
     return value
 
@@ -126,8 +143,10 @@ def join_split_arrays(data: Dict[str, Any], source: str) -> Dict[str, Any]:
             parts = [np.asarray(_as_array(data.pop(part))).reshape(-1) for part in info["slices"]]
             data[name] = np.concatenate(parts).reshape(info["OriginShape"])
         except (KeyError, ValueError, TypeError) as exc:
-            raise CheckpointError(f"{source}: parameter {name} is split into slices that do not fit together "
-                                  f"({type(exc).__name__}: {exc}); the file is damaged") from None
+            raise CheckpointError(
+                f"{source}: parameter {name} is split into slices that do not fit together "
+                f"({type(exc).__name__}: {exc}); the file is damaged"
+            ) from None
     return data
 
 
@@ -140,7 +159,9 @@ def load_pdparams(path: str) -> Dict[str, np.ndarray]:
     """
     data = read_paddle_pickle(path)
     if not isinstance(data, Mapping):
-        raise CheckpointError(f"{path} holds a {type(data).__name__}, not a Paddle state dict (name -> tensor)")
+        raise CheckpointError(
+            f"{path} holds a {type(data).__name__}, not a Paddle state dict (name -> tensor)"
+        )
     data = join_split_arrays(dict(data), path)
     wrapped = [key for key in WRAPPER_KEYS if isinstance(data.get(key), Mapping)]
     if wrapped and not any(isinstance(_as_array(v), np.ndarray) for v in data.values()):

@@ -9,6 +9,7 @@ are listed as unused. Frozen constants that ppdist derives instead of storing (`
 e.g. PP-YOLOE's DFL projection) are checked against the model's values: equal, they count as used;
 different, they are listed as skipped.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,9 +36,9 @@ class ConversionReport:
     source: str
     total: int = 0
     loaded: List[str] = field(default_factory=list)
-    skipped: List[str] = field(default_factory=list)   # "key: file (shape) vs model (shape)"
-    missing: List[str] = field(default_factory=list)   # ppdist keys with no Paddle tensor
-    unused: List[str] = field(default_factory=list)    # Paddle keys no ppdist tensor took
+    skipped: List[str] = field(default_factory=list)  # "key: file (shape) vs model (shape)"
+    missing: List[str] = field(default_factory=list)  # ppdist keys with no Paddle tensor
+    unused: List[str] = field(default_factory=list)  # Paddle keys no ppdist tensor took
 
     @property
     def complete(self) -> bool:
@@ -46,11 +47,15 @@ class ConversionReport:
 
     def lines(self, limit: int = 30) -> List[str]:
         out = [f"{self.source}: converted {len(self.loaded)}/{self.total} tensors"]
-        for title, items in (("skipped (shape mismatch)", self.skipped), ("not in the file, kept as initialised",
-                                                                          self.missing),
-                             ("in the file, not used by this model", self.unused)):
+        for title, items in (
+            ("skipped (shape mismatch)", self.skipped),
+            ("not in the file, kept as initialised", self.missing),
+            ("in the file, not used by this model", self.unused),
+        ):
             if items:
-                shown = ", ".join(items[:limit]) + (f" ... (+{len(items) - limit})" if len(items) > limit else "")
+                shown = ", ".join(items[:limit]) + (
+                    f" ... (+{len(items) - limit})" if len(items) > limit else ""
+                )
                 out.append(f"  {title} ({len(items)}): {shown}")
         return out
 
@@ -61,7 +66,9 @@ class ConversionReport:
             logger.warning(line)
 
 
-def to_ppdist_layout(owner: nn.Module, leaf: str, array: np.ndarray, target: torch.Tensor) -> Optional[torch.Tensor]:
+def to_ppdist_layout(
+    owner: nn.Module, leaf: str, array: np.ndarray, target: torch.Tensor
+) -> Optional[torch.Tensor]:
     """``array`` as a tensor shaped like ``target``, or None when its shape does not fit."""
     value = torch.from_numpy(np.ascontiguousarray(array))
     if isinstance(owner, nn.Linear) and leaf == "weight" and value.dim() == 2:
@@ -75,8 +82,9 @@ def _strip_stage_prefix(name: str) -> str:
     return name.split(".", 1)[1] if "." in name else name
 
 
-def convert_state_dict(model: nn.Module, paddle_state: Mapping[str, np.ndarray], source: str,
-                       stage: Optional[str] = None) -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
+def convert_state_dict(
+    model: nn.Module, paddle_state: Mapping[str, np.ndarray], source: str, stage: Optional[str] = None
+) -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
     """ppdist-named tensors for ``model`` (or its ``stage``, e.g. ``"backbone"``) from ``paddle_state``.
 
     With ``stage``, keys are those of the stage (no ``backbone.`` prefix) and the file may hold
@@ -106,8 +114,9 @@ def convert_state_dict(model: nn.Module, paddle_state: Mapping[str, np.ndarray],
         owner = model.get_submodule(parent) if parent else model
         value = to_ppdist_layout(owner, leaf, paddle_state[found], target)
         if value is None:
-            report.skipped.append(f"{key}: file {tuple(paddle_state[found].shape)} ({found}) vs model "
-                                  f"{tuple(target.shape)}")
+            report.skipped.append(
+                f"{key}: file {tuple(paddle_state[found].shape)} ({found}) vs model {tuple(target.shape)}"
+            )
             continue
         state[key] = value
         report.loaded.append(key)
@@ -120,14 +129,17 @@ def convert_state_dict(model: nn.Module, paddle_state: Mapping[str, np.ndarray],
         array = np.asarray(paddle_state[found], dtype=np.float64).reshape(-1)
         expected = value.detach().cpu().double().numpy().reshape(-1)
         if array.shape != expected.shape or not np.allclose(array, expected, rtol=0.0, atol=1e-6):
-            report.skipped.append(f"{attribute}: file {found} {tuple(paddle_state[found].shape)} holds other values "
-                                  f"than this model's fixed {attribute} ({tuple(value.shape)})")
+            report.skipped.append(
+                f"{attribute}: file {found} {tuple(paddle_state[found].shape)} holds other values "
+                f"than this model's fixed {attribute} ({tuple(value.shape)})"
+            )
     report.unused = [name for name in paddle_state if name not in used]
     return state, report
 
 
-def load_paddle_weights(model: nn.Module, path: str, stage: Optional[str] = None
-                        ) -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
+def load_paddle_weights(
+    model: nn.Module, path: str, stage: Optional[str] = None
+) -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
     """``convert_state_dict`` of the ``.pdparams`` / ``.pdema`` file at ``path``."""
     return convert_state_dict(model, load_pdparams(path), path, stage)
 
@@ -135,8 +147,11 @@ def load_paddle_weights(model: nn.Module, path: str, stage: Optional[str] = None
 def paddle_key_table(model: nn.Module) -> List[Tuple[str, Sequence[str]]]:
     """(ppdist key, Paddle candidates) for every tensor of ``model``: the mapping, for docs and debugging."""
     renames = stage_renames(model)
-    return [(key, paddle_candidates(model, key, renames)) for key in model.state_dict()
-            if key.rpartition(".")[2] not in NOT_IN_PADDLE]
+    return [
+        (key, paddle_candidates(model, key, renames))
+        for key in model.state_dict()
+        if key.rpartition(".")[2] not in NOT_IN_PADDLE
+    ]
 
 
 def write_converted(model: nn.Module, path: str, out: str, stage: Optional[str] = None) -> ConversionReport:
@@ -147,10 +162,18 @@ def write_converted(model: nn.Module, path: str, out: str, stage: Optional[str] 
     source = checkpoint_path(path)
     state, report = load_paddle_weights(model, source, stage)
     if not report.loaded:
-        raise CheckpointError(f"{source}: none of its tensors fits this model "
-                              f"({len(report.unused)} unused, e.g. {', '.join(report.unused[:5])})")
+        raise CheckpointError(
+            f"{source}: none of its tensors fits this model "
+            f"({len(report.unused)} unused, e.g. {', '.join(report.unused[:5])})"
+        )
     if stage:
         state = {f"{stage}.{key}": value for key, value in state.items()}
-    save_atomic({"model": state, "converted_from": os.path.abspath(source),
-                 "conversion": {"skipped": report.skipped, "missing": report.missing, "unused": report.unused}}, out)
+    save_atomic(
+        {
+            "model": state,
+            "converted_from": os.path.abspath(source),
+            "conversion": {"skipped": report.skipped, "missing": report.missing, "unused": report.unused},
+        },
+        out,
+    )
     return report

@@ -1,4 +1,5 @@
 """Datasets, transforms, samplers and loaders."""
+
 import ppdist.data.det  # noqa: F401  (registers COCODataSet)
 import ppdist.data.rec  # noqa: F401  (registers SimpleDataSet, LMDBDataSet)
 import ppdist.data.seg  # noqa: F401  (registers SegDataSet, CityscapesDataSet)

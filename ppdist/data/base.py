@@ -1,4 +1,5 @@
 """Dataset base class: per-sample seeding and bad-sample handling shared by every task."""
+
 from __future__ import annotations
 
 import random
@@ -82,9 +83,12 @@ class BaseDataSet(Dataset):
             for op in self.ops:
                 data = op(data)
                 if data is None:
-                    return BadSample(self.origin(index), f"rejected by {type(op).__name__} "
-                                     "(unreadable image, or a label that is empty, too long or has no "
-                                     "character of the dictionary)")
+                    return BadSample(
+                        self.origin(index),
+                        f"rejected by {type(op).__name__} "
+                        "(unreadable image, or a label that is empty, too long or has no "
+                        "character of the dictionary)",
+                    )
             data = self.finish(data)
         except Exception as exc:  # any reader/transform failure is a bad sample
             return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")
@@ -127,5 +131,7 @@ class BaseDataSet(Dataset):
                 candidate[SAMPLE_SEED_KEY] = rng_seed
                 return candidate
             bad.append(candidate)
-        return BadSample(self.origin(index), f"no usable sample within {self.max_replacement_tries} "
-                         f"neighbours; last error: {bad[-1]}")
+        return BadSample(
+            self.origin(index),
+            f"no usable sample within {self.max_replacement_tries} neighbours; last error: {bad[-1]}",
+        )

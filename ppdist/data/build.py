@@ -1,4 +1,5 @@
 """Build datasets and data loaders from a config section (Train / Eval)."""
+
 from __future__ import annotations
 
 import random
@@ -17,13 +18,14 @@ from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
 
 
-def build_transforms(ops_cfg: Optional[Sequence[Mapping[str, Any]]], config: Mapping[str, Any],
-                     where: str) -> List[Any]:
+def build_transforms(
+    ops_cfg: Optional[Sequence[Mapping[str, Any]]], config: Mapping[str, Any], where: str
+) -> List[Any]:
     """Build a list of transform ops from ``[{OpName: params}, ...]`` with Global injection."""
     shared = shared_global_values(config)
     ops = []
     for i, entry in enumerate(ops_cfg or []):
-        (name, params), = entry.items()
+        ((name, params),) = entry.items()
         kwargs = inject_globals(TRANSFORMS, name, dict(params or {}), shared)
         ops.append(TRANSFORMS.build(dict(kwargs, name=name), where=f"{where}[{i}].{name}"))
     return ops
@@ -38,8 +40,9 @@ def build_dataset(config: Mapping[str, Any], section: str, mode: str) -> Any:
     cfg.pop("batch_transforms", None)
     ops = build_transforms(cfg.pop("transforms", None), config, f"{section}.dataset.transforms")
     cfg = inject_globals(DATASETS, cfg["name"], cfg, shared_global_values(config))
-    return DATASETS.build(cfg, where=f"{section}.dataset", transforms=ops, mode=mode,
-                          seed=int(config["Global"]["seed"]))
+    return DATASETS.build(
+        cfg, where=f"{section}.dataset", transforms=ops, mode=mode, seed=int(config["Global"]["seed"])
+    )
 
 
 def apply_batch_transforms(ops: Sequence[Any], samples: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -95,9 +98,11 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
         if "stack expects each tensor to be equal size" not in str(exc):
             raise
         shapes = sorted({tuple(np.shape(s.get("image"))) for s in good})
-        raise DataError(f"samples of one batch have different sizes ({shapes[:4]}): use batch_size_per_card: 1 "
-                        f"for images of varying size (e.g. segmentation eval at full resolution), or add a "
-                        f"resize/crop transform") from None
+        raise DataError(
+            f"samples of one batch have different sizes ({shapes[:4]}): use batch_size_per_card: 1 "
+            f"for images of varying size (e.g. segmentation eval at full resolution), or add a "
+            f"resize/crop transform"
+        ) from None
     batch[BAD_SAMPLES_KEY] = bad
     return batch
 
@@ -150,22 +155,37 @@ def loader_options(loader_cfg: Mapping[str, Any], device_type: str) -> Dict[str,
     return options
 
 
-def build_dataloader(config: Mapping[str, Any], section: str, mode: str, rank: int = 0,
-                     world_size: int = 1, device_type: str = "cpu") -> DataLoader:
+def build_dataloader(
+    config: Mapping[str, Any],
+    section: str,
+    mode: str,
+    rank: int = 0,
+    world_size: int = 1,
+    device_type: str = "cpu",
+) -> DataLoader:
     """A DataLoader over ``config[section]`` with ppdist's samplers and collate."""
     dataset = build_dataset(config, section, mode)
-    batch_ops = build_transforms(config[section]["dataset"].get("batch_transforms"), config,
-                                 f"{section}.dataset.batch_transforms")
+    batch_ops = build_transforms(
+        config[section]["dataset"].get("batch_transforms"), config, f"{section}.dataset.batch_transforms"
+    )
     loader_cfg = config[section]["loader"]
     seed = int(config["Global"]["seed"])
     batch_size = int(loader_cfg["batch_size_per_card"])
     if mode == "train":
-        sampler: Any = TrainBatchSampler(len(dataset), batch_size, rank, world_size,
-                                         shuffle=bool(loader_cfg["shuffle"]),
-                                         drop_last=bool(loader_cfg["drop_last"]), seed=seed)
+        sampler: Any = TrainBatchSampler(
+            len(dataset),
+            batch_size,
+            rank,
+            world_size,
+            shuffle=bool(loader_cfg["shuffle"]),
+            drop_last=bool(loader_cfg["drop_last"]),
+            seed=seed,
+        )
         if len(sampler) == 0:
-            raise DataError(f"{section}: {len(dataset)} samples over {world_size} process(es) give no full "
-                            f"batch of {batch_size}; lower {section}.loader.batch_size_per_card or set drop_last: false")
+            raise DataError(
+                f"{section}: {len(dataset)} samples over {world_size} process(es) give no full "
+                f"batch of {batch_size}; lower {section}.loader.batch_size_per_card or set drop_last: false"
+            )
     else:
         sampler = EvalBatchSampler(len(dataset), batch_size, rank, world_size, seed=seed)
     workers = int(loader_cfg["num_workers"])

@@ -1,4 +1,5 @@
 """Character dictionaries shared by the CTC label encoder and decoder (PaddleOCR rules)."""
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ image's ground truth. After the transforms a sample holds, in train mode, ``imag
 make them stackable); in eval mode ``image``, ``im_id``, ``im_shape``, ``scale_factor`` and
 ``ori_shape`` only: the COCO metric reads the ground truth from ``anno_file``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,15 @@ logger = logging.getLogger("ppdist")
 TRAIN_KEYS = ("image", "im_id", "im_shape", "scale_factor", "gt_bbox", "gt_class", "is_crowd")
 EVAL_KEYS = ("image", "im_id", "im_shape", "scale_factor", "ori_shape")
 # reasons an annotation is not loaded, in the order they are reported
-DROP_REASONS = ("crowd", "ignore flag", "no bbox", "area <= 0", "width/height <= 1e-5", "outside the image",
-                "unknown category")
+DROP_REASONS = (
+    "crowd",
+    "ignore flag",
+    "no bbox",
+    "area <= 0",
+    "width/height <= 1e-5",
+    "outside the image",
+    "unknown category",
+)
 MAX_EXAMPLES = 5
 
 
@@ -36,7 +44,7 @@ class _Record(NamedTuple):
     path: str
     h: float
     w: float
-    gt_bbox: np.ndarray   # float32 [N, 4] xyxy
+    gt_bbox: np.ndarray  # float32 [N, 4] xyxy
     gt_class: np.ndarray  # int32 [N, 1]
     is_crowd: np.ndarray  # int32 [N, 1]
 
@@ -67,9 +75,18 @@ class COCODataSet(BaseDataSet):
     on disk becomes a reported bad sample when read.
     """
 
-    def __init__(self, dataset_dir: str, image_dir: str, anno_path: str, transforms: list, mode: str = "train",
-                 seed: int = 1024, allow_empty: bool = False, empty_ratio: float = 1.0,
-                 load_crowd: bool = False) -> None:
+    def __init__(
+        self,
+        dataset_dir: str,
+        image_dir: str,
+        anno_path: str,
+        transforms: list,
+        mode: str = "train",
+        seed: int = 1024,
+        allow_empty: bool = False,
+        empty_ratio: float = 1.0,
+        load_crowd: bool = False,
+    ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
         if not isinstance(dataset_dir, str) or not os.path.isdir(dataset_dir):
@@ -80,7 +97,9 @@ class COCODataSet(BaseDataSet):
         if not os.path.isfile(self.anno_file):
             raise DataError(f"{sec}.anno_path: annotation file not found: {self.anno_file}")
         if not 0.0 <= float(empty_ratio) <= 1.0:
-            raise ConfigError(f"{sec}.empty_ratio must lie in [0, 1] (1: keep every empty image), got {empty_ratio!r}")
+            raise ConfigError(
+                f"{sec}.empty_ratio must lie in [0, 1] (1: keep every empty image), got {empty_ratio!r}"
+            )
         self.seed = seed
         self.allow_empty = bool(allow_empty)
         self.empty_ratio = float(empty_ratio)
@@ -88,8 +107,9 @@ class COCODataSet(BaseDataSet):
         try:
             self.coco = load_coco(self.anno_file)
         except Exception as exc:
-            raise DataError(f"{sec}.anno_path: cannot load {self.anno_file} as COCO json: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise DataError(
+                f"{sec}.anno_path: cannot load {self.anno_file} as COCO json: {type(exc).__name__}: {exc}"
+            ) from exc
         cat_ids = sorted(self.coco.getCatIds())
         if not cat_ids:
             raise DataError(f"{self.anno_file} defines no categories")
@@ -98,8 +118,10 @@ class COCODataSet(BaseDataSet):
         self.label_list: List[str] = [str(self.coco.cats[cat].get("name", cat)) for cat in cat_ids]
         self.records = self._parse()
         if not self.records:
-            raise DataError(f"{sec}: no usable image in {self.anno_file}"
-                            + ("" if mode == "eval" else " (training needs images with boxes, or allow_empty)"))
+            raise DataError(
+                f"{sec}: no usable image in {self.anno_file}"
+                + ("" if mode == "eval" else " (training needs images with boxes, or allow_empty)")
+            )
 
     # ------------------------------------------------------------------ parsing
     def _parse(self) -> List[_Record]:
@@ -120,16 +142,25 @@ class COCODataSet(BaseDataSet):
                 x1, y1, bw, bh = (float(v) for v in ann["bbox"])
                 box = [x1, y1, x1 + bw, y1 + bh]
                 if w > 0 and h > 0:
-                    box = [min(max(box[0], 0.0), w), min(max(box[1], 0.0), h),
-                           min(max(box[2], 0.0), w), min(max(box[3], 0.0), h)]
+                    box = [
+                        min(max(box[0], 0.0), w),
+                        min(max(box[1], 0.0), h),
+                        min(max(box[2], 0.0), w),
+                        min(max(box[3], 0.0), h),
+                    ]
                 boxes.append([round(v, 3) for v in box])
                 classes.append(self.catid2clsid[ann["category_id"]])
                 crowd.append(int(bool(ann.get("iscrowd", 0))))
             path = os.path.join(self.image_dir, info.get("file_name", ""))
-            rec = _Record(int(im_id), path, h, w,
-                          np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
-                          np.asarray(classes, dtype=np.int32).reshape(-1, 1),
-                          np.asarray(crowd, dtype=np.int32).reshape(-1, 1))
+            rec = _Record(
+                int(im_id),
+                path,
+                h,
+                w,
+                np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
+                np.asarray(classes, dtype=np.int32).reshape(-1, 1),
+                np.asarray(crowd, dtype=np.int32).reshape(-1, 1),
+            )
             (with_boxes if boxes else empty).append(rec)
         self._report(drops)
         self.num_empty_images = len(empty)
@@ -137,8 +168,11 @@ class COCODataSet(BaseDataSet):
             return sorted(with_boxes + empty, key=lambda r: r.im_id)
         if not self.allow_empty:
             if empty:
-                logger.info("%s: %d image(s) without boxes are not used for training (allow_empty: false)",
-                            self.anno_file, len(empty))
+                logger.info(
+                    "%s: %d image(s) without boxes are not used for training (allow_empty: false)",
+                    self.anno_file,
+                    len(empty),
+                )
             return with_boxes
         if self.empty_ratio < 1.0 and empty:
             keep = min(len(empty), int(len(with_boxes) * self.empty_ratio / (1.0 - self.empty_ratio)))
@@ -163,7 +197,11 @@ class COCODataSet(BaseDataSet):
             return "area <= 0"
         if bw <= 1e-5 or bh <= 1e-5:
             return "width/height <= 1e-5"
-        if w > 0 and h > 0 and (min(x1 + bw, w) - max(x1, 0.0) <= 1e-5 or min(y1 + bh, h) - max(y1, 0.0) <= 1e-5):
+        if (
+            w > 0
+            and h > 0
+            and (min(x1 + bw, w) - max(x1, 0.0) <= 1e-5 or min(y1 + bh, h) - max(y1, 0.0) <= 1e-5)
+        ):
             return "outside the image"
         return ""
 
@@ -199,8 +237,15 @@ class COCODataSet(BaseDataSet):
                 raw = handle.read()
         except OSError as exc:
             raise DataError(f"image id {rec.im_id}: cannot read {rec.path} ({exc.strerror or exc})") from exc
-        return {"image": raw, "im_id": rec.im_id, "h": rec.h, "w": rec.w,
-                "gt_bbox": rec.gt_bbox.copy(), "gt_class": rec.gt_class.copy(), "is_crowd": rec.is_crowd.copy()}
+        return {
+            "image": raw,
+            "im_id": rec.im_id,
+            "h": rec.h,
+            "w": rec.w,
+            "gt_bbox": rec.gt_bbox.copy(),
+            "gt_class": rec.gt_class.copy(),
+            "is_crowd": rec.is_crowd.copy(),
+        }
 
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """The stackable output keys (see the module doc) with their dtypes."""
@@ -217,4 +262,3 @@ class COCODataSet(BaseDataSet):
         if "is_crowd" in out:
             out["is_crowd"] = np.asarray(out["is_crowd"], dtype=np.int32).reshape(-1, 1)
         return out
-

@@ -1,4 +1,5 @@
 """Generate a config's synthetic data set the first time it is needed (``Global.synthetic_data``)."""
+
 from __future__ import annotations
 
 import inspect
@@ -32,8 +33,10 @@ def validate_synthetic_spec(spec: Mapping[str, Any]) -> None:
         if key in ("kind", "data_dir"):
             continue
         if key not in params or key == "out_dir":
-            raise ConfigError(f"unknown key Global.synthetic_data.{key}."
-                              f"{did_you_mean(key, [p for p in params if p != 'out_dir'])}")
+            raise ConfigError(
+                f"unknown key Global.synthetic_data.{key}."
+                f"{did_you_mean(key, [p for p in params if p != 'out_dir'])}"
+            )
 
 
 def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
@@ -51,7 +54,10 @@ def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
         logger.info("synthetic data: %s", summary)
         differs = [k for k in ("num_train", "num_val") if k in kwargs and summary.get(k) != kwargs[k]]
         if summary.get("skipped") and differs:
-            logger.warning("%s already holds a data set with %s; it is used as is (delete the folder to "
-                           "generate the requested one)", out_dir,
-                           ", ".join(f"{k}={summary[k]} (config asks {kwargs[k]})" for k in differs))
+            logger.warning(
+                "%s already holds a data set with %s; it is used as is (delete the folder to "
+                "generate the requested one)",
+                out_dir,
+                ", ".join(f"{k}={summary[k]} (config asks {kwargs[k]})" for k in differs),
+            )
     barrier(env)

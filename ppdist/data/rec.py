@@ -1,4 +1,5 @@
 """Text-recognition datasets: PaddleOCR label files (SimpleDataSet) and LMDB (LMDBDataSet)."""
+
 from __future__ import annotations
 
 import bisect
@@ -44,10 +45,10 @@ def _subsample(count: int, ratio: float, seed: int, source: int) -> np.ndarray:
 
 
 class _Line(NamedTuple):
-    file: int        # index into label_file_list
-    line_no: int     # 1-based line number in that file
-    path: str        # image path as written ("" when the line is malformed)
-    label: str       # label text, or what is wrong with a malformed line
+    file: int  # index into label_file_list
+    line_no: int  # 1-based line number in that file
+    path: str  # image path as written ("" when the line is malformed)
+    label: str  # label text, or what is wrong with a malformed line
     ok: bool
 
 
@@ -60,9 +61,16 @@ class SimpleDataSet(BaseDataSet):
     file's lines (in file order). Malformed lines are kept and reported when read.
     """
 
-    def __init__(self, data_dir: str, label_file_list: List[str], transforms: list,
-                 mode: str = "train", ratio_list: Ratio = 1.0, delimiter: str = "\t",
-                 seed: int = 1024) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        label_file_list: List[str],
+        transforms: list,
+        mode: str = "train",
+        ratio_list: Ratio = 1.0,
+        delimiter: str = "\t",
+        seed: int = 1024,
+    ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
         if not delimiter:
@@ -211,8 +219,9 @@ class LMDBDataSet(BaseDataSet):
     each database (databases in sorted path order).
     """
 
-    def __init__(self, data_dir: str, transforms: list, mode: str = "train", seed: int = 1024,
-                 ratio_list: Ratio = 1.0) -> None:
+    def __init__(
+        self, data_dir: str, transforms: list, mode: str = "train", seed: int = 1024, ratio_list: Ratio = 1.0
+    ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
         if not os.path.isdir(data_dir):
@@ -249,5 +258,8 @@ class LMDBDataSet(BaseDataSet):
             image = txn.get(b"image-%09d" % key)
         if label is None or image is None:
             raise KeyError(f"sample {key} missing ('label-{key:09d}' or 'image-{key:09d}')")
-        return {"img_path": f"{self.dirs[db]}/image-{key:09d}", "image": bytes(image),
-                "label": label.decode("utf-8")}
+        return {
+            "img_path": f"{self.dirs[db]}/image-{key:09d}",
+            "image": bytes(image),
+            "label": label.decode("utf-8"),
+        }

@@ -3,6 +3,7 @@
 Both yield lists of ``(index, epoch, seed)`` items; the dataset seeds its augmentation
 RNGs from that triple (see ``ppdist.data.base.sample_seed``).
 """
+
 from __future__ import annotations
 
 from typing import Iterator, List, Tuple
@@ -25,8 +26,16 @@ class TrainBatchSampler(Sampler[List[Item]]):
     continue from: no sample of the epoch is repeated or skipped.
     """
 
-    def __init__(self, dataset_len: int, batch_size: int, rank: int = 0, world_size: int = 1,
-                 shuffle: bool = True, drop_last: bool = False, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dataset_len: int,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+    ) -> None:
         if dataset_len <= 0:
             raise ValueError("the training dataset is empty")
         if not 0 <= rank < world_size:
@@ -68,11 +77,11 @@ class TrainBatchSampler(Sampler[List[Item]]):
     def rank_indices(self) -> List[int]:
         """This rank's sample indices for the rest of the epoch, in order."""
         order = self.epoch_order()
-        rest = order[self.consumed:]
+        rest = order[self.consumed :]
         total = -(-len(rest) // self.world_size) * self.world_size
         while len(rest) < total:
             rest += order[: total - len(rest)]
-        return rest[self.rank:total:self.world_size]
+        return rest[self.rank : total : self.world_size]
 
     def __len__(self) -> int:
         """Batches in a whole epoch (independent of the position)."""
@@ -85,7 +94,7 @@ class TrainBatchSampler(Sampler[List[Item]]):
     def __iter__(self) -> Iterator[List[Item]]:
         indices = self.rank_indices()
         for b in range(self.remaining_batches()):
-            chunk = indices[b * self.batch_size:(b + 1) * self.batch_size]
+            chunk = indices[b * self.batch_size : (b + 1) * self.batch_size]
             yield [(i, self.epoch, self.seed) for i in chunk]
         self.consumed = 0  # only the resumed epoch starts in the middle
 
@@ -108,8 +117,9 @@ class EvalBatchSampler(Sampler[List[Item]]):
     """Batches over this rank's contiguous shard (whole single-process batches); no sample is
     repeated or missed."""
 
-    def __init__(self, dataset_len: int, batch_size: int, rank: int = 0, world_size: int = 1,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, dataset_len: int, batch_size: int, rank: int = 0, world_size: int = 1, seed: int = 0
+    ) -> None:
         self.shard = eval_shard(dataset_len, rank, world_size, batch_size)
         self.batch_size = batch_size
         self.seed = seed
@@ -119,4 +129,4 @@ class EvalBatchSampler(Sampler[List[Item]]):
 
     def __iter__(self) -> Iterator[List[Item]]:
         for start in range(0, len(self.shard), self.batch_size):
-            yield [(i, 0, self.seed) for i in self.shard[start:start + self.batch_size]]
+            yield [(i, 0, self.seed) for i in self.shard[start : start + self.batch_size]]

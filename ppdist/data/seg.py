@@ -5,6 +5,7 @@ indices kept), check them, and after the transforms return exactly
 ``{"image": float32 [C, H, W], "label": int64 [H, W]}``. In train mode the label is in
 ``gt_fields`` (transformed with the image); in eval mode it stays at full resolution.
 """
+
 from __future__ import annotations
 
 import glob
@@ -25,9 +26,9 @@ def _section(mode: str) -> str:
 
 
 class _Item(NamedTuple):
-    image: str       # absolute or dataset_root-joined path ("" when the entry is malformed)
-    label: str       # label path, or what is wrong with a malformed line
-    origin: str      # where the entry came from, for messages
+    image: str  # absolute or dataset_root-joined path ("" when the entry is malformed)
+    label: str  # label path, or what is wrong with a malformed line
+    origin: str  # where the entry came from, for messages
     ok: bool
 
 
@@ -41,13 +42,20 @@ def _label_values(label: np.ndarray) -> np.ndarray:
 class _SegBase(BaseDataSet):
     """Reading, checking and output layout shared by the segmentation datasets."""
 
-    def __init__(self, transforms: list, mode: str, num_classes: Optional[int], ignore_index: int,
-                 img_channels: int = 3) -> None:
+    def __init__(
+        self,
+        transforms: list,
+        mode: str,
+        num_classes: Optional[int],
+        ignore_index: int,
+        img_channels: int = 3,
+    ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes <= 0:
-            raise ConfigError(f"{sec}.num_classes must be a positive int (the number of classes), "
-                              f"got {num_classes!r}")
+            raise ConfigError(
+                f"{sec}.num_classes must be a positive int (the number of classes), got {num_classes!r}"
+            )
         if img_channels not in (1, 3):
             raise ConfigError(f"{sec}.img_channels must be 1 or 3, got {img_channels!r}")
         self.num_classes: int = num_classes
@@ -82,16 +90,22 @@ class _SegBase(BaseDataSet):
     def check(self, image: np.ndarray, label: np.ndarray, item: _Item) -> None:
         """Raise DataError when the label cannot go with the image."""
         if label.ndim != 2:
-            raise DataError(f"label {item.label} has shape {label.shape}; expected a single-channel "
-                            "(L or P mode) image of class ids")
+            raise DataError(
+                f"label {item.label} has shape {label.shape}; expected a single-channel "
+                "(L or P mode) image of class ids"
+            )
         if label.shape != image.shape[:2]:
-            raise DataError(f"label {item.label} is {label.shape[1]}x{label.shape[0]} but image "
-                            f"{item.image} is {image.shape[1]}x{image.shape[0]} (WxH)")
+            raise DataError(
+                f"label {item.label} is {label.shape[1]}x{label.shape[0]} but image "
+                f"{item.image} is {image.shape[1]}x{image.shape[0]} (WxH)"
+            )
         values = _label_values(label)
         bad = values[((values < 0) | (values >= self.num_classes)) & (values != self.ignore_index)]
         if bad.size:
-            raise DataError(f"label {item.label} has value(s) {bad[:10].tolist()} outside "
-                            f"[0, {self.num_classes}) and not ignore_index {self.ignore_index}")
+            raise DataError(
+                f"label {item.label} has value(s) {bad[:10].tolist()} outside "
+                f"[0, {self.num_classes}) and not ignore_index {self.ignore_index}"
+            )
 
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """``image`` float32 [C, H, W] and ``label`` int64 [H, W]; nothing else."""
@@ -104,7 +118,6 @@ class _SegBase(BaseDataSet):
                 label = label[0]
             out["label"] = np.ascontiguousarray(label, dtype=np.int64)
         return out
-
 
 
 def _resolve_list(path: str, root: str, key: str) -> str:
@@ -127,10 +140,19 @@ class SegDataSet(_SegBase):
     reads ``train_path``, eval mode ``val_path``. Malformed lines are kept and reported when read.
     """
 
-    def __init__(self, dataset_root: str, transforms: list, mode: str = "train", seed: int = 1024,
-                 num_classes: Optional[int] = None, train_path: Optional[str] = None,
-                 val_path: Optional[str] = None, ignore_index: int = 255, separator: str = " ",
-                 img_channels: int = 3) -> None:
+    def __init__(
+        self,
+        dataset_root: str,
+        transforms: list,
+        mode: str = "train",
+        seed: int = 1024,
+        num_classes: Optional[int] = None,
+        train_path: Optional[str] = None,
+        val_path: Optional[str] = None,
+        ignore_index: int = 255,
+        separator: str = " ",
+        img_channels: int = 3,
+    ) -> None:
         super().__init__(transforms, mode, num_classes, ignore_index, img_channels)
         sec = _section(mode)
         if not separator:
@@ -160,8 +182,10 @@ class SegDataSet(_SegBase):
                     continue
                 parts = text.split(self.separator)
                 if len(parts) != 2 or not parts[0] or not parts[1]:
-                    why = (f"expected 'image_path{{separator}}label_path' with separator {self.separator!r}, "
-                           f"got {text[:80]!r}")
+                    why = (
+                        f"expected 'image_path{{separator}}label_path' with separator {self.separator!r}, "
+                        f"got {text[:80]!r}"
+                    )
                     items.append(_Item("", why, where, False))
                     continue
                 img, lbl = (os.path.join(self.dataset_root, p) for p in parts)
@@ -174,8 +198,16 @@ class CityscapesDataSet(_SegBase):
     """Cityscapes found by sorted glob: ``leftImg8bit/<split>/*/*_leftImg8bit.png`` with
     ``gtFine/<split>/*/*_gtFine_labelTrainIds.png`` (split: train / val by mode)."""
 
-    def __init__(self, dataset_root: str, transforms: list, mode: str = "train", seed: int = 1024,
-                 split: Optional[str] = None, num_classes: int = 19, ignore_index: int = 255) -> None:
+    def __init__(
+        self,
+        dataset_root: str,
+        transforms: list,
+        mode: str = "train",
+        seed: int = 1024,
+        split: Optional[str] = None,
+        num_classes: int = 19,
+        ignore_index: int = 255,
+    ) -> None:
         super().__init__(transforms, mode, num_classes, ignore_index)
         sec = _section(mode)
         if not os.path.isdir(dataset_root):
@@ -186,10 +218,12 @@ class CityscapesDataSet(_SegBase):
         pattern = os.path.join(dataset_root, "leftImg8bit", self.split, "*", "*_leftImg8bit.png")
         images = sorted(glob.glob(pattern))
         if not images:
-            raise DataError(f"{sec}: no Cityscapes image matches {pattern}. Expected leftImg8bit/"
-                            f"{self.split}/<city>/*_leftImg8bit.png with labels converted to gtFine/"
-                            f"{self.split}/<city>/*_gtFine_labelTrainIds.png (cityscapesScripts "
-                            "createTrainIdLabelImgs)")
+            raise DataError(
+                f"{sec}: no Cityscapes image matches {pattern}. Expected leftImg8bit/"
+                f"{self.split}/<city>/*_leftImg8bit.png with labels converted to gtFine/"
+                f"{self.split}/<city>/*_gtFine_labelTrainIds.png (cityscapesScripts "
+                "createTrainIdLabelImgs)"
+            )
         missing = []
         for img in images:
             city = os.path.basename(os.path.dirname(img))
@@ -199,5 +233,7 @@ class CityscapesDataSet(_SegBase):
                 missing.append(lbl)
             self.items.append(_Item(img, lbl, img, True))
         if missing:
-            raise DataError(f"{sec}: {len(missing)} Cityscapes image(s) have no *_gtFine_labelTrainIds.png "
-                            f"label (convert the labels to trainIds first), e.g. {', '.join(missing[:3])}")
+            raise DataError(
+                f"{sec}: {len(missing)} Cityscapes image(s) have no *_gtFine_labelTrainIds.png "
+                f"label (convert the labels to trainIds first), e.g. {', '.join(missing[:3])}"
+            )

@@ -11,6 +11,7 @@ Validation strings never occur in the training set (compared case-insensitively)
 ``generate_det_dataset`` (``ppdist.data.synthetic_det``) detection data in COCO layout;
 ``GENERATORS`` maps task names to all three.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,15 @@ from ppdist.data.synthetic_seg import generate_seg_dataset
 
 FONT_ROOT = "/usr/share/fonts"
 PREFERRED_FACES = (
-    "DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
-    "DejaVuSansMono.ttf", "DejaVuSansMono-Bold.ttf", "DejaVuSansCondensed.ttf",
-    "DejaVuSans-Oblique.ttf", "DejaVuSerif-Italic.ttf",
+    "DejaVuSans.ttf",
+    "DejaVuSans-Bold.ttf",
+    "DejaVuSerif.ttf",
+    "DejaVuSerif-Bold.ttf",
+    "DejaVuSansMono.ttf",
+    "DejaVuSansMono-Bold.ttf",
+    "DejaVuSansCondensed.ttf",
+    "DejaVuSans-Oblique.ttf",
+    "DejaVuSerif-Italic.ttf",
 )
 AMBIGUOUS_UPPER = frozenset("ilo")  # their capitals look like "l", "I"/"1" and "0" in some faces
 FONT_SIZES = tuple(range(22, 31))  # pixels; with the padding below images are ~30-48 px high
@@ -54,8 +61,9 @@ def _font(path: Optional[str], size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(path, size)
 
 
-def _random_strings(rng: np.random.Generator, count: int, charset: str, min_len: int,
-                    max_len: int, exclude: Set[str]) -> List[str]:
+def _random_strings(
+    rng: np.random.Generator, count: int, charset: str, min_len: int, max_len: int, exclude: Set[str]
+) -> List[str]:
     """``count`` random strings whose lower-cased form is not in ``exclude``."""
     chars = np.array(list(charset))
     out: List[str] = []
@@ -63,8 +71,10 @@ def _random_strings(rng: np.random.Generator, count: int, charset: str, min_len:
     while len(out) < count:
         tries += 1
         if tries > 50 * count + 1000:
-            raise ValueError(f"cannot draw {count} strings outside the training set from charset of "
-                             f"{len(charset)} characters, lengths {min_len}-{max_len}")
+            raise ValueError(
+                f"cannot draw {count} strings outside the training set from charset of "
+                f"{len(charset)} characters, lengths {min_len}-{max_len}"
+            )
         n = int(rng.integers(min_len, max_len + 1))
         text = "".join(chars[rng.integers(0, len(chars), n)])
         if text.lower() in exclude:
@@ -122,8 +132,9 @@ def render_text_line(text: str, rng: np.random.Generator, fonts: Sequence[Option
     mask = np.asarray(mask_img, dtype=np.float32) * (1.0 / 255.0)
     if angle:
         rot = cv2.getRotationMatrix2D((width / 2.0, height / 2.0), angle, 1.0)
-        mask = cv2.warpAffine(mask, rot, (width, height), flags=cv2.INTER_LINEAR,
-                              borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        mask = cv2.warpAffine(
+            mask, rot, (width, height), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+        )
     bg, fg = _colours(rng)
     if rng.random() < 0.3:  # horizontal background gradient
         ramp = np.linspace(0.0, rng.uniform(-40, 40), width, dtype=np.float32)[None, :, None]
@@ -139,8 +150,15 @@ def render_text_line(text: str, rng: np.random.Generator, fonts: Sequence[Option
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _write_split(root: str, split: str, strings: List[str], seed: int, split_id: int,
-                 fonts: Sequence[Optional[str]], upper_prob: float) -> None:
+def _write_split(
+    root: str,
+    split: str,
+    strings: List[str],
+    seed: int,
+    split_id: int,
+    fonts: Sequence[Optional[str]],
+    upper_prob: float,
+) -> None:
     img_dir = os.path.join(root, "images", split)
     os.makedirs(img_dir)
     lines = []
@@ -160,10 +178,16 @@ def _write_split(root: str, split: str, strings: List[str], seed: int, split_id:
         handle.writelines(lines)
 
 
-def generate_rec_dataset(out_dir: str, num_train: int, num_val: int, seed: int = 0,
-                         min_len: int = 3, max_len: int = 8,
-                         charset: str = "0123456789abcdefghijklmnopqrstuvwxyz",
-                         upper_case_ratio: Optional[float] = None) -> dict:
+def generate_rec_dataset(
+    out_dir: str,
+    num_train: int,
+    num_val: int,
+    seed: int = 0,
+    min_len: int = 3,
+    max_len: int = 8,
+    charset: str = "0123456789abcdefghijklmnopqrstuvwxyz",
+    upper_case_ratio: Optional[float] = None,
+) -> dict:
     """Render a text-recognition dataset into ``out_dir`` (skipped if ``out_dir/train.txt`` exists).
 
     Deterministic for a seed. When ``charset`` has lower-case letters but no upper-case ones,
@@ -193,5 +217,8 @@ def generate_rec_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
     return build_atomically(out_dir, summary, num_train, num_val, write)
 
 
-GENERATORS: Dict[str, Callable[..., dict]] = {"rec": generate_rec_dataset, "seg": generate_seg_dataset,
-                                              "det": generate_det_dataset}
+GENERATORS: Dict[str, Callable[..., dict]] = {
+    "rec": generate_rec_dataset,
+    "seg": generate_seg_dataset,
+    "det": generate_det_dataset,
+}

@@ -11,6 +11,7 @@ about 8%-60% of the image side; later objects may cover earlier ones, but every 
 at least 40% of its pixels visible, and its box is tight around its visible pixels. A share of
 the images (``empty_ratio``) holds no object. ``train.txt`` / ``val.txt`` list the image paths.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ from ppdist.data.synthetic_io import build_atomically
 from ppdist.data.synthetic_seg import SHAPES, _background, _shape_fill
 
 CLASS_NAMES = ("ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
-MIN_VISIBLE = 0.4       # fraction of an object's pixels that must stay visible
+MIN_VISIBLE = 0.4  # fraction of an object's pixels that must stay visible
 SIZE_RANGE = (0.08, 0.6)  # object extent as a fraction of the image side
 MAX_PLACEMENT_TRIES = 20
 
@@ -34,8 +35,9 @@ def category_id(cls: int) -> int:
     return 2 * cls + 1
 
 
-def render_det_sample(rng: np.random.Generator, index: int, size: int, num_classes: int, max_objects: int,
-                      empty_ratio: float) -> Tuple[np.ndarray, List[Tuple[int, List[float], int]]]:
+def render_det_sample(
+    rng: np.random.Generator, index: int, size: int, num_classes: int, max_objects: int, empty_ratio: float
+) -> Tuple[np.ndarray, List[Tuple[int, List[float], int]]]:
     """``(BGR uint8 image, [(class, [x, y, w, h], visible_area), ...])``.
 
     A non-empty image ``index`` always holds class ``index % num_classes`` first.
@@ -82,8 +84,18 @@ def render_det_sample(rng: np.random.Generator, index: int, size: int, num_class
     return np.clip(img, 0, 255).astype(np.uint8), objects
 
 
-def _write_split(root: str, split: str, count: int, seed: int, split_id: int, size: int, num_classes: int,
-                 max_objects: int, empty_ratio: float, categories: List[Dict[str, Any]]) -> int:
+def _write_split(
+    root: str,
+    split: str,
+    count: int,
+    seed: int,
+    split_id: int,
+    size: int,
+    num_classes: int,
+    max_objects: int,
+    empty_ratio: float,
+    categories: List[Dict[str, Any]],
+) -> int:
     os.makedirs(os.path.join(root, "images", split))
     images, annotations, lines = [], [], []
     params = [cv2.IMWRITE_JPEG_QUALITY, 95]
@@ -98,8 +110,16 @@ def _write_split(root: str, split: str, count: int, seed: int, split_id: int, si
             handle.write(buf.tobytes())
         images.append({"id": i + 1, "file_name": name, "width": size, "height": size})
         for cls, box, area in objects:
-            annotations.append({"id": len(annotations) + 1, "image_id": i + 1, "category_id": category_id(cls),
-                                "bbox": box, "area": float(area), "iscrowd": 0})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": i + 1,
+                    "category_id": category_id(cls),
+                    "bbox": box,
+                    "area": float(area),
+                    "iscrowd": 0,
+                }
+            )
         lines.append(f"images/{split}/{name}\n")
     os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
     with open(os.path.join(root, "annotations", f"instances_{split}.json"), "w", encoding="utf-8") as handle:
@@ -109,8 +129,16 @@ def _write_split(root: str, split: str, count: int, seed: int, split_id: int, si
     return len(annotations)
 
 
-def generate_det_dataset(out_dir: str, num_train: int, num_val: int, seed: int = 0, image_size: int = 160,
-                         num_classes: int = 4, max_objects: int = 6, empty_ratio: float = 0.1) -> dict:
+def generate_det_dataset(
+    out_dir: str,
+    num_train: int,
+    num_val: int,
+    seed: int = 0,
+    image_size: int = 160,
+    num_classes: int = 4,
+    max_objects: int = 6,
+    empty_ratio: float = 0.1,
+) -> dict:
     """Draw a detection dataset into ``out_dir`` (skipped if ``out_dir/train.txt`` exists).
 
     Deterministic for a seed; train and val use separate random streams. Built in a temporary
@@ -123,16 +151,25 @@ def generate_det_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
     out_dir = os.path.abspath(out_dir)
     names = list(CLASS_NAMES[:num_classes])
     categories = [{"id": category_id(k), "name": n, "supercategory": "shape"} for k, n in enumerate(names)]
-    summary: Dict[str, object] = {"task": "det", "out_dir": out_dir, "seed": seed, "image_size": image_size,
-                                  "num_classes": num_classes, "class_names": names,
-                                  "category_ids": [c["id"] for c in categories],
-                                  "image_dir": {"train": "images/train", "val": "images/val"},
-                                  "anno_path": {"train": "annotations/instances_train.json",
-                                                "val": "annotations/instances_val.json"}}
+    summary: Dict[str, object] = {
+        "task": "det",
+        "out_dir": out_dir,
+        "seed": seed,
+        "image_size": image_size,
+        "num_classes": num_classes,
+        "class_names": names,
+        "category_ids": [c["id"] for c in categories],
+        "image_dir": {"train": "images/train", "val": "images/val"},
+        "anno_path": {"train": "annotations/instances_train.json", "val": "annotations/instances_val.json"},
+    }
 
     def write(tmp: str) -> Dict[str, Any]:
         args = (image_size, num_classes, max_objects, empty_ratio, categories)
-        return {"num_objects": {"train": _write_split(tmp, "train", num_train, seed, 0, *args),
-                                "val": _write_split(tmp, "val", num_val, seed, 1, *args)}}
+        return {
+            "num_objects": {
+                "train": _write_split(tmp, "train", num_train, seed, 0, *args),
+                "val": _write_split(tmp, "val", num_val, seed, 1, *args),
+            }
+        }
 
     return build_atomically(out_dir, summary, num_train, num_val, write)

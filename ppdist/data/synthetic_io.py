@@ -5,6 +5,7 @@ A generator describes its data set (``summary``) and writes it into a temporary 
 ``out_dir/train.txt`` already exists, renames the temporary directory into place so a
 half-written data set is never visible, and falls back to a concurrent writer's result.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,20 +30,29 @@ def move_into_place(tmp: str, out_dir: str) -> None:
     elif os.path.exists(out_dir):
         if os.path.exists(os.path.join(out_dir, "train.txt")):
             raise FileExistsError(out_dir)  # a concurrent generator won; caller falls back
-        raise FileExistsError(f"{out_dir} exists, is not empty and holds no train.txt; "
-                              "remove it or choose another --out")
+        raise FileExistsError(
+            f"{out_dir} exists, is not empty and holds no train.txt; remove it or choose another --out"
+        )
     os.rename(tmp, out_dir)
 
 
 def skipped_summary(summary: Dict[str, Any], out_dir: str) -> Dict[str, Any]:
     val_txt = os.path.join(out_dir, "val.txt")
-    summary.update(skipped=True, num_train=count_lines(os.path.join(out_dir, "train.txt")),
-                   num_val=count_lines(val_txt) if os.path.exists(val_txt) else 0)
+    summary.update(
+        skipped=True,
+        num_train=count_lines(os.path.join(out_dir, "train.txt")),
+        num_val=count_lines(val_txt) if os.path.exists(val_txt) else 0,
+    )
     return summary
 
 
-def build_atomically(out_dir: str, summary: Dict[str, Any], num_train: int, num_val: int,
-                     write: Callable[[str], Optional[Mapping[str, Any]]]) -> Dict[str, Any]:
+def build_atomically(
+    out_dir: str,
+    summary: Dict[str, Any],
+    num_train: int,
+    num_val: int,
+    write: Callable[[str], Optional[Mapping[str, Any]]],
+) -> Dict[str, Any]:
     """Run ``write(tmp)`` unless ``out_dir`` holds a data set; return the completed summary."""
     if num_train < 0 or num_val < 0:
         raise ValueError("num_train and num_val must be >= 0")
@@ -65,5 +75,7 @@ def build_atomically(out_dir: str, summary: Dict[str, Any], num_train: int, num_
     seconds = time.perf_counter() - start
     total = num_train + num_val
     summary.update(skipped=False, num_train=num_train, num_val=num_val, **extra)
-    summary.update(seconds=round(seconds, 3), images_per_second=round(total / seconds, 1) if seconds > 0 else None)
+    summary.update(
+        seconds=round(seconds, 3), images_per_second=round(total / seconds, 1) if seconds > 0 else None
+    )
     return summary

@@ -10,6 +10,7 @@ Class 0 is the background; class k >= 1 is one shape kind drawn in its own satur
 band. Labels are single-channel PNGs of class ids, with 255 in a thin band along every
 boundary between classes (the ignore region). Later shapes occlude earlier ones.
 """
+
 from __future__ import annotations
 
 import os
@@ -116,8 +117,9 @@ def _background(rng: np.random.Generator, size: int, yy: np.ndarray, xx: np.ndar
     return img + tex[:, :, None]
 
 
-def _shape_fill(rng: np.random.Generator, cls: int, num_classes: int, size: int,
-                yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
+def _shape_fill(
+    rng: np.random.Generator, cls: int, num_classes: int, size: int, yy: np.ndarray, xx: np.ndarray
+) -> np.ndarray:
     """A saturated colour in the hue band of ``cls`` with soft shading, BGR float32."""
     band = 180.0 / (num_classes - 1)
     hue = (cls - 1) * band + rng.uniform(-0.2, 0.2) * band
@@ -128,8 +130,9 @@ def _shape_fill(rng: np.random.Generator, cls: int, num_classes: int, size: int,
 
 
 # ----------------------------------------------------------------------------- one sample
-def render_seg_sample(rng: np.random.Generator, index: int, size: int, num_classes: int,
-                      max_shapes: int, ignore_border: int) -> Tuple[np.ndarray, np.ndarray]:
+def render_seg_sample(
+    rng: np.random.Generator, index: int, size: int, num_classes: int, max_shapes: int, ignore_border: int
+) -> Tuple[np.ndarray, np.ndarray]:
     """``(BGR uint8 image, uint8 label)`` of random shapes; shape ``index % (C-1)`` comes first."""
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
     img = _background(rng, size, yy, xx)
@@ -154,8 +157,17 @@ def render_seg_sample(rng: np.random.Generator, index: int, size: int, num_class
     return np.clip(img, 0, 255).astype(np.uint8), label
 
 
-def _write_split(root: str, split: str, count: int, seed: int, split_id: int, size: int,
-                 num_classes: int, max_shapes: int, ignore_border: int) -> None:
+def _write_split(
+    root: str,
+    split: str,
+    count: int,
+    seed: int,
+    split_id: int,
+    size: int,
+    num_classes: int,
+    max_shapes: int,
+    ignore_border: int,
+) -> None:
     for sub in ("images", "labels"):
         os.makedirs(os.path.join(root, sub, split))
     lines: List[str] = []
@@ -175,9 +187,16 @@ def _write_split(root: str, split: str, count: int, seed: int, split_id: int, si
         handle.writelines(lines)
 
 
-def generate_seg_dataset(out_dir: str, num_train: int, num_val: int, seed: int = 0,
-                         image_size: int = 128, num_classes: int = 5, max_shapes: int = 4,
-                         ignore_border: int = 2) -> dict:
+def generate_seg_dataset(
+    out_dir: str,
+    num_train: int,
+    num_val: int,
+    seed: int = 0,
+    image_size: int = 128,
+    num_classes: int = 5,
+    max_shapes: int = 4,
+    ignore_border: int = 2,
+) -> dict:
     """Draw a segmentation dataset into ``out_dir`` (skipped if ``out_dir/train.txt`` exists).
 
     Deterministic for a seed; train and val use separate random streams. Image ``i`` of a
@@ -191,8 +210,15 @@ def generate_seg_dataset(out_dir: str, num_train: int, num_val: int, seed: int =
         raise ValueError("need image_size >= 16, max_shapes >= 1 and ignore_border >= 0")
     out_dir = os.path.abspath(out_dir)
     names = list(CLASS_NAMES[:num_classes])
-    summary: Dict[str, object] = {"task": "seg", "out_dir": out_dir, "seed": seed, "image_size": image_size,
-                                  "num_classes": num_classes, "class_names": names, "ignore_index": IGNORE}
+    summary: Dict[str, object] = {
+        "task": "seg",
+        "out_dir": out_dir,
+        "seed": seed,
+        "image_size": image_size,
+        "num_classes": num_classes,
+        "class_names": names,
+        "ignore_index": IGNORE,
+    }
 
     def write(tmp: str) -> None:
         args = (image_size, num_classes, max_shapes, ignore_border)

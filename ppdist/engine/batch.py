@@ -1,4 +1,5 @@
 """Batch helpers shared by the trainer and the evaluator."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping
@@ -6,7 +7,9 @@ from typing import Any, Dict, Mapping
 import torch
 
 
-def move_to_device(batch: Mapping[str, Any], device: torch.device, channels_last: bool = False) -> Dict[str, Any]:
+def move_to_device(
+    batch: Mapping[str, Any], device: torch.device, channels_last: bool = False
+) -> Dict[str, Any]:
     """Tensors of ``batch`` on ``device`` (non-blocking); 4-D float tensors optionally channels_last."""
     non_blocking = device.type == "cuda"
     out: Dict[str, Any] = {}

@@ -4,6 +4,7 @@ A checkpoint is one ``<name>.pt`` file written by global rank 0 as ``<name>.pt.t
 ``os.replace``d, so a kill at any moment leaves either the old or the new file. Files are
 read with ``torch.load(weights_only=True)``: only tensors and plain Python containers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,13 +63,17 @@ def load_file(path: str) -> Dict[str, Any]:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(f"cannot load {path}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        raise CheckpointError(
+            f"cannot load {path}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a dict (got {type(data).__name__})")
     return data
 
 
-def load_across_ranks(path: str, env: DistEnv, missing_ok: bool = False) -> Optional[Tuple[Dict[str, Any], str]]:
+def load_across_ranks(
+    path: str, env: DistEnv, missing_ok: bool = False
+) -> Optional[Tuple[Dict[str, Any], str]]:
     """``(state, source)`` of ``path`` on every process, whichever of them have the file.
 
     Checkpoints are written to global rank 0's disk only, and after a restart rank 0 may sit on
@@ -104,8 +109,14 @@ def load_across_ranks(path: str, env: DistEnv, missing_ok: bool = False) -> Opti
         return state, path
     source_rank = steps.index(newest)
     received = broadcast_object(state if env.rank == source_rank else None, env, src=source_rank)
-    logger.info("checkpoint %s (global_step %d) found on %d of %d processes; sent from rank %d to the others",
-                path, newest, sum(s == newest for s in steps), env.world_size, source_rank)
+    logger.info(
+        "checkpoint %s (global_step %d) found on %d of %d processes; sent from rank %d to the others",
+        path,
+        newest,
+        sum(s == newest for s in steps),
+        env.world_size,
+        source_rank,
+    )
     return received, f"{path} (from rank {source_rank})"
 
 
@@ -116,8 +127,13 @@ def capture_rng_state() -> Dict[str, Any]:
     py_state = random.getstate()
     state: Dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]),
-                  int(np_state[3]), float(np_state[4])],
+        "numpy": [
+            np_state[0],
+            torch.from_numpy(np_state[1].astype(np.int64)),
+            int(np_state[2]),
+            int(np_state[3]),
+            float(np_state[4]),
+        ],
         "python": [py_state[0], list(py_state[1]), py_state[2]],
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -156,7 +172,9 @@ def upgrade_legacy_keys(model: nn.Module, state: Dict[str, Any]) -> Dict[str, An
     return state
 
 
-def load_matching_weights(model: nn.Module, state: Mapping[str, Any], source: str) -> Tuple[List[str], List[str], List[str]]:
+def load_matching_weights(
+    model: nn.Module, state: Mapping[str, Any], source: str
+) -> Tuple[List[str], List[str], List[str]]:
     """Copy the tensors whose name and shape match; return (loaded, mismatched, missing).
 
     Shape mismatches (e.g. a new dictionary size in the head) and missing or unexpected
@@ -165,7 +183,9 @@ def load_matching_weights(model: nn.Module, state: Mapping[str, Any], source: st
     own = model.state_dict()
     loaded, mismatched = [], []
     filtered = {}
-    state = upgrade_legacy_keys(model, {(k[7:] if k.startswith("module.") else k): v for k, v in state.items()})
+    state = upgrade_legacy_keys(
+        model, {(k[7:] if k.startswith("module.") else k): v for k, v in state.items()}
+    )
     for key, value in state.items():
         if key not in own or not isinstance(value, torch.Tensor):
             continue
@@ -180,8 +200,12 @@ def load_matching_weights(model: nn.Module, state: Mapping[str, Any], source: st
     for line in mismatched:
         logger.warning("skipped (shape mismatch) %s", line)
     if missing:
-        logger.warning("not in %s, kept as initialised (%d): %s", source, len(missing),
-                       ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""))
+        logger.warning(
+            "not in %s, kept as initialised (%d): %s",
+            source,
+            len(missing),
+            ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""),
+        )
     return loaded, mismatched, missing
 
 
@@ -191,8 +215,9 @@ def inference_weights(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return ema["module"] if isinstance(ema, Mapping) and "module" in ema else extract_model_state(data)
 
 
-def converted_paddle_weights(model: nn.Module, data: Mapping[str, Any], source: str,
-                             stage: Optional[str] = None) -> Optional[Mapping[str, Any]]:
+def converted_paddle_weights(
+    model: nn.Module, data: Mapping[str, Any], source: str, stage: Optional[str] = None
+) -> Optional[Mapping[str, Any]]:
     """``model``'s (or its ``stage``'s) tensors converted from a Paddle file read by ``load_file``,
     with the conversion report logged; None when ``data`` is not from a Paddle file."""
     if PADDLE_KEY not in data:
@@ -200,13 +225,17 @@ def converted_paddle_weights(model: nn.Module, data: Mapping[str, Any], source: 
     state, report = convert_state_dict(model, data[PADDLE_KEY], source, stage)
     report.log()
     if not report.loaded:
-        raise CheckpointError(f"{source}: none of its {len(data[PADDLE_KEY])} tensors fits "
-                              f"{'Architecture.' + stage.capitalize() if stage else 'the Architecture'} "
-                              f"(first file keys: {', '.join(list(data[PADDLE_KEY])[:5])})")
+        raise CheckpointError(
+            f"{source}: none of its {len(data[PADDLE_KEY])} tensors fits "
+            f"{'Architecture.' + stage.capitalize() if stage else 'the Architecture'} "
+            f"(first file keys: {', '.join(list(data[PADDLE_KEY])[:5])})"
+        )
     return state
 
 
-def weights_for(model: nn.Module, data: Mapping[str, Any], source: str, prefer_ema: bool) -> Mapping[str, Any]:
+def weights_for(
+    model: nn.Module, data: Mapping[str, Any], source: str, prefer_ema: bool
+) -> Mapping[str, Any]:
     """The state dict to load into ``model`` from what ``load_file`` read: a Paddle file converted, else
     the EMA average when kept and ``prefer_ema`` (evaluation, export), else the raw model weights."""
     converted = converted_paddle_weights(model, data, source)
@@ -218,10 +247,14 @@ def weights_for(model: nn.Module, data: Mapping[str, Any], source: str, prefer_e
 def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: str) -> None:
     """Put ``weights_for(..., prefer_ema=True)`` into ``model``; every tensor must fit (evaluation and
     export of a trained model, unlike ``pretrained_model``)."""
-    _, mismatched, missing = load_matching_weights(model, weights_for(model, data, source, prefer_ema=True), source)
+    _, mismatched, missing = load_matching_weights(
+        model, weights_for(model, data, source, prefer_ema=True), source
+    )
     if mismatched or missing:
-        raise ConfigError(f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
-                          f"{len(missing)} missing tensor(s) (see the warnings above)")
+        raise ConfigError(
+            f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
+            f"{len(missing)} missing tensor(s) (see the warnings above)"
+        )
 
 
 def load_pretrained(model: nn.Module, path: str) -> None:
@@ -239,12 +272,14 @@ def load_stage_pretrained(model: nn.Module, stage: str, path: str) -> None:
     if state is None:
         prefix = stage + "."
         raw = extract_model_state(data)
-        stripped = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
+        stripped = {k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)}
         state = stripped or raw
     loaded, _, _ = load_matching_weights(module, state, f"{path} ({stage})")
     if not loaded:
-        raise CheckpointError(f"{path}: no tensor fits Architecture.{stage.capitalize()} (is it a weights "
-                              f"file for this {stage}?)")
+        raise CheckpointError(
+            f"{path}: no tensor fits Architecture.{stage.capitalize()} (is it a weights "
+            f"file for this {stage}?)"
+        )
 
 
 def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:

@@ -1,4 +1,5 @@
 """Process-group set-up from the launch environment (torchrun, or SLURM as a fallback)."""
+
 from __future__ import annotations
 
 import datetime
@@ -55,8 +56,12 @@ def world_info_from_env() -> tuple:
         return int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), env.get("MASTER_ADDR")
     tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
     if "SLURM_PROCID" in env and tasks > 1:
-        nodelist = (env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-                    or "127.0.0.1")
+        nodelist = (
+            env.get("SLURM_STEP_NODELIST")
+            or env.get("SLURM_JOB_NODELIST")
+            or env.get("SLURM_NODELIST")
+            or "127.0.0.1"
+        )
         return int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), tasks, first_slurm_host(nodelist)
     return 0, 0, 1, None
 
@@ -109,7 +114,9 @@ def init_distributed(use_gpu: bool = True, timeout_s: int = 1800) -> DistEnv:
         kwargs = {"device_id": device} if cuda else {}
         try:
             if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-                kwargs.update(store=fresh_agent_store(rank, world_size, timeout_s), rank=rank, world_size=world_size)
+                kwargs.update(
+                    store=fresh_agent_store(rank, world_size, timeout_s), rank=rank, world_size=world_size
+                )
             dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
         except (dist.DistError, RuntimeError, TimeoutError) as exc:
             raise DistributedError(rendezvous_failure_message(exc, rank, world_size, timeout_s)) from None
@@ -127,14 +134,20 @@ def fresh_agent_store(rank: int, world_size: int, timeout_s: int) -> "dist.Store
     rank posts a random hello, rank 0 answers every hello with its own random token, and a rank
     accepts only the answer to its own hello, so stale keys are never taken for current ones.
     """
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
-                         timeout=datetime.timedelta(seconds=timeout_s))
+    base = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=False,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
     namespace = agree_on_namespace(base, rank, world_size, timeout_s)
     return dist.PrefixStore(f"ppdist/{namespace}/", base)
 
 
-def agree_on_namespace(store: "dist.Store", rank: int, world_size: int, timeout_s: float,
-                       poll_s: float = 0.02) -> str:
+def agree_on_namespace(
+    store: "dist.Store", rank: int, world_size: int, timeout_s: float, poll_s: float = 0.02
+) -> str:
     """A token that all ``world_size`` processes of this group receive from rank 0 (see
     ``fresh_agent_store``); raises ``TimeoutError`` naming the missing ranks after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -171,15 +184,28 @@ def rendezvous_failure_message(exc: BaseException, rank: int, world_size: int, t
     """What to check when the processes of a job did not all meet."""
     endpoint = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
     first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return (f"rank {rank}: the {world_size} processes did not all meet at the rendezvous {endpoint} within "
-            f"Global.dist_timeout={timeout_s} s ({first_line}). Check that every process was started (srun "
-            f"--ntasks / torchrun on every node), that {endpoint} is reachable from all nodes (firewall, port in "
-            f"use), and the network interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)")
+    return (
+        f"rank {rank}: the {world_size} processes did not all meet at the rendezvous {endpoint} within "
+        f"Global.dist_timeout={timeout_s} s ({first_line}). Check that every process was started (srun "
+        f"--ntasks / torchrun on every node), that {endpoint} is reachable from all nodes (firewall, port in "
+        f"use), and the network interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)"
+    )
 
 
 # Substrings of the errors gloo/NCCL/c10d raise when a peer died or stopped answering.
-_PEER_FAILURE_MARKERS = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe",
-                         "closed by peer", "pair closure", "nccl", "gloo", "socket", "store")
+_PEER_FAILURE_MARKERS = (
+    "timed out",
+    "timeout",
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "closed by peer",
+    "pair closure",
+    "nccl",
+    "gloo",
+    "socket",
+    "store",
+)
 
 
 def peer_failure_message(exc: BaseException, timeout_s: Optional[int] = None) -> Optional[str]:
@@ -187,16 +213,22 @@ def peer_failure_message(exc: BaseException, timeout_s: Optional[int] = None) ->
     is_dist = isinstance(exc, dist.DistError) or type(exc).__module__.startswith("torch.distributed")
     text = str(exc).strip()
     multi_process = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # the group may already be destroyed
-    if not is_dist and not (isinstance(exc, RuntimeError) and multi_process and "DataLoader" not in text
-                            and any(m in text.lower() for m in _PEER_FAILURE_MARKERS)):
+    if not is_dist and not (
+        isinstance(exc, RuntimeError)
+        and multi_process
+        and "DataLoader" not in text
+        and any(m in text.lower() for m in _PEER_FAILURE_MARKERS)
+    ):
         return None
     rank = int(os.environ.get("RANK", 0) or 0)
     first_line = (text.splitlines() or [type(exc).__name__])[0][:300]
     limit = f"Global.dist_timeout={timeout_s} s" if timeout_s else "Global.dist_timeout"
-    return (f"rank {rank} lost contact with the other processes ({type(exc).__name__}: {first_line}). Another "
-            f"process died or stopped responding for longer than {limit}; the first failing rank's output "
-            f"(torchrun's summary, or --log_dir/workerlog.N) says why. With -o Global.checkpoints=auto and "
-            f"torchrun --max-restarts K the job restarts from its last checkpoint")
+    return (
+        f"rank {rank} lost contact with the other processes ({type(exc).__name__}: {first_line}). Another "
+        f"process died or stopped responding for longer than {limit}; the first failing rank's output "
+        f"(torchrun's summary, or --log_dir/workerlog.N) says why. With -o Global.checkpoints=auto and "
+        f"torchrun --max-restarts K the job restarts from its last checkpoint"
+    )
 
 
 def barrier(env: DistEnv) -> None:

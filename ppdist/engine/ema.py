@@ -1,4 +1,5 @@
 """Exponential moving average of a model's parameters and buffers."""
+
 from __future__ import annotations
 
 import copy

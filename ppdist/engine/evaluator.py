@@ -1,4 +1,5 @@
 """Evaluation on all ranks with exact, unpadded shards and a gather of metric states."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,11 @@ class EvalProgress:
         self.total, self.desc, self.done = total, desc, 0
         self.enabled = enabled
         self.start = time.perf_counter()
-        self.bar = tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False, mininterval=1.0) \
-            if enabled and sys.stderr.isatty() else None
+        self.bar = (
+            tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False, mininterval=1.0)
+            if enabled and sys.stderr.isatty()
+            else None
+        )
         self.next_report = max(1, total // 4)
 
     def update(self) -> None:
@@ -54,9 +58,15 @@ class Evaluator:
     order and merged, so every rank returns exactly the single-process numbers.
     """
 
-    def __init__(self, loader: Iterable[Mapping[str, Any]], postprocess: Callable[..., Any], metric: Metric,
-                 env: DistEnv, autocast: Callable[[], Any] = contextlib.nullcontext,
-                 channels_last: bool = False) -> None:
+    def __init__(
+        self,
+        loader: Iterable[Mapping[str, Any]],
+        postprocess: Callable[..., Any],
+        metric: Metric,
+        env: DistEnv,
+        autocast: Callable[[], Any] = contextlib.nullcontext,
+        channels_last: bool = False,
+    ) -> None:
         self.loader = loader
         self.postprocess = postprocess
         self.metric = metric
@@ -94,8 +104,9 @@ class Evaluator:
             samples += size
         progress.close()
         elapsed = time.perf_counter() - start
-        gathered = all_gather_object({"state": self.metric.state(), "bad": bad, "samples": samples,
-                                      "elapsed": elapsed}, self.env)
+        gathered = all_gather_object(
+            {"state": self.metric.state(), "bad": bad, "samples": samples, "elapsed": elapsed}, self.env
+        )
         self.metric.load_states([g["state"] for g in gathered])
         metrics = self.metric.compute()
         total = sum(g["samples"] for g in gathered)

@@ -1,4 +1,5 @@
 """Rank-aware logging in PaddleOCR's shape, smoothed values and TensorBoard scalars."""
+
 from __future__ import annotations
 
 import collections
@@ -55,15 +56,29 @@ def format_eta(seconds: float) -> str:
     return str(datetime.timedelta(seconds=int(max(0.0, seconds))))
 
 
-def format_train_line(epoch: int, epoch_num: int, global_step: int, lr: float, values: Mapping[str, float],
-                      reader_cost: float, batch_cost: float, samples: float, eta_s: float,
-                      extra: str = "") -> str:
+def format_train_line(
+    epoch: int,
+    epoch_num: int,
+    global_step: int,
+    lr: float,
+    values: Mapping[str, float],
+    reader_cost: float,
+    batch_cost: float,
+    samples: float,
+    eta_s: float,
+    extra: str = "",
+) -> str:
     """``epoch: [1/72], global_step: 200, lr: 0.000500, loss: 3.21, ..., eta: 0:12:31``."""
     parts = [f"epoch: [{epoch}/{epoch_num}]", f"global_step: {global_step}", f"lr: {lr:.6f}"]
     parts += [f"{k}: {v:.6f}" for k, v in values.items()]
     ips = samples / batch_cost if batch_cost > 0 else 0.0
-    parts += [f"avg_reader_cost: {reader_cost:.5f} s", f"avg_batch_cost: {batch_cost:.5f} s",
-              f"avg_samples: {samples:g}", f"ips: {ips:.5f} samples/s", f"eta: {format_eta(eta_s)}"]
+    parts += [
+        f"avg_reader_cost: {reader_cost:.5f} s",
+        f"avg_batch_cost: {batch_cost:.5f} s",
+        f"avg_samples: {samples:g}",
+        f"ips: {ips:.5f} samples/s",
+        f"eta: {format_eta(eta_s)}",
+    ]
     line = ", ".join(parts)
     return f"{line}, {extra}" if extra else line
 

@@ -7,6 +7,7 @@ Schedules are closed-form functions of the global step (stepped once per iterati
 their state is one integer and a resume restores them exactly. ``step_each_epoch`` is the
 number of per-card iterations of one epoch, as in PaddleOCR.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -33,16 +34,27 @@ class L2Decay:
 
 # --------------------------------------------------------------------------- optimizers
 @OPTIMIZERS.register(name="Adam")
-def adam(params: List[Dict[str, Any]], beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
-         amsgrad: bool = False) -> torch.optim.Optimizer:
+def adam(
+    params: List[Dict[str, Any]],
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-8,
+    amsgrad: bool = False,
+) -> torch.optim.Optimizer:
     """Adam with coupled L2 (the regularizer's factor becomes each group's ``weight_decay``)."""
     return torch.optim.Adam(params, lr=0.0, betas=(beta1, beta2), eps=epsilon, amsgrad=amsgrad)
 
 
 @OPTIMIZERS.register(name="AdamW")
-def adamw(params: List[Dict[str, Any]], beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
-          weight_decay: float = 0.01, no_weight_decay_name: Optional[str] = None,
-          one_dim_param_no_weight_decay: bool = False) -> torch.optim.Optimizer:
+def adamw(
+    params: List[Dict[str, Any]],
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-8,
+    weight_decay: float = 0.01,
+    no_weight_decay_name: Optional[str] = None,
+    one_dim_param_no_weight_decay: bool = False,
+) -> torch.optim.Optimizer:
     """AdamW with decoupled weight decay; names listed in ``no_weight_decay_name`` (space
     separated substrings) and, optionally, 1-D parameters get none (PaddleOCR's options)."""
     skip = (no_weight_decay_name or "").split()
@@ -56,23 +68,32 @@ def adamw(params: List[Dict[str, Any]], beta1: float = 0.9, beta2: float = 0.999
             (plain if exempt else decayed).append((name, p))
         for members, wd in ((decayed, weight_decay), (plain, 0.0)):
             if members:
-                out.append({"params": [p for _, p in members], "names": [n for n, _ in members], "weight_decay": wd})
+                out.append(
+                    {"params": [p for _, p in members], "names": [n for n, _ in members], "weight_decay": wd}
+                )
     return torch.optim.AdamW(out, lr=0.0, betas=(beta1, beta2), eps=epsilon)
 
 
-def _sgd(params: List[Dict[str, Any]], momentum: float, use_nesterov: bool,
-         weight_decay: Optional[float]) -> torch.optim.Optimizer:
+def _sgd(
+    params: List[Dict[str, Any]], momentum: float, use_nesterov: bool, weight_decay: Optional[float]
+) -> torch.optim.Optimizer:
     if weight_decay is not None:  # PaddleSeg's key: coupled L2 on every parameter
         if any(g.get("custom_decay") for g in params) or any(g["weight_decay"] for g in params):
-            raise ConfigError("Optimizer: set weight_decay or regularizer (or per-parameter factors), not both")
+            raise ConfigError(
+                "Optimizer: set weight_decay or regularizer (or per-parameter factors), not both"
+            )
         for group in params:
             group["weight_decay"] = float(weight_decay)
     return torch.optim.SGD(params, lr=0.0, momentum=momentum, nesterov=use_nesterov and momentum > 0)
 
 
 @OPTIMIZERS.register(name="Momentum")
-def momentum_sgd(params: List[Dict[str, Any]], momentum: float = 0.9, use_nesterov: bool = False,
-                 weight_decay: Optional[float] = None) -> torch.optim.Optimizer:
+def momentum_sgd(
+    params: List[Dict[str, Any]],
+    momentum: float = 0.9,
+    use_nesterov: bool = False,
+    weight_decay: Optional[float] = None,
+) -> torch.optim.Optimizer:
     """Paddle's Momentum: v = m*v + g; p -= lr*v (torch SGD without dampening).
 
     ``weight_decay`` (PaddleSeg) is coupled L2 on all parameters, BN and biases included."""
@@ -80,8 +101,12 @@ def momentum_sgd(params: List[Dict[str, Any]], momentum: float = 0.9, use_nester
 
 
 @OPTIMIZERS.register(name="SGD")
-def sgd(params: List[Dict[str, Any]], momentum: float = 0.0, use_nesterov: bool = False,
-        weight_decay: Optional[float] = None) -> torch.optim.Optimizer:
+def sgd(
+    params: List[Dict[str, Any]],
+    momentum: float = 0.0,
+    use_nesterov: bool = False,
+    weight_decay: Optional[float] = None,
+) -> torch.optim.Optimizer:
     """SGD (optionally with momentum; PaddleSeg's ``type: SGD, momentum: 0.9`` is Momentum)."""
     return _sgd(params, momentum, use_nesterov, weight_decay)
 
@@ -94,8 +119,14 @@ class LRSchedule:
     (PaddleSeg), from ``warmup_start_lr`` (default 0) to the schedule's starting value.
     """
 
-    def __init__(self, learning_rate: float, step_each_epoch: int, warmup_epoch: float = 0,
-                 warmup_iters: int = 0, warmup_start_lr: float = 0.0) -> None:
+    def __init__(
+        self,
+        learning_rate: float,
+        step_each_epoch: int,
+        warmup_epoch: float = 0,
+        warmup_iters: int = 0,
+        warmup_start_lr: float = 0.0,
+    ) -> None:
         if warmup_epoch and warmup_iters:
             raise ConfigError("Optimizer.lr: set warmup_epoch or warmup_iters, not both")
         self.base_lr = float(learning_rate)
@@ -116,7 +147,9 @@ class LRSchedule:
 class ConstLR(LRSchedule):
     """A constant learning rate (also used when ``lr`` is a plain number)."""
 
-    def __init__(self, learning_rate: float, step_each_epoch: int, warmup_epoch: float = 0, epochs: int = 0) -> None:
+    def __init__(
+        self, learning_rate: float, step_each_epoch: int, warmup_epoch: float = 0, epochs: int = 0
+    ) -> None:
         super().__init__(learning_rate, step_each_epoch, warmup_epoch)
 
     def after_warmup(self, step: int) -> float:
@@ -127,22 +160,37 @@ class ConstLR(LRSchedule):
 class CosineLR(LRSchedule):
     """Cosine annealing to 0 over ``epochs * step_each_epoch`` iterations (after warmup)."""
 
-    def __init__(self, learning_rate: float, epochs: int, step_each_epoch: int, warmup_epoch: float = 0,
-                 eta_min: float = 0.0) -> None:
+    def __init__(
+        self,
+        learning_rate: float,
+        epochs: int,
+        step_each_epoch: int,
+        warmup_epoch: float = 0,
+        eta_min: float = 0.0,
+    ) -> None:
         super().__init__(learning_rate, step_each_epoch, warmup_epoch)
         self.total = max(1, epochs * step_each_epoch)
         self.eta_min = float(eta_min)
 
     def after_warmup(self, step: int) -> float:
-        return self.eta_min + (self.base_lr - self.eta_min) * 0.5 * (1 + math.cos(math.pi * min(step, self.total) / self.total))
+        return self.eta_min + (self.base_lr - self.eta_min) * 0.5 * (
+            1 + math.cos(math.pi * min(step, self.total) / self.total)
+        )
 
 
 @LR_SCHEDULERS.register(name="Linear")
 class LinearLR(LRSchedule):
     """Polynomial decay (power 1 = linear) to ``end_lr`` over ``epochs * step_each_epoch``."""
 
-    def __init__(self, learning_rate: float, epochs: int, step_each_epoch: int, end_lr: float = 0.0,
-                 power: float = 1.0, warmup_epoch: float = 0) -> None:
+    def __init__(
+        self,
+        learning_rate: float,
+        epochs: int,
+        step_each_epoch: int,
+        end_lr: float = 0.0,
+        power: float = 1.0,
+        warmup_epoch: float = 0,
+    ) -> None:
         super().__init__(learning_rate, step_each_epoch, warmup_epoch)
         self.total = max(1, epochs * step_each_epoch)
         self.end_lr = float(end_lr)
@@ -150,7 +198,7 @@ class LinearLR(LRSchedule):
 
     def after_warmup(self, step: int) -> float:
         frac = 1.0 - min(step, self.total) / self.total
-        return (self.base_lr - self.end_lr) * frac ** self.power + self.end_lr
+        return (self.base_lr - self.end_lr) * frac**self.power + self.end_lr
 
 
 @LR_SCHEDULERS.register(name="CosineDecay")
@@ -159,8 +207,16 @@ class CosineDecayLR(LRSchedule):
     after the warmup ``W`` and ``M = max_epochs * step_each_epoch``; ``max_epochs`` may exceed
     the run's epochs (PP-YOLOE: 360 for 300), so the LR never reaches 0."""
 
-    def __init__(self, learning_rate: float, epochs: int, step_each_epoch: int, max_epochs: Optional[int] = None,
-                 warmup_epoch: float = 0, warmup_iters: int = 0, warmup_start_lr: float = 0.0) -> None:
+    def __init__(
+        self,
+        learning_rate: float,
+        epochs: int,
+        step_each_epoch: int,
+        max_epochs: Optional[int] = None,
+        warmup_epoch: float = 0,
+        warmup_iters: int = 0,
+        warmup_start_lr: float = 0.0,
+    ) -> None:
         super().__init__(learning_rate, step_each_epoch, warmup_epoch, warmup_iters, warmup_start_lr)
         self.max_steps = int((max_epochs or epochs) * step_each_epoch)
         self.span = max(1, self.max_steps - self.warmup_steps)
@@ -175,9 +231,18 @@ class PolynomialDecayLR(LRSchedule):
     ``t`` counted after the warmup and ``decay_steps`` defaulting to the run's iterations minus
     ``warmup_iters`` (iteration-based runs: ``Global.max_iters``)."""
 
-    def __init__(self, learning_rate: float, total_steps: int, step_each_epoch: int, end_lr: float = 0.0,
-                 power: float = 0.9, decay_steps: Optional[int] = None, warmup_iters: int = 0,
-                 warmup_start_lr: float = 0.0, warmup_epoch: float = 0) -> None:
+    def __init__(
+        self,
+        learning_rate: float,
+        total_steps: int,
+        step_each_epoch: int,
+        end_lr: float = 0.0,
+        power: float = 0.9,
+        decay_steps: Optional[int] = None,
+        warmup_iters: int = 0,
+        warmup_start_lr: float = 0.0,
+        warmup_epoch: float = 0,
+    ) -> None:
         super().__init__(learning_rate, step_each_epoch, warmup_epoch, warmup_iters, warmup_start_lr)
         self.decay_steps = max(1, int(decay_steps) if decay_steps else int(total_steps) - self.warmup_steps)
         self.end_lr = float(end_lr)
@@ -185,18 +250,26 @@ class PolynomialDecayLR(LRSchedule):
 
     def after_warmup(self, step: int) -> float:
         frac = 1.0 - min(step, self.decay_steps) / self.decay_steps
-        return (self.base_lr - self.end_lr) * frac ** self.power + self.end_lr
+        return (self.base_lr - self.end_lr) * frac**self.power + self.end_lr
 
 
 @LR_SCHEDULERS.register(name="Piecewise")
 class PiecewiseLR(LRSchedule):
     """``values[i]`` until epoch ``decay_epochs[i]`` (boundaries in epochs, applied per iteration)."""
 
-    def __init__(self, step_each_epoch: int, decay_epochs: List[int], values: List[float], warmup_epoch: float = 0,
-                 epochs: int = 0) -> None:
+    def __init__(
+        self,
+        step_each_epoch: int,
+        decay_epochs: List[int],
+        values: List[float],
+        warmup_epoch: float = 0,
+        epochs: int = 0,
+    ) -> None:
         if len(values) != len(decay_epochs) + 1:
-            raise ConfigError(f"Optimizer.lr: Piecewise needs len(values) == len(decay_epochs) + 1, "
-                              f"got {len(values)} values and {len(decay_epochs)} boundaries")
+            raise ConfigError(
+                f"Optimizer.lr: Piecewise needs len(values) == len(decay_epochs) + 1, "
+                f"got {len(values)} values and {len(decay_epochs)} boundaries"
+            )
         super().__init__(values[0], step_each_epoch, warmup_epoch)
         self.boundaries = [int(e * step_each_epoch) for e in decay_epochs]
         self.values = [float(v) for v in values]
@@ -243,15 +316,17 @@ def _param_groups(model: nn.Module, default_decay: float) -> List[Dict[str, Any]
             continue
         custom = hasattr(param, "regularizer_factor")
         factor = float(getattr(param, "regularizer_factor", default_decay))
-        group = groups.setdefault((factor, custom), {"params": [], "names": [], "weight_decay": factor,
-                                                     "custom_decay": custom})
+        group = groups.setdefault(
+            (factor, custom), {"params": [], "names": [], "weight_decay": factor, "custom_decay": custom}
+        )
         group["params"].append(param)
         group["names"].append(name)
     return list(groups.values())
 
 
-def build_lr_schedule(lr_cfg: Any, epochs: int, step_each_epoch: int,
-                      total_steps: Optional[int] = None) -> LRSchedule:
+def build_lr_schedule(
+    lr_cfg: Any, epochs: int, step_each_epoch: int, total_steps: Optional[int] = None
+) -> LRSchedule:
     """An ``LRSchedule`` from ``Optimizer.lr`` (a number or ``{name, learning_rate, ...}``)."""
     if not isinstance(lr_cfg, Mapping):
         return ConstLR(float(lr_cfg), step_each_epoch)
@@ -260,8 +335,11 @@ def build_lr_schedule(lr_cfg: Any, epochs: int, step_each_epoch: int,
     name = entry["name"]
     accepted, _ = LR_SCHEDULERS.accepted_keys(name)
     total = int(total_steps) if total_steps is not None else epochs * step_each_epoch
-    extra = {k: v for k, v in (("epochs", epochs), ("step_each_epoch", step_each_epoch), ("total_steps", total))
-             if k in accepted}
+    extra = {
+        k: v
+        for k, v in (("epochs", epochs), ("step_each_epoch", step_each_epoch), ("total_steps", total))
+        if k in accepted
+    }
     return LR_SCHEDULERS.build(entry, where="Optimizer.lr", **extra)
 
 
@@ -283,8 +361,13 @@ def scale_learning_rates(lr_cfg: Any, factor: float) -> Any:
     return scaled
 
 
-def build_optimizer(opt_cfg: Mapping[str, Any], model: nn.Module, epochs: int, step_each_epoch: int,
-                    total_steps: Optional[int] = None) -> Tuple[torch.optim.Optimizer, IterScheduler]:
+def build_optimizer(
+    opt_cfg: Mapping[str, Any],
+    model: nn.Module,
+    epochs: int,
+    step_each_epoch: int,
+    total_steps: Optional[int] = None,
+) -> Tuple[torch.optim.Optimizer, IterScheduler]:
     """Optimizer and per-iteration scheduler from the ``Optimizer`` section."""
     reg_cfg = opt_cfg.get("regularizer") or None
     default_decay = 0.0
@@ -299,7 +382,9 @@ def build_optimizer(opt_cfg: Mapping[str, Any], model: nn.Module, epochs: int, s
     return optimizer, IterScheduler(optimizer, schedule)
 
 
-def clip_gradients(model: nn.Module, opt_cfg: Mapping[str, Any], global_clip: Optional[float]) -> Optional[float]:
+def clip_gradients(
+    model: nn.Module, opt_cfg: Mapping[str, Any], global_clip: Optional[float]
+) -> Optional[float]:
     """Apply ``clip_norm`` (per tensor) and the global-norm clip; return the global norm if clipped."""
     params = [p for p in model.parameters() if p.grad is not None]
     per_tensor = opt_cfg.get("clip_norm")

@@ -4,6 +4,7 @@ Everything task-specific (model, loss, post-process, metric, dataset, transforms
 from the config; the loop only moves batches, steps the optimizer and the per-iteration
 LR schedule, logs, evaluates and writes checkpoints.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -86,14 +87,21 @@ class Trainer:
         self.env = env
         self.glob = glob = config["Global"]
         self.save_dir = glob["save_model_dir"]
-        self.train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, env.device.type)
-        self.eval_loader = (build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
-                            if config.get("Eval") else None)
+        self.train_loader = build_dataloader(
+            config, "Train", "train", env.rank, env.world_size, env.device.type
+        )
+        self.eval_loader = (
+            build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
+            if config.get("Eval")
+            else None
+        )
         self.steps_per_epoch = len(self.train_loader)
         sampler = self.train_loader.batch_sampler
         if self.steps_per_epoch == 0:
-            raise ConfigError(f"the training set has {sampler.dataset_len} samples: not one full batch of "
-                              f"{sampler.batch_size} per process x {env.world_size} process(es) with drop_last")
+            raise ConfigError(
+                f"the training set has {sampler.dataset_len} samples: not one full batch of "
+                f"{sampler.batch_size} per process x {env.world_size} process(es) with drop_last"
+            )
         if glob["max_iters"]:
             self.total_steps = int(glob["max_iters"])
             self.epoch_num = math.ceil(self.total_steps / self.steps_per_epoch)
@@ -119,16 +127,30 @@ class Trainer:
         opt_cfg = config["Optimizer"]
         if base_batch:
             opt_cfg = dict(opt_cfg, lr=scale_learning_rates(opt_cfg["lr"], self.lr_factor))
-        self.optimizer, self.scheduler = build_optimizer(opt_cfg, self.model, self.epoch_num,
-                                                         self.steps_per_epoch, self.total_steps)
+        self.optimizer, self.scheduler = build_optimizer(
+            opt_cfg, self.model, self.epoch_num, self.steps_per_epoch, self.total_steps
+        )
         self.autocast, use_scaler = make_autocast(glob, env.device)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]),
-                                           growth_interval=2000 if glob["use_dynamic_loss_scaling"] else 10**9)
-        self.ema = (ModelEMA(self.model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
-                    if glob["use_ema"] else None)
-        self.evaluator = (Evaluator(self.eval_loader, self.postprocess, self.metric, env, self.autocast,
-                                     glob["channels_last"])
-                          if self.eval_loader is not None else None)
+        self.scaler = torch.amp.GradScaler(
+            "cuda",
+            enabled=use_scaler,
+            init_scale=float(glob["scale_loss"]),
+            growth_interval=2000 if glob["use_dynamic_loss_scaling"] else 10**9,
+        )
+        self.ema = (
+            ModelEMA(
+                self.model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold"
+            )
+            if glob["use_ema"]
+            else None
+        )
+        self.evaluator = (
+            Evaluator(
+                self.eval_loader, self.postprocess, self.metric, env, self.autocast, glob["channels_last"]
+            )
+            if self.eval_loader is not None
+            else None
+        )
         self.main_indicator = self.metric.main_indicator
 
         # position: epoch ``next_epoch`` continues after its first ``epoch_consumed`` samples
@@ -144,18 +166,26 @@ class Trainer:
         self.ddp_model: nn.Module = self.model
         if env.distributed:
             self.ddp_model = DistributedDataParallel(
-                self.model, device_ids=[env.device.index] if env.device.type == "cuda" else None,
-                gradient_as_bucket_view=gradient_as_bucket_view(glob, env.device), static_graph=glob["static_graph"],
+                self.model,
+                device_ids=[env.device.index] if env.device.type == "cuda" else None,
+                gradient_as_bucket_view=gradient_as_bucket_view(glob, env.device),
+                static_graph=glob["static_graph"],
                 bucket_cap_mb=glob["bucket_cap_mb"],
-                find_unused_parameters=glob["find_unused_parameters"])
+                find_unused_parameters=glob["find_unused_parameters"],
+            )
         options = compile_options(glob)
         if options is not None:  # the training forward only; checkpoints and eval use self.model
-            logger.info("Global.compile: torch.compile(%s)", ", ".join(f"{k}={v!r}" for k, v in options.items()))
+            logger.info(
+                "Global.compile: torch.compile(%s)", ", ".join(f"{k}={v!r}" for k, v in options.items())
+            )
             self.ddp_model = torch.compile(self.ddp_model, **options)
         # called after every optimizer step with {global_step, samples, reader_cost, batch_cost}
         self.step_listeners: List[Callable[[Dict[str, float]], None]] = []
-        self.writer = ScalarWriter(os.path.join(self.save_dir, "tensorboard")
-                                   if env.is_main and (glob["use_tensorboard"] or glob["use_visualdl"]) else None)
+        self.writer = ScalarWriter(
+            os.path.join(self.save_dir, "tensorboard")
+            if env.is_main and (glob["use_tensorboard"] or glob["use_visualdl"])
+            else None
+        )
 
     # ------------------------------------------------------------------ state
     def _load_initial_weights(self) -> None:
@@ -206,15 +236,22 @@ class Trainer:
         """Resume from a checkpoint written by ``state_dict`` (the same or, with
         ``Global.auto_scale_lr``, another number of processes or batch size)."""
         if "optimizer" not in state or "next_epoch" not in state:
-            raise CheckpointError(f"{source} holds weights only; use Global.pretrained_model to start from it")
+            raise CheckpointError(
+                f"{source} holds weights only; use Global.pretrained_model to start from it"
+            )
         sampler = self.train_loader.batch_sampler
         saved_len = state.get("dataset_len")
         if saved_len is not None and saved_len != sampler.dataset_len:
-            raise CheckpointError(f"{source} was taken with a training set of {saved_len} samples and this run has "
-                                  f"{sampler.dataset_len}; resume with the same data (or start a new run from it "
-                                  f"with Global.pretrained_model)")
-        same_layout = (state["world_size"] == self.env.world_size and state["steps_per_epoch"] == self.steps_per_epoch
-                       and state.get("batch_size_per_card", sampler.batch_size) == sampler.batch_size)
+            raise CheckpointError(
+                f"{source} was taken with a training set of {saved_len} samples and this run has "
+                f"{sampler.dataset_len}; resume with the same data (or start a new run from it "
+                f"with Global.pretrained_model)"
+            )
+        same_layout = (
+            state["world_size"] == self.env.world_size
+            and state["steps_per_epoch"] == self.steps_per_epoch
+            and state.get("batch_size_per_card", sampler.batch_size) == sampler.batch_size
+        )
         if not same_layout:
             self._check_relayout_allowed(state, source)
         self.model.load_state_dict(state["model"])
@@ -232,29 +269,45 @@ class Trainer:
             self._map_position(state)
         rng = state.get("rng") or []
         self._resume_rng = rng[self.env.rank] if same_layout and len(rng) == self.env.world_size else None
-        logger.info("resumed from %s: epoch %d, batch %d, global_step %d, best %s", source, self.next_epoch,
-                    self.next_batch, self.global_step, self.best or "-")
+        logger.info(
+            "resumed from %s: epoch %d, batch %d, global_step %d, best %s",
+            source,
+            self.next_epoch,
+            self.next_batch,
+            self.global_step,
+            self.best or "-",
+        )
 
     def _check_relayout_allowed(self, state: Mapping[str, Any], source: str) -> None:
         """A resume with another world size or batch needs auto_scale_lr and the sample position."""
         batch = self.train_loader.batch_sampler.batch_size
         if state["world_size"] != self.env.world_size:
-            change = (f"{source} was written by a run with {state['world_size']} process(es) and this run has "
-                      f"{self.env.world_size}")
+            change = (
+                f"{source} was written by a run with {state['world_size']} process(es) and this run has "
+                f"{self.env.world_size}"
+            )
         elif state.get("batch_size_per_card", batch) != batch:
-            change = (f"{source} was written with batch_size_per_card {state['batch_size_per_card']} and this run "
-                      f"has {batch}")
+            change = (
+                f"{source} was written with batch_size_per_card {state['batch_size_per_card']} and this run "
+                f"has {batch}"
+            )
         else:
-            change = (f"{source}: the training set gives {self.steps_per_epoch} batches per epoch but the "
-                      f"checkpoint was taken with {state['steps_per_epoch']}; the data or batch size changed")
+            change = (
+                f"{source}: the training set gives {self.steps_per_epoch} batches per epoch but the "
+                f"checkpoint was taken with {state['steps_per_epoch']}; the data or batch size changed"
+            )
         if auto_scale_lr_base(self.glob) is None:
-            raise CheckpointError(f"{change}; resume with the same number of processes and batch size, or set "
-                                  f"Global.auto_scale_lr: {{base_batch_size: N}} to continue with the new layout "
-                                  f"(learning rate rescaled, the epoch continues where it stopped), or start a new "
-                                  f"run from it with Global.pretrained_model")
+            raise CheckpointError(
+                f"{change}; resume with the same number of processes and batch size, or set "
+                f"Global.auto_scale_lr: {{base_batch_size: N}} to continue with the new layout "
+                f"(learning rate rescaled, the epoch continues where it stopped), or start a new "
+                f"run from it with Global.pretrained_model"
+            )
         if "epoch_consumed" not in state or "dataset_len" not in state:
-            raise CheckpointError(f"{change}, and the checkpoint does not record its sample position (written by an "
-                                  f"older ppdist); resume it with its original layout")
+            raise CheckpointError(
+                f"{change}, and the checkpoint does not record its sample position (written by an "
+                f"older ppdist); resume it with its original layout"
+            )
 
     def _map_position(self, state: Mapping[str, Any]) -> None:
         """Continue the checkpoint's epoch from the same sample with this run's layout.
@@ -271,12 +324,22 @@ class Trainer:
         if not self.glob["max_iters"]:
             self.global_step = (self.next_epoch - 1) * self.steps_per_epoch + self.next_batch
         self.scheduler.load_state_dict({"last_step": self.global_step})
-        logger.warning("resuming a run of %d process(es) x %d per process with %d x %d (Global.auto_scale_lr): "
-                       "epoch %d continues after %d of %d samples with %d batch(es) left; global_step %d -> %d; "
-                       "learning rate x%.4g of the configured one", state["world_size"],
-                       state.get("batch_size_per_card", 0), self.env.world_size, sampler.batch_size,
-                       self.next_epoch, self.epoch_consumed, sampler.dataset_len, left, old_step,
-                       self.global_step, self.lr_factor)
+        logger.warning(
+            "resuming a run of %d process(es) x %d per process with %d x %d (Global.auto_scale_lr): "
+            "epoch %d continues after %d of %d samples with %d batch(es) left; global_step %d -> %d; "
+            "learning rate x%.4g of the configured one",
+            state["world_size"],
+            state.get("batch_size_per_card", 0),
+            self.env.world_size,
+            sampler.batch_size,
+            self.next_epoch,
+            self.epoch_consumed,
+            sampler.dataset_len,
+            left,
+            old_step,
+            self.global_step,
+            self.lr_factor,
+        )
 
     def save(self, name: str, extra: Optional[Mapping[str, Any]] = None) -> None:
         """Collect every rank's RNG state, then rank 0 writes ``<name>.pt`` atomically."""
@@ -340,12 +403,14 @@ class Trainer:
         if self.ema is not None:
             self.ema.update(self.model)
         # detached tensors, turned into floats only when logged (no device sync per step)
-        values: Dict[str, Any] = {k: v.detach() for k, v in losses.items()
-                                  if isinstance(v, torch.Tensor) and v.numel() == 1}
+        values: Dict[str, Any] = {
+            k: v.detach() for k, v in losses.items() if isinstance(v, torch.Tensor) and v.numel() == 1
+        }
         if self.train_metric is not None and self.env.is_main:
             self.train_metric.reset()
-            self.train_metric.update(self.postprocess(preds.detach() if isinstance(preds, torch.Tensor) else preds,
-                                                      batch), batch)
+            self.train_metric.update(
+                self.postprocess(preds.detach() if isinstance(preds, torch.Tensor) else preds, batch), batch
+            )
             values.update(self.train_metric.compute())
         return values
 
@@ -353,12 +418,17 @@ class Trainer:
         bad_total, seen_total = (int(v) for v in all_reduce_sum([bad, seen], self.env))
         limit = float(self.glob["max_bad_sample_ratio"])
         if seen_total and (final or seen_total >= BAD_RATIO_MIN_SAMPLES) and bad_total / seen_total > limit:
-            raise DataError(f"{bad_total} of {seen_total} training samples this epoch were bad "
-                            f"({bad_total / seen_total:.1%} > Global.max_bad_sample_ratio {limit:.1%}); "
-                            f"fix the data (see the warnings above) or raise the limit")
+            raise DataError(
+                f"{bad_total} of {seen_total} training samples this epoch were bad "
+                f"({bad_total / seen_total:.1%} > Global.max_bad_sample_ratio {limit:.1%}); "
+                f"fix the data (see the warnings above) or raise the limit"
+            )
         if final and bad_total:
-            logger.warning("epoch summary: %d bad training sample(s) of %d were skipped and replaced",
-                           bad_total, seen_total)
+            logger.warning(
+                "epoch summary: %d bad training sample(s) of %d were skipped and replaced",
+                bad_total,
+                seen_total,
+            )
 
     def train(self) -> Dict[str, Any]:
         """Run to the end of the schedule; returns the best metrics."""
@@ -367,13 +437,24 @@ class Trainer:
         if env.is_main:
             dump_config(self.config, os.path.join(self.save_dir, "config.yml"))
             logger.info("trainable parameters: %s", f"{count_trainable(self.model):,}")
-            logger.info("%d process(es), device %s, %d batches/epoch per process, %d epochs, %d steps",
-                        env.world_size, env.device, self.steps_per_epoch, self.epoch_num, self.total_steps)
+            logger.info(
+                "%d process(es), device %s, %d batches/epoch per process, %d epochs, %d steps",
+                env.world_size,
+                env.device,
+                self.steps_per_epoch,
+                self.epoch_num,
+                self.total_steps,
+            )
             self._log_lr_scaling()
             if restarts:
-                logger.warning("torchrun restart %d (of at most %s): continuing at epoch %d, batch %d, global_step %d",
-                               restarts, os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?"), self.next_epoch,
-                               self.next_batch, self.global_step)
+                logger.warning(
+                    "torchrun restart %d (of at most %s): continuing at epoch %d, batch %d, global_step %d",
+                    restarts,
+                    os.environ.get("TORCHELASTIC_MAX_RESTARTS", "?"),
+                    self.next_epoch,
+                    self.next_batch,
+                    self.global_step,
+                )
         smoothed = SmoothedValues(glob["log_smooth_window"])
         sampler = self.train_loader.batch_sampler
         processes = env.world_size
@@ -401,7 +482,9 @@ class Trainer:
                 bad += len(bad_here)
                 seen += size
                 batch = move_to_device(batch, env.device, glob["channels_last"])
-                batch["epoch_id"] = epoch - 1  # 0-based, for epoch-dependent losses (PP-YOLOE's assigner switch)
+                batch["epoch_id"] = (
+                    epoch - 1
+                )  # 0-based, for epoch-dependent losses (PP-YOLOE's assigner switch)
                 values = self._step(batch)
                 self.global_step += 1
                 epoch_done = offset + 1 >= batches_left
@@ -412,22 +495,45 @@ class Trainer:
                     self.epoch_consumed = start_consumed + (offset + 1) * sampler.samples_per_step
                 smoothed.update(values)
                 batch_cost = time.perf_counter() - tick
-                reader_sum, batch_sum, samples_sum = reader_sum + reader_cost, batch_sum + batch_cost, samples_sum + size * processes
+                reader_sum, batch_sum, samples_sum = (
+                    reader_sum + reader_cost,
+                    batch_sum + batch_cost,
+                    samples_sum + size * processes,
+                )
                 window_steps += 1
                 steps_run += 1
                 for listener in self.step_listeners:
-                    listener({"global_step": self.global_step, "samples": size * processes,
-                              "reader_cost": reader_cost, "batch_cost": batch_cost})
-                if self.global_step % glob["print_batch_step"] == 0 or epoch_done or self.global_step >= self.total_steps:
+                    listener(
+                        {
+                            "global_step": self.global_step,
+                            "samples": size * processes,
+                            "reader_cost": reader_cost,
+                            "batch_cost": batch_cost,
+                        }
+                    )
+                if (
+                    self.global_step % glob["print_batch_step"] == 0
+                    or epoch_done
+                    or self.global_step >= self.total_steps
+                ):
                     self._check_bad_ratio(bad, seen, final=False)
                     mean_cost = (time.perf_counter() - run_start) / steps_run
-                    line = format_train_line(epoch, self.epoch_num, self.global_step, self.scheduler.get_lr(),
-                                             smoothed.medians(), reader_sum / window_steps, batch_sum / window_steps,
-                                             samples_sum / window_steps, (self.total_steps - self.global_step) * mean_cost,
-                                             self._memory_info())
+                    line = format_train_line(
+                        epoch,
+                        self.epoch_num,
+                        self.global_step,
+                        self.scheduler.get_lr(),
+                        smoothed.medians(),
+                        reader_sum / window_steps,
+                        batch_sum / window_steps,
+                        samples_sum / window_steps,
+                        (self.total_steps - self.global_step) * mean_cost,
+                        self._memory_info(),
+                    )
                     logger.info(line)
-                    self.writer.add_scalars("train", dict(smoothed.medians(), lr=self.scheduler.get_lr()),
-                                            self.global_step)
+                    self.writer.add_scalars(
+                        "train", dict(smoothed.medians(), lr=self.scheduler.get_lr()), self.global_step
+                    )
                     reader_sum = batch_sum = samples_sum = 0.0
                     window_steps = 0
                 if self._should_eval(epoch, epoch_end=False):
@@ -452,8 +558,12 @@ class Trainer:
             self.save("latest")
         self.writer.close()
         if env.is_main:
-            logger.info("training finished: %d steps%s, best %s", self.global_step,
-                        f" ({restarts} torchrun restart(s))" if restarts else "", format_metrics(self.best) or "-")
+            logger.info(
+                "training finished: %d steps%s, best %s",
+                self.global_step,
+                f" ({restarts} torchrun restart(s))" if restarts else "",
+                format_metrics(self.best) or "-",
+            )
         return self.best
 
     def _log_lr_scaling(self) -> None:
@@ -461,9 +571,17 @@ class Trainer:
             return
         sampler = self.train_loader.batch_sampler
         peak = self.scheduler.schedule.base_lr
-        logger.info("Global.auto_scale_lr: global batch %d (%d per process x %d) / base_batch_size %d -> learning "
-                    "rates x%.4g (peak %.6g -> %.6g)", sampler.samples_per_step, sampler.batch_size,
-                    self.env.world_size, auto_scale_lr_base(self.glob), self.lr_factor, peak / self.lr_factor, peak)
+        logger.info(
+            "Global.auto_scale_lr: global batch %d (%d per process x %d) / base_batch_size %d -> learning "
+            "rates x%.4g (peak %.6g -> %.6g)",
+            sampler.samples_per_step,
+            sampler.batch_size,
+            self.env.world_size,
+            auto_scale_lr_base(self.glob),
+            self.lr_factor,
+            peak / self.lr_factor,
+            peak,
+        )
 
     def _memory_info(self) -> str:
         if self.env.device.type != "cuda" or not self.glob["print_mem_info"]:

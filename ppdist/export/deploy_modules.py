@@ -3,6 +3,7 @@
 The task is read from the config's post-process (``CTCLabelDecode`` -> rec, ``MultiClassNMS`` ->
 det, ``SegPostProcess`` -> seg), so no task name has to be added to a config.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +16,11 @@ from ppdist.errors import ConfigError
 
 TASK_BY_POSTPROCESS = {"CTCLabelDecode": "rec", "MultiClassNMS": "det", "SegPostProcess": "seg"}
 # names of the graph inputs and outputs per task (det: NMS in the graph / exclude_nms)
-GRAPH_IO = {"rec": (["image"], ["probs"]), "seg": (["image"], ["logits"]),
-            "det": (["image", "scale_factor"], ["bbox", "bbox_num"])}
+GRAPH_IO = {
+    "rec": (["image"], ["probs"]),
+    "seg": (["image"], ["logits"]),
+    "det": (["image", "scale_factor"], ["bbox", "bbox_num"]),
+}
 DET_RAW_OUTPUTS = ["boxes", "scores"]
 
 
@@ -24,8 +28,10 @@ def task_of(config: Mapping[str, Any]) -> str:
     """``rec``, ``det`` or ``seg`` from ``PostProcess.name``."""
     name = (config.get("PostProcess") or {}).get("name")
     if name not in TASK_BY_POSTPROCESS:
-        raise ConfigError(f"cannot export a model whose PostProcess.name is {name!r}; expected one of "
-                          f"{sorted(TASK_BY_POSTPROCESS)}")
+        raise ConfigError(
+            f"cannot export a model whose PostProcess.name is {name!r}; expected one of "
+            f"{sorted(TASK_BY_POSTPROCESS)}"
+        )
     return TASK_BY_POSTPROCESS[name]
 
 
@@ -88,7 +94,7 @@ def _eval_size(config: Mapping[str, Any], default: Sequence[int]) -> List[int]:
     for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms", []) or []:
         if not isinstance(entry, Mapping):
             continue
-        (name, args), = entry.items() if len(entry) == 1 else ((None, None),)
+        ((name, args),) = entry.items() if len(entry) == 1 else ((None, None),)
         args = args or {}
         if name == "RecResizeImg":
             return list(args["image_shape"][1:])
@@ -98,21 +104,30 @@ def _eval_size(config: Mapping[str, Any], default: Sequence[int]) -> List[int]:
     return list(default)
 
 
-def build_deploy(model: nn.Module, config: Mapping[str, Any], exclude_nms: bool = False) -> Tuple[nn.Module, GraphSpec]:
+def build_deploy(
+    model: nn.Module, config: Mapping[str, Any], exclude_nms: bool = False
+) -> Tuple[nn.Module, GraphSpec]:
     """The wrapper for ``config``'s task around the eval-mode ``model``, and its graph spec."""
     task = task_of(config)
     model.eval()
     inputs, outputs = GRAPH_IO[task]
     if task == "rec":
         height, width = _eval_size(config, (32, 100))
-        spec = GraphSpec(inputs, outputs, {"image": {0: "batch", 3: "width"}, "probs": {0: "batch", 1: "frames"}},
-                         [(1, 3, height, width), (3, 3, height, width * 3 + 8)])
+        spec = GraphSpec(
+            inputs,
+            outputs,
+            {"image": {0: "batch", 3: "width"}, "probs": {0: "batch", 1: "frames"}},
+            [(1, 3, height, width), (3, 3, height, width * 3 + 8)],
+        )
         return RecDeploy(model).eval(), spec
     if task == "seg":
         height, width = _eval_size(config, (512, 512))
-        spec = GraphSpec(inputs, outputs,
-                         {"image": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch", 2: "height", 3: "width"}},
-                         [(1, 3, height, width), (2, 3, height // 2 + 32, width // 2 + 64)])
+        spec = GraphSpec(
+            inputs,
+            outputs,
+            {"image": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch", 2: "height", 3: "width"}},
+            [(1, 3, height, width), (2, 3, height // 2 + 32, width // 2 + 64)],
+        )
         return SegDeploy(model).eval(), spec
     height, width = _eval_size(config, (640, 640))
     from ppdist.builder import build_postprocess
@@ -120,7 +135,10 @@ def build_deploy(model: nn.Module, config: Mapping[str, Any], exclude_nms: bool 
     nms = build_postprocess(config)  # MultiClassNMS with the config's settings and defaults
     outputs = DET_RAW_OUTPUTS if exclude_nms else outputs
     axes = {"image": {0: "batch", 2: "height", 3: "width"}, "scale_factor": {0: "batch"}}
-    axes.update({"boxes": {0: "batch", 1: "anchors"}, "scores": {0: "batch", 2: "anchors"}} if exclude_nms
-                else {"bbox": {0: "detections"}, "bbox_num": {0: "batch"}})
+    axes.update(
+        {"boxes": {0: "batch", 1: "anchors"}, "scores": {0: "batch", 2: "anchors"}}
+        if exclude_nms
+        else {"bbox": {0: "detections"}, "bbox_num": {0: "batch"}}
+    )
     spec = GraphSpec(inputs, outputs, axes, [(1, 3, height, width), (2, 3, height - 64, width + 64)])
     return DetDeploy(model, nms, exclude_nms).eval(), spec

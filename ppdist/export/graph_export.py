@@ -1,4 +1,5 @@
 """ONNX and TorchScript files from a deploy module, and an ONNX Runtime parity check."""
+
 from __future__ import annotations
 
 import logging
@@ -31,19 +32,39 @@ def export_onnx(module: nn.Module, spec: GraphSpec, path: str) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(module, inputs, path, opset_version=OPSET, dynamo=False, input_names=spec.input_names,
-                              output_names=spec.output_names, dynamic_axes=spec.dynamic_axes)
+            torch.onnx.export(
+                module,
+                inputs,
+                path,
+                opset_version=OPSET,
+                dynamo=False,
+                input_names=spec.input_names,
+                output_names=spec.output_names,
+                dynamic_axes=spec.dynamic_axes,
+            )
         return "torchscript"
     except Exception as exc:  # noqa: BLE001 - any exporter failure: try the other exporter
-        logger.info("TorchScript-based ONNX export failed (%s); using the dynamo exporter",
-                    str(exc).splitlines()[0][:200])
+        logger.info(
+            "TorchScript-based ONNX export failed (%s); using the dynamo exporter",
+            str(exc).splitlines()[0][:200],
+        )
     dims = {}
     for name, axes in spec.dynamic_axes.items():
         if name in spec.input_names:
-            dims[name] = {axis: torch.export.Dim(f"{name}_{label}", min=1 if label == "batch" else 32, max=8192)
-                          for axis, label in axes.items()}
-    program = torch.onnx.export(module, inputs, dynamo=True, dynamic_shapes=dims, opset_version=OPSET + 1,
-                                input_names=spec.input_names, output_names=spec.output_names, verbose=False)
+            dims[name] = {
+                axis: torch.export.Dim(f"{name}_{label}", min=1 if label == "batch" else 32, max=8192)
+                for axis, label in axes.items()
+            }
+    program = torch.onnx.export(
+        module,
+        inputs,
+        dynamo=True,
+        dynamic_shapes=dims,
+        opset_version=OPSET + 1,
+        input_names=spec.input_names,
+        output_names=spec.output_names,
+        verbose=False,
+    )
     program.save(path)
     return "dynamo"
 

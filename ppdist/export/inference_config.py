@@ -4,6 +4,7 @@
 preprocess: [transform entries], postprocess: {name, ...}, labels, export: {...}}``; the rec
 dictionary is written beside it as ``characters.txt``.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ def inference_preprocess(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
     shared = shared_global_values(config)
     steps = []
     for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms") or []:
-        (name, args), = entry.items()
+        ((name, args),) = entry.items()
         if name not in LABEL_ONLY_TRANSFORMS:
             steps.append({name: inject_globals(TRANSFORMS, name, dict(args or {}), shared)})
     return steps
@@ -54,28 +55,53 @@ def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
     if dataset.get("anno_path") and os.path.isfile(path):
         with open(path, encoding="utf-8") as handle:
             categories = json.load(handle).get("categories") or []
-        return [{"id": int(c["id"]), "name": str(c.get("name", c["id"]))} for c in sorted(categories, key=lambda c: c["id"])]
-    num_classes = int(config["Global"].get("num_classes") or config["Architecture"]["Head"].get("num_classes", 80))
-    logger.warning("Eval annotation file %s not found: detections get category ids 1..%d and names class_i; "
-                   "run from the folder the config's paths are relative to for the data set's ids and names",
-                   path or "(Eval.dataset.anno_path not set)", num_classes)
+        return [
+            {"id": int(c["id"]), "name": str(c.get("name", c["id"]))}
+            for c in sorted(categories, key=lambda c: c["id"])
+        ]
+    num_classes = int(
+        config["Global"].get("num_classes") or config["Architecture"]["Head"].get("num_classes", 80)
+    )
+    logger.warning(
+        "Eval annotation file %s not found: detections get category ids 1..%d and names class_i; "
+        "run from the folder the config's paths are relative to for the data set's ids and names",
+        path or "(Eval.dataset.anno_path not set)",
+        num_classes,
+    )
     return [{"id": i + 1, "name": f"class_{i}"} for i in range(num_classes)]
 
 
 def segmentation_labels(config: Mapping[str, Any]) -> Dict[str, int]:
     """``{num_classes}`` from Global, else the head."""
-    return {"num_classes": int(config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"])}
+    return {
+        "num_classes": int(
+            config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"]
+        )
+    }
 
 
-def write_inference_config(out_dir: str, task: str, config: Mapping[str, Any], files: Mapping[str, str],
-                           inputs: List[Dict[str, Any]], outputs: List[str], export_info: Mapping[str, Any]) -> str:
+def write_inference_config(
+    out_dir: str,
+    task: str,
+    config: Mapping[str, Any],
+    files: Mapping[str, str],
+    inputs: List[Dict[str, Any]],
+    outputs: List[str],
+    export_info: Mapping[str, Any],
+) -> str:
     """Write ``out_dir/inference.yml`` (and the rec dictionary); returns its path."""
     from ppdist.builder import build_postprocess
 
     postprocess = inference_postprocess(config)
-    info: Dict[str, Any] = {"ppdist_inference": FORMAT_VERSION, "task": task, "files": dict(files),
-                            "inputs": inputs, "outputs": list(outputs), "preprocess": inference_preprocess(config),
-                            "export": dict(export_info)}
+    info: Dict[str, Any] = {
+        "ppdist_inference": FORMAT_VERSION,
+        "task": task,
+        "files": dict(files),
+        "inputs": inputs,
+        "outputs": list(outputs),
+        "preprocess": inference_preprocess(config),
+        "export": dict(export_info),
+    }
     if task == "rec":
         characters = build_postprocess(config).character[1:]  # without the CTC blank
         with open(os.path.join(out_dir, CHARACTERS_FILE), "w", encoding="utf-8") as handle:
@@ -97,13 +123,17 @@ def read_inference_config(model_dir: str) -> Dict[str, Any]:
     """``model_dir/inference.yml`` checked against what this ppdist understands; file paths made absolute."""
     path = os.path.join(model_dir, FILE_NAME)
     if not os.path.isfile(path):
-        raise ConfigError(f"{model_dir} is not an exported model directory: {FILE_NAME} not found "
-                          f"(run tools/export_model.py first)")
+        raise ConfigError(
+            f"{model_dir} is not an exported model directory: {FILE_NAME} not found "
+            f"(run tools/export_model.py first)"
+        )
     with open(path, encoding="utf-8") as handle:
         info = yaml.safe_load(handle) or {}
     if info.get("ppdist_inference") != FORMAT_VERSION:
-        raise ConfigError(f"{path}: ppdist_inference is {info.get('ppdist_inference')!r}, this ppdist reads "
-                          f"version {FORMAT_VERSION}; export the model again with this version")
+        raise ConfigError(
+            f"{path}: ppdist_inference is {info.get('ppdist_inference')!r}, this ppdist reads "
+            f"version {FORMAT_VERSION}; export the model again with this version"
+        )
     for key in ("task", "files", "inputs", "outputs", "preprocess", "postprocess"):
         if key not in info:
             raise ConfigError(f"{path}: missing key {key}")

@@ -1,5 +1,6 @@
 """Export a trained model: weights (EMA when kept), deploy re-parameterisation, ONNX and/or
 TorchScript files, ``inference.yml`` and an optional ONNX Runtime parity check."""
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,15 @@ def input_spec(spec: GraphSpec) -> list:
     return rows
 
 
-def _parity(module: nn.Module, spec: GraphSpec, model: nn.Module, config: Mapping[str, Any], path: str, task: str,
-            exclude_nms: bool) -> list:
+def _parity(
+    module: nn.Module,
+    spec: GraphSpec,
+    model: nn.Module,
+    config: Mapping[str, Any],
+    path: str,
+    task: str,
+    exclude_nms: bool,
+) -> list:
     """``onnx_parity`` of the exported file; for a detector with NMS in the graph, of the same network
     exported without NMS: on random inputs the scores of many anchors tie and ONNX Runtime's TopK
     breaks ties differently from PyTorch's, so the kept boxes are not comparable (the NMS graph
@@ -64,8 +72,14 @@ def _parity(module: nn.Module, spec: GraphSpec, model: nn.Module, config: Mappin
         return onnx_parity(raw_path, raw_module, raw_spec)
 
 
-def export_model(config: Mapping[str, Any], out_dir: str, formats: Sequence[str] = ("onnx", "torchscript"),
-                 exclude_nms: bool = False, check: bool = False, tolerance: float = 1e-3) -> Dict[str, Any]:
+def export_model(
+    config: Mapping[str, Any],
+    out_dir: str,
+    formats: Sequence[str] = ("onnx", "torchscript"),
+    exclude_nms: bool = False,
+    check: bool = False,
+    tolerance: float = 1e-3,
+) -> Dict[str, Any]:
     """Write the model files and inference.yml into ``out_dir``; returns a report (files, parity)."""
     task = task_of(config)
     model, source = load_deploy_model(config)
@@ -76,24 +90,36 @@ def export_model(config: Mapping[str, Any], out_dir: str, formats: Sequence[str]
     if "onnx" in formats:
         files["onnx"] = "model.onnx"
         report["onnx_exporter"] = export_onnx(module, spec, os.path.join(out_dir, files["onnx"]))
-        logger.info("wrote %s (%.1f MB, %s exporter, opset %d)", os.path.join(out_dir, files["onnx"]),
-                    file_size_mb(os.path.join(out_dir, files["onnx"])), report["onnx_exporter"], OPSET)
+        logger.info(
+            "wrote %s (%.1f MB, %s exporter, opset %d)",
+            os.path.join(out_dir, files["onnx"]),
+            file_size_mb(os.path.join(out_dir, files["onnx"])),
+            report["onnx_exporter"],
+            OPSET,
+        )
     if "torchscript" in formats:
         files["torchscript"] = "model.pt"
         export_torchscript(module, spec, os.path.join(out_dir, files["torchscript"]))
         logger.info("wrote %s", os.path.join(out_dir, files["torchscript"]))
     export_info = {"torch": str(torch.__version__), "opset": OPSET, "exclude_nms": exclude_nms, **source}
-    path = write_inference_config(out_dir, task, config, files, input_spec(spec), spec.output_names, export_info)
+    path = write_inference_config(
+        out_dir, task, config, files, input_spec(spec), spec.output_names, export_info
+    )
     logger.info("wrote %s", path)
     if check:
         if "onnx" not in files:
             raise ConfigError("--check compares ONNX Runtime with PyTorch: export with --format onnx or both")
-        report["parity"] = _parity(module, spec, model, config, os.path.join(out_dir, files["onnx"]), task, exclude_nms)
+        report["parity"] = _parity(
+            module, spec, model, config, os.path.join(out_dir, files["onnx"]), task, exclude_nms
+        )
         worst = max(v for row in report["parity"] for k, v in row.items() if k != "shape")
         report["max_abs_diff"] = worst
         for row in report["parity"]:
-            logger.info("check %s: %s", row["shape"], ", ".join(f"{k} max |diff| {v:.3g}" for k, v in row.items()
-                                                                if k != "shape"))
+            logger.info(
+                "check %s: %s",
+                row["shape"],
+                ", ".join(f"{k} max |diff| {v:.3g}" for k, v in row.items() if k != "shape"),
+            )
         if worst > tolerance:
             raise PPDistError(f"ONNX Runtime and PyTorch differ by {worst:.3g} > {tolerance:g}")
     report["files"] = files

@@ -4,6 +4,7 @@ Both take ``{input_name: float32 array}`` and return ``{output_name: array}`` wi
 the exported graph (``probs``; ``logits``; ``bbox``/``bbox_num`` or ``boxes``/``scores``), so the
 task runners do not depend on the backend.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -37,16 +38,25 @@ class OnnxBackend:
 class TorchBackend:
     """A deploy module (``ppdist.export.deploy_modules.build_deploy``) run under ``torch.no_grad``."""
 
-    def __init__(self, module: nn.Module, output_names: Sequence[str], input_names: Optional[Sequence[str]] = None,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        output_names: Sequence[str],
+        input_names: Optional[Sequence[str]] = None,
+        device: str = "cpu",
+    ) -> None:
         self.device = torch.device(device)
         self.module = module.to(self.device).eval()
         self.output_names = list(output_names)
-        self.input_names = list(input_names) if input_names else list(inspect.signature(module.forward).parameters)
+        self.input_names = (
+            list(input_names) if input_names else list(inspect.signature(module.forward).parameters)
+        )
 
     def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        args = [torch.from_numpy(np.ascontiguousarray(inputs[name], dtype=np.float32)).to(self.device)
-                for name in self.input_names]
+        args = [
+            torch.from_numpy(np.ascontiguousarray(inputs[name], dtype=np.float32)).to(self.device)
+            for name in self.input_names
+        ]
         with torch.no_grad():
             out = self.module(*args)
         out = out if isinstance(out, (tuple, list)) else (out,)

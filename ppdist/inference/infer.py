@@ -1,4 +1,5 @@
 """Run a runner + backend over image files: batching, skipping unreadable files, throughput."""
+
 from __future__ import annotations
 
 import logging
@@ -36,13 +37,20 @@ def check_graph_matches(info: Mapping[str, Any], backend: OnnxBackend) -> None:
         problems.append(f"outputs {backend.output_names} (inference.yml: {list(info['outputs'])})")
     for graph_input, row in zip(backend.session.get_inputs(), info["inputs"]):
         if "shape" in row and len(graph_input.shape) != len(row["shape"]):
-            problems.append(f"input {row['name']} has rank {len(graph_input.shape)} (inference.yml: {row['shape']})")
+            problems.append(
+                f"input {row['name']} has rank {len(graph_input.shape)} (inference.yml: {row['shape']})"
+            )
     if problems:
-        raise ConfigError(f"{info['path']} does not describe {backend.path}: the graph has " + "; ".join(problems)
-                          + ". Export the model again, or use the inference.yml written with it")
+        raise ConfigError(
+            f"{info['path']} does not describe {backend.path}: the graph has "
+            + "; ".join(problems)
+            + ". Export the model again, or use the inference.yml written with it"
+        )
 
 
-def from_config(config: Mapping[str, Any], device: str = "cpu") -> Tuple[Dict[str, Any], Runner, TorchBackend]:
+def from_config(
+    config: Mapping[str, Any], device: str = "cpu"
+) -> Tuple[Dict[str, Any], Runner, TorchBackend]:
     """Info, runner and PyTorch backend of a training config with ``Global.checkpoints``."""
     from ppdist.export.deploy_modules import build_deploy
     from ppdist.export.model_export import load_deploy_model
@@ -54,11 +62,17 @@ def from_config(config: Mapping[str, Any], device: str = "cpu") -> Tuple[Dict[st
 
 
 def _batches(paths: Sequence[str], size: int) -> List[Sequence[str]]:
-    return [paths[i:i + size] for i in range(0, len(paths), size)]
+    return [paths[i : i + size] for i in range(0, len(paths), size)]
 
 
-def infer(paths: Sequence[str], runner: Runner, backend: Any, writer: Optional[Any] = None, batch_size: int = 1,
-          progress: bool = True) -> Dict[str, Any]:
+def infer(
+    paths: Sequence[str],
+    runner: Runner,
+    backend: Any,
+    writer: Optional[Any] = None,
+    batch_size: int = 1,
+    progress: bool = True,
+) -> Dict[str, Any]:
     """Predict every file of ``paths``; unreadable files are skipped and listed in ``skipped``.
     Returns ``{results, skipped: [(path, why)], images, seconds, images_per_s}``."""
     from tqdm import tqdm
@@ -83,5 +97,10 @@ def infer(paths: Sequence[str], runner: Runner, backend: Any, writer: Optional[A
         bar.update(len(chunk))
     bar.close()
     seconds = time.perf_counter() - start
-    return {"results": results, "skipped": skipped, "images": len(results), "seconds": seconds,
-            "images_per_s": len(results) / seconds if seconds > 0 else 0.0}
+    return {
+        "results": results,
+        "skipped": skipped,
+        "images": len(results),
+        "seconds": seconds,
+        "images_per_s": len(results) / seconds if seconds > 0 else 0.0,
+    }

@@ -5,6 +5,7 @@ A runner is built from an *inference info* dict: the one ``read_inference_config
 exported model directory, or ``inference_info_from_config(config)`` for a training config (same
 keys, nothing written). The runners are backend-agnostic (see ``ppdist.inference.backends``).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,9 +48,14 @@ def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
 
     task = task_of(config)
     inputs, outputs = GRAPH_IO[task]
-    info: Dict[str, Any] = {"task": task, "files": {}, "inputs": [{"name": n} for n in inputs],
-                            "outputs": list(outputs), "preprocess": inference_preprocess(config),
-                            "postprocess": inference_postprocess(config)}
+    info: Dict[str, Any] = {
+        "task": task,
+        "files": {},
+        "inputs": [{"name": n} for n in inputs],
+        "outputs": list(outputs),
+        "preprocess": inference_preprocess(config),
+        "postprocess": inference_postprocess(config),
+    }
     if task == "det":
         info["labels"] = detection_labels(config)
     elif task == "seg":
@@ -62,7 +68,9 @@ def build_postprocess_of(info: Mapping[str, Any]) -> Any:
     import ppdist.components  # noqa: F401  (registers the post-processes; no config was loaded for --model)
     from ppdist.registry import POSTPROCESSES
 
-    return POSTPROCESSES.build(dict(info["postprocess"]), where=f"{info.get('path', 'inference info')}: postprocess")
+    return POSTPROCESSES.build(
+        dict(info["postprocess"]), where=f"{info.get('path', 'inference info')}: postprocess"
+    )
 
 
 def list_images(path: str) -> List[str]:
@@ -145,7 +153,9 @@ class Runner:
     def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:  # pragma: no cover
         raise NotImplementedError
 
-    def predict(self, run: Callable[[Dict[str, np.ndarray]], Outputs], samples: Sequence[Sample]) -> List[Result]:
+    def predict(
+        self, run: Callable[[Dict[str, np.ndarray]], Outputs], samples: Sequence[Sample]
+    ) -> List[Result]:
         """Results of ``samples`` in order; samples of different input sizes run in separate calls."""
         results: List[Optional[Result]] = [None] * len(samples)
         for group in _group_by([self.group_key(s) for s in samples]):
@@ -173,12 +183,15 @@ class RecRunner(Runner):
         width = max(im.shape[-1] for im in images)
         out = np.zeros((len(images),) + images[0].shape[:-1] + (width,), dtype=np.float32)
         for i, im in enumerate(images):
-            out[i, ..., :im.shape[-1]] = im
+            out[i, ..., : im.shape[-1]] = im
         return {"image": out}
 
     def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
         decoded = self.decoder.decode_predictions(np.asarray(outputs["probs"]))
-        return [{"path": s["img_path"], "text": text, "score": score} for s, (text, score) in zip(samples, decoded)]
+        return [
+            {"path": s["img_path"], "text": text, "score": score}
+            for s, (text, score) in zip(samples, decoded)
+        ]
 
 
 class DetRunner(Runner):
@@ -192,9 +205,12 @@ class DetRunner(Runner):
         self.nms = build_postprocess_of(info)  # MultiClassNMS
 
     def finish(self, data: Sample) -> Sample:
-        return {"img_path": data["img_path"], "image": data["image"],
-                "scale_factor": np.asarray(data["scale_factor"], dtype=np.float32).reshape(2),
-                "ori_shape": tuple(int(v) for v in np.asarray(data["ori_shape"]).reshape(2))}
+        return {
+            "img_path": data["img_path"],
+            "image": data["image"],
+            "scale_factor": np.asarray(data["scale_factor"], dtype=np.float32).reshape(2),
+            "ori_shape": tuple(int(v) for v in np.asarray(data["ori_shape"]).reshape(2)),
+        }
 
     def batch(self, samples: Sequence[Sample]) -> Dict[str, np.ndarray]:
         inputs = super().batch(samples)
@@ -218,12 +234,18 @@ class DetRunner(Runner):
         bbox, nums = self._bbox(outputs)
         results, start = [], 0
         for sample, num in zip(samples, nums.reshape(-1).tolist()):
-            rows = bbox[start:start + int(num)]
+            rows = bbox[start : start + int(num)]
             start += int(num)
             labels = rows[:, 0].astype(np.int64)
-            results.append({"path": sample["img_path"], "boxes": rows[:, 2:6].astype(np.float32),
-                            "scores": rows[:, 1].astype(np.float32), "labels": labels,
-                            "category_ids": np.array([self.category_id(int(v)) for v in labels], dtype=np.int64)})
+            results.append(
+                {
+                    "path": sample["img_path"],
+                    "boxes": rows[:, 2:6].astype(np.float32),
+                    "scores": rows[:, 1].astype(np.float32),
+                    "labels": labels,
+                    "category_ids": np.array([self.category_id(int(v)) for v in labels], dtype=np.int64),
+                }
+            )
         return results
 
 
@@ -248,10 +270,15 @@ class SegRunner(Runner):
         """CHW float32 (``SegDataSet.finish``)."""
         image = np.asarray(data["image"])
         image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
-        return {"img_path": data["img_path"], "image": np.ascontiguousarray(image, dtype=np.float32),
-                "ori_shape": tuple(int(v) for v in data["ori_shape"])}
+        return {
+            "img_path": data["img_path"],
+            "image": np.ascontiguousarray(image, dtype=np.float32),
+            "ori_shape": tuple(int(v) for v in data["ori_shape"]),
+        }
 
-    def predict(self, run: Callable[[Dict[str, np.ndarray]], Outputs], samples: Sequence[Sample]) -> List[Result]:
+    def predict(
+        self, run: Callable[[Dict[str, np.ndarray]], Outputs], samples: Sequence[Sample]
+    ) -> List[Result]:
         """Plain pass, or the configured test-time augmentation / sliding window with ``run`` as
         the network (the same code as evaluation, ``SegPostProcess.infer``)."""
         if not (self.test_time.aug_eval or self.test_time.is_slide):
@@ -272,7 +299,7 @@ class SegRunner(Runner):
         logits = torch.from_numpy(np.asarray(outputs["logits"], dtype=np.float32))
         results = []
         for i, sample in enumerate(samples):
-            row = logits[i:i + 1]
+            row = logits[i : i + 1]
             if tuple(row.shape[-2:]) != sample["ori_shape"]:
                 row = F.interpolate(row, size=list(sample["ori_shape"]), mode="bilinear", align_corners=False)
             label_map = row[0].argmax(dim=0).numpy()

@@ -1,5 +1,6 @@
 """Result files of ``tools/infer.py``: rec ``results.txt``, det ``bbox.json`` + drawn images,
 seg palette PNGs + overlays. Each writer takes results batch by batch and ``close()`` finishes."""
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,9 @@ class DetWriter:
     """COCO results in ``output_dir/bbox.json`` (image_id = running index, plus ``file_name``) and
     each image with its boxes above ``draw_threshold`` drawn, as ``output_dir/<name>``."""
 
-    def __init__(self, output_dir: str, labels: Sequence[Mapping[str, Any]], draw_threshold: float = 0.5) -> None:
+    def __init__(
+        self, output_dir: str, labels: Sequence[Mapping[str, Any]], draw_threshold: float = 0.5
+    ) -> None:
         self.output_dir = output_dir
         self.names = {int(row["id"]): str(row["name"]) for row in labels}
         self.draw_threshold = draw_threshold
@@ -69,23 +72,34 @@ class DetWriter:
             self.images += 1
             for box, score, cat in zip(r["boxes"].tolist(), r["scores"].tolist(), r["category_ids"].tolist()):
                 x1, y1, x2, y2 = box
-                self.records.append({"image_id": image_id, "file_name": os.path.basename(r["path"]),
-                                     "category_id": int(cat), "bbox": [x1, y1, x2 - x1, y2 - y1],
-                                     "score": float(score)})
+                self.records.append(
+                    {
+                        "image_id": image_id,
+                        "file_name": os.path.basename(r["path"]),
+                        "category_id": int(cat),
+                        "bbox": [x1, y1, x2 - x1, y2 - y1],
+                        "score": float(score),
+                    }
+                )
             self.drawn.append(self.draw(r))
 
     def draw(self, result: Result) -> str:
         image = cv2.imread(result["path"], cv2.IMREAD_COLOR)
         palette = pseudo_colour_palette(max(self.names or {0: ""}) + 1)
-        for box, score, cat in zip(result["boxes"].tolist(), result["scores"].tolist(),
-                                   result["category_ids"].tolist()):
+        for box, score, cat in zip(
+            result["boxes"].tolist(), result["scores"].tolist(), result["category_ids"].tolist()
+        ):
             if score < self.draw_threshold:
                 continue
-            r, g, b = palette[3 * int(cat): 3 * int(cat) + 3] if 3 * int(cat) + 2 < len(palette) else (0, 255, 0)
+            r, g, b = (
+                palette[3 * int(cat) : 3 * int(cat) + 3] if 3 * int(cat) + 2 < len(palette) else (0, 255, 0)
+            )
             x1, y1, x2, y2 = (int(round(v)) for v in box)
             cv2.rectangle(image, (x1, y1), (x2, y2), (b, g, r), 2)
             text = f"{self.names.get(int(cat), cat)} {score:.2f}"
-            cv2.putText(image, text, (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (b, g, r), 1, cv2.LINE_AA)
+            cv2.putText(
+                image, text, (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (b, g, r), 1, cv2.LINE_AA
+            )
         path = os.path.join(self.output_dir, os.path.basename(result["path"]))
         cv2.imwrite(path, image)
         return path

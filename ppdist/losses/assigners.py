@@ -7,6 +7,7 @@ task-aligned assignment (TAL). Both return, for every anchor of every image:
 
 Padded ground truths (``pad_gt_mask == 0``) never produce positives.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -19,8 +20,9 @@ from ppdist.ops.boxes import box_centers, pairwise_iou, points_inside_boxes
 Assignment = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _background(batch_size: int, num_anchors: int, num_classes: int, bg_index: int,
-                device: torch.device) -> Assignment:
+def _background(
+    batch_size: int, num_anchors: int, num_classes: int, bg_index: int, device: torch.device
+) -> Assignment:
     labels = torch.full((batch_size, num_anchors), bg_index, dtype=torch.long, device=device)
     bboxes = torch.zeros((batch_size, num_anchors, 4), device=device)
     scores = torch.zeros((batch_size, num_anchors, num_classes), device=device)
@@ -42,8 +44,13 @@ def _resolve_conflicts(mask_positive: torch.Tensor, ious: torch.Tensor) -> torch
     return torch.where(multiple, best, mask_positive)
 
 
-def _gather_targets(mask_positive: torch.Tensor, gt_labels: torch.Tensor, gt_bboxes: torch.Tensor,
-                    num_classes: int, bg_index: int) -> Assignment:
+def _gather_targets(
+    mask_positive: torch.Tensor,
+    gt_labels: torch.Tensor,
+    gt_bboxes: torch.Tensor,
+    num_classes: int,
+    bg_index: int,
+) -> Assignment:
     """Labels, boxes and one-hot scores (bg column dropped) from the final [B, N, A] mask."""
     gt_index = mask_positive.argmax(dim=-2)  # [B, A]; 0 for background anchors
     is_pos = mask_positive.sum(dim=-2) > 0
@@ -82,8 +89,9 @@ class ATSSAssigner:
         self.num_classes = num_classes
         self.eps = eps
 
-    def _candidates(self, distances: torch.Tensor,
-                    num_anchors_list: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _candidates(
+        self, distances: torch.Tensor, num_anchors_list: Sequence[int]
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Per level, the ``topk`` anchors nearest each gt: 0/1 mask [B, N, A] and indices."""
         masks: List[torch.Tensor] = []
         idxs: List[torch.Tensor] = []
@@ -96,9 +104,16 @@ class ATSSAssigner:
         return torch.cat(masks, dim=-1), torch.cat(idxs, dim=-1)
 
     @torch.no_grad()
-    def __call__(self, anchors: torch.Tensor, num_anchors_list: Sequence[int], gt_labels: torch.Tensor,
-                 gt_bboxes: torch.Tensor, pad_gt_mask: torch.Tensor, bg_index: Optional[int] = None,
-                 pred_bboxes: Optional[torch.Tensor] = None) -> Assignment:
+    def __call__(
+        self,
+        anchors: torch.Tensor,
+        num_anchors_list: Sequence[int],
+        gt_labels: torch.Tensor,
+        gt_bboxes: torch.Tensor,
+        pad_gt_mask: torch.Tensor,
+        bg_index: Optional[int] = None,
+        pred_bboxes: Optional[torch.Tensor] = None,
+    ) -> Assignment:
         bg_index = self.num_classes if bg_index is None else bg_index
         _check_inputs(gt_labels, gt_bboxes, pad_gt_mask)
         num_anchors = anchors.shape[0]
@@ -109,11 +124,16 @@ class ATSSAssigner:
             return _background(batch_size, num_anchors, self.num_classes, bg_index, anchors.device)
         anchors, gt_bboxes, pad_gt_mask = anchors.float(), gt_bboxes.float(), pad_gt_mask.float()
 
-        ious = pairwise_iou(gt_bboxes.reshape(-1, 4), anchors, eps=1e-10).reshape(batch_size, num_gts, num_anchors)
+        ious = pairwise_iou(gt_bboxes.reshape(-1, 4), anchors, eps=1e-10).reshape(
+            batch_size, num_gts, num_anchors
+        )
         anchor_centers = box_centers(anchors)
-        distances = torch.cdist(box_centers(gt_bboxes.reshape(-1, 4)), anchor_centers,
-                                compute_mode="donot_use_mm_for_euclid_dist")
-        in_topk, topk_idx = self._candidates(distances.reshape(batch_size, num_gts, num_anchors), num_anchors_list)
+        distances = torch.cdist(
+            box_centers(gt_bboxes.reshape(-1, 4)), anchor_centers, compute_mode="donot_use_mm_for_euclid_dist"
+        )
+        in_topk, topk_idx = self._candidates(
+            distances.reshape(batch_size, num_gts, num_anchors), num_anchors_list
+        )
         in_topk = in_topk * pad_gt_mask
 
         cand_ious = ious * in_topk
@@ -123,7 +143,9 @@ class ATSSAssigner:
 
         in_gts = points_inside_boxes(anchor_centers, gt_bboxes, eps=self.eps)
         mask_positive = _resolve_conflicts(in_topk * in_gts * pad_gt_mask, ious)
-        labels, bboxes, scores = _gather_targets(mask_positive, gt_labels, gt_bboxes, self.num_classes, bg_index)
+        labels, bboxes, scores = _gather_targets(
+            mask_positive, gt_labels, gt_bboxes, self.num_classes, bg_index
+        )
         if pred_bboxes is not None:
             pred_ious = pairwise_iou(gt_bboxes, pred_bboxes.float()) * mask_positive
             scores = scores * pred_ious.amax(dim=-2).unsqueeze(-1)
@@ -139,8 +161,9 @@ class TaskAlignedAssigner:
     ``t / max_t(gt) * max IoU over that gt's positives``, max over gts, times the one-hot.
     """
 
-    def __init__(self, topk: int = 13, alpha: float = 1.0, beta: float = 6.0, num_classes: int = 80,
-                 eps: float = 1e-9) -> None:
+    def __init__(
+        self, topk: int = 13, alpha: float = 1.0, beta: float = 6.0, num_classes: int = 80, eps: float = 1e-9
+    ) -> None:
         if topk < 1:
             raise ValueError(f"TaskAlignedAssigner topk must be >= 1, got {topk}")
         self.topk = topk
@@ -150,14 +173,24 @@ class TaskAlignedAssigner:
         self.eps = eps
 
     @torch.no_grad()
-    def __call__(self, pred_scores: torch.Tensor, pred_bboxes: torch.Tensor, anchor_points: torch.Tensor,
-                 num_anchors_list: Sequence[int], gt_labels: torch.Tensor, gt_bboxes: torch.Tensor,
-                 pad_gt_mask: torch.Tensor, bg_index: Optional[int] = None) -> Assignment:
+    def __call__(
+        self,
+        pred_scores: torch.Tensor,
+        pred_bboxes: torch.Tensor,
+        anchor_points: torch.Tensor,
+        num_anchors_list: Sequence[int],
+        gt_labels: torch.Tensor,
+        gt_bboxes: torch.Tensor,
+        pad_gt_mask: torch.Tensor,
+        bg_index: Optional[int] = None,
+    ) -> Assignment:
         bg_index = self.num_classes if bg_index is None else bg_index
         _check_inputs(gt_labels, gt_bboxes, pad_gt_mask)
         batch_size, num_anchors, num_classes = pred_scores.shape
         if num_classes != self.num_classes:
-            raise ValueError(f"pred_scores has {num_classes} classes, the assigner expects {self.num_classes}")
+            raise ValueError(
+                f"pred_scores has {num_classes} classes, the assigner expects {self.num_classes}"
+            )
         num_gts = gt_bboxes.shape[1]
         if num_gts == 0:
             return _background(batch_size, num_anchors, num_classes, bg_index, pred_scores.device)
@@ -166,7 +199,9 @@ class TaskAlignedAssigner:
 
         ious = pairwise_iou(gt_bboxes, pred_bboxes)  # [B, N, A]
         cls_index = gt_labels.squeeze(-1).long().clamp(0, num_classes - 1)  # padded labels may be junk
-        cls_scores = pred_scores.permute(0, 2, 1).gather(1, cls_index.unsqueeze(-1).expand(-1, -1, num_anchors))
+        cls_scores = pred_scores.permute(0, 2, 1).gather(
+            1, cls_index.unsqueeze(-1).expand(-1, -1, num_anchors)
+        )
         metrics = cls_scores.pow(self.alpha) * ious.pow(self.beta)
 
         in_gts = points_inside_boxes(anchor_points.float(), gt_bboxes, eps=self.eps)

@@ -1,4 +1,5 @@
 """CTC loss on raw logits (PaddleOCR's ``CTCLoss``: batch mean, no length normalisation)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Sequence, Union
@@ -35,8 +36,9 @@ class CTCLoss(nn.Module):
         labels = torch.as_tensor(batch["label"], device=preds.device).long()
         label_lengths = torch.as_tensor(batch["length"], device=preds.device).long().reshape(-1)
         input_lengths = torch.full((batch_size,), frames, dtype=torch.long, device=preds.device)
-        per_sample = F.ctc_loss(log_probs, labels, input_lengths, label_lengths, blank=0,
-                                reduction="none", zero_infinity=True)
+        per_sample = F.ctc_loss(
+            log_probs, labels, input_lengths, label_lengths, blank=0, reduction="none", zero_infinity=True
+        )
         if self.use_focal_loss:
             per_sample = per_sample * (1.0 - torch.exp(-per_sample)).square()
         return {"loss": per_sample.mean()}

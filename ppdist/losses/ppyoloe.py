@@ -6,6 +6,7 @@ targets averaged over ranks (all-reduced when ``torch.distributed`` is initialis
 clamped to >= 1, so that with DDP's gradient averaging the effective loss is the global
 sum over the global ``S``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -25,8 +26,13 @@ _DEFAULT_DYNAMIC = {"name": "TaskAlignedAssigner", "topk": 13, "alpha": 1.0, "be
 _ASSIGNER_KEYS = {"ATSSAssigner": ("topk",), "TaskAlignedAssigner": ("topk", "alpha", "beta")}
 
 
-def varifocal_loss(logits: torch.Tensor, gt_score: torch.Tensor, one_hot: torch.Tensor,
-                   alpha: float = 0.75, gamma: float = 2.0) -> torch.Tensor:
+def varifocal_loss(
+    logits: torch.Tensor,
+    gt_score: torch.Tensor,
+    one_hot: torch.Tensor,
+    alpha: float = 0.75,
+    gamma: float = 2.0,
+) -> torch.Tensor:
     """Summed VFL: ``BCE(p, q) * (alpha * p**gamma * (1 - onehot) + q * onehot)``, ``p = sigmoid(logits)``.
 
     The weight is not detached (gradients flow through ``p**gamma``)."""
@@ -36,8 +42,9 @@ def varifocal_loss(logits: torch.Tensor, gt_score: torch.Tensor, one_hot: torch.
     return (bce * weight).sum()
 
 
-def sigmoid_focal_loss(logits: torch.Tensor, gt_score: torch.Tensor, alpha: float = 0.25,
-                       gamma: float = 2.0) -> torch.Tensor:
+def sigmoid_focal_loss(
+    logits: torch.Tensor, gt_score: torch.Tensor, alpha: float = 0.25, gamma: float = 2.0
+) -> torch.Tensor:
     """Summed focal loss on soft targets: ``BCE(p, q) * |p - q|**gamma * alpha_t``
     (``alpha_t = alpha*q + (1-alpha)*(1-q)``; no alpha term when ``alpha <= 0``)."""
     weight = (logits.sigmoid() - gt_score).abs().pow(gamma)
@@ -74,7 +81,9 @@ def _global_normaliser(scores_sum: torch.Tensor) -> torch.Tensor:
     return total.clamp(min=1.0)
 
 
-def _assigner_kwargs(cfg: Optional[Mapping[str, Any]], default: Mapping[str, Any], field: str) -> Dict[str, Any]:
+def _assigner_kwargs(
+    cfg: Optional[Mapping[str, Any]], default: Mapping[str, Any], field: str
+) -> Dict[str, Any]:
     """Validated constructor kwargs of the assigner config ``{name: ..., **kwargs}``."""
     expected = default["name"]
     if cfg is None:
@@ -87,8 +96,10 @@ def _assigner_kwargs(cfg: Optional[Mapping[str, Any]], default: Mapping[str, Any
     allowed = _ASSIGNER_KEYS[expected]
     unknown = sorted(set(cfg) - set(allowed) - {"name"})
     if unknown:
-        raise ValueError(f"PPYOLOELoss {field} ({expected}) has unknown keys {unknown}; "
-                         f"valid keys: {['name', *allowed]} (num_classes comes from the loss)")
+        raise ValueError(
+            f"PPYOLOELoss {field} ({expected}) has unknown keys {unknown}; "
+            f"valid keys: {['name', *allowed]} (num_classes comes from the loss)"
+        )
     kwargs = {k: cfg.get(k, default[k]) for k in allowed}
     topk = kwargs["topk"]
     if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
@@ -105,8 +116,9 @@ def _loss_weights(weights: Optional[Mapping[str, float]]) -> Dict[str, float]:
     if weights is not None:
         unknown = sorted(set(weights) - set(_DEFAULT_WEIGHTS))
         if unknown:
-            raise ValueError(f"PPYOLOELoss loss_weight has unknown keys {unknown}; "
-                             f"valid keys: {sorted(_DEFAULT_WEIGHTS)}")
+            raise ValueError(
+                f"PPYOLOELoss loss_weight has unknown keys {unknown}; valid keys: {sorted(_DEFAULT_WEIGHTS)}"
+            )
         merged.update({k: float(v) for k, v in weights.items()})
     return merged
 
@@ -125,24 +137,36 @@ class PPYOLOELoss(nn.Module):
     ``loss = w_class*cls + w_iou*iou + w_dfl*dfl``; ``loss_l1`` is logged only.
     """
 
-    def __init__(self, num_classes: int = 80, reg_max: int = 16, static_assigner_epoch: int = 100,
-                 use_varifocal_loss: bool = True, loss_weight: Optional[Dict[str, float]] = None,
-                 static_assigner: Optional[Dict[str, Any]] = None, assigner: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        num_classes: int = 80,
+        reg_max: int = 16,
+        static_assigner_epoch: int = 100,
+        use_varifocal_loss: bool = True,
+        loss_weight: Optional[Dict[str, float]] = None,
+        static_assigner: Optional[Dict[str, Any]] = None,
+        assigner: Optional[Dict[str, Any]] = None,
+    ) -> None:
         super().__init__()
         if num_classes < 1 or reg_max < 1:
-            raise ValueError(f"PPYOLOELoss needs num_classes >= 1 and reg_max >= 1, got {num_classes}, {reg_max}")
+            raise ValueError(
+                f"PPYOLOELoss needs num_classes >= 1 and reg_max >= 1, got {num_classes}, {reg_max}"
+            )
         self.num_classes = num_classes
         self.reg_max = reg_max
         self.static_assigner_epoch = static_assigner_epoch
         self.use_varifocal_loss = use_varifocal_loss
         self.loss_weight = _loss_weights(loss_weight)
-        self.static_assigner = ATSSAssigner(num_classes=num_classes,
-                                            **_assigner_kwargs(static_assigner, _DEFAULT_STATIC, "static_assigner"))
-        self.assigner = TaskAlignedAssigner(num_classes=num_classes,
-                                            **_assigner_kwargs(assigner, _DEFAULT_DYNAMIC, "assigner"))
+        self.static_assigner = ATSSAssigner(
+            num_classes=num_classes, **_assigner_kwargs(static_assigner, _DEFAULT_STATIC, "static_assigner")
+        )
+        self.assigner = TaskAlignedAssigner(
+            num_classes=num_classes, **_assigner_kwargs(assigner, _DEFAULT_DYNAMIC, "assigner")
+        )
 
-    def _ground_truth(self, batch: Mapping[str, Any], batch_size: int,
-                      device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _ground_truth(
+        self, batch: Mapping[str, Any], batch_size: int, device: torch.device
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         for key in ("gt_class", "gt_bbox"):
             if key not in batch:
                 raise KeyError(f"PPYOLOELoss needs batch[{key!r}]; the batch has {sorted(batch)}")
@@ -162,10 +186,14 @@ class PPYOLOELoss(nn.Module):
         batch_size, num_anchors, num_classes = cls_logits.shape
         bins = self.reg_max + 1
         if num_classes != self.num_classes:
-            raise ValueError(f"cls_logits has {num_classes} classes, PPYOLOELoss num_classes is {self.num_classes}")
+            raise ValueError(
+                f"cls_logits has {num_classes} classes, PPYOLOELoss num_classes is {self.num_classes}"
+            )
         if tuple(reg_distri.shape) != (batch_size, num_anchors, 4 * bins):
-            raise ValueError(f"reg_distri must be [B, A, 4*(reg_max+1)] = {[batch_size, num_anchors, 4 * bins]}, "
-                             f"got {list(reg_distri.shape)}")
+            raise ValueError(
+                f"reg_distri must be [B, A, 4*(reg_max+1)] = {[batch_size, num_anchors, 4 * bins]}, "
+                f"got {list(reg_distri.shape)}"
+            )
         device = cls_logits.device
         anchors = preds["anchors"].float()
         anchor_points = preds["anchor_points"].float()
@@ -183,13 +211,27 @@ class PPYOLOELoss(nn.Module):
 
         pred_pixels = pred_bboxes.detach() * stride
         if epoch_id < self.static_assigner_epoch:
-            labels, boxes, scores = self.static_assigner(anchors, num_anchors_list, gt_labels, gt_bboxes, pad_gt_mask,
-                                                         bg_index=num_classes, pred_bboxes=pred_pixels)
+            labels, boxes, scores = self.static_assigner(
+                anchors,
+                num_anchors_list,
+                gt_labels,
+                gt_bboxes,
+                pad_gt_mask,
+                bg_index=num_classes,
+                pred_bboxes=pred_pixels,
+            )
             focal_alpha = 0.25
         else:
-            labels, boxes, scores = self.assigner(cls_logits.detach().sigmoid(), pred_pixels, anchor_points,
-                                                  num_anchors_list, gt_labels, gt_bboxes, pad_gt_mask,
-                                                  bg_index=num_classes)
+            labels, boxes, scores = self.assigner(
+                cls_logits.detach().sigmoid(),
+                pred_pixels,
+                anchor_points,
+                num_anchors_list,
+                gt_labels,
+                gt_bboxes,
+                pad_gt_mask,
+                bg_index=num_classes,
+            )
             focal_alpha = -1.0
         boxes = boxes / stride
 
@@ -200,16 +242,30 @@ class PPYOLOELoss(nn.Module):
             loss_cls = sigmoid_focal_loss(cls_logits, scores, alpha=focal_alpha)
         norm = _global_normaliser(scores.sum())
         loss_cls = loss_cls / norm
-        loss_l1, loss_iou, loss_dfl = self._box_losses(pred_dist, pred_bboxes, points_s, labels, boxes, scores, norm)
+        loss_l1, loss_iou, loss_dfl = self._box_losses(
+            pred_dist, pred_bboxes, points_s, labels, boxes, scores, norm
+        )
 
         w = self.loss_weight
         total = w["class"] * loss_cls + w["iou"] * loss_iou + w["dfl"] * loss_dfl
-        return {"loss": total, "loss_cls": loss_cls, "loss_iou": loss_iou, "loss_dfl": loss_dfl,
-                "loss_l1": loss_l1}
+        return {
+            "loss": total,
+            "loss_cls": loss_cls,
+            "loss_iou": loss_iou,
+            "loss_dfl": loss_dfl,
+            "loss_l1": loss_l1,
+        }
 
-    def _box_losses(self, pred_dist: torch.Tensor, pred_bboxes: torch.Tensor, points_s: torch.Tensor,
-                    labels: torch.Tensor, boxes: torch.Tensor, scores: torch.Tensor,
-                    norm: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _box_losses(
+        self,
+        pred_dist: torch.Tensor,
+        pred_bboxes: torch.Tensor,
+        points_s: torch.Tensor,
+        labels: torch.Tensor,
+        boxes: torch.Tensor,
+        scores: torch.Tensor,
+        norm: torch.Tensor,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """L1 (mean), GIoU and DFL (score-weighted, / ``norm``) over positives, in stride units."""
         positive = labels != self.num_classes
         if not bool(positive.any()):

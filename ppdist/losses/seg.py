@@ -1,5 +1,6 @@
 """Segmentation losses with PaddleSeg's semantics, and ``MultiOutputLoss`` mapping a list of
 losses with coefficients onto a model's list of outputs (PaddleSeg's ``loss: {types, coef}``)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -24,7 +25,9 @@ def _check_weight(weight: Optional[torch.Tensor], logit: torch.Tensor) -> Option
     if weight is None:
         return None
     if weight.numel() != logit.shape[1]:
-        raise ValueError(f"the loss has {weight.numel()} class weights but the model predicts {logit.shape[1]} classes")
+        raise ValueError(
+            f"the loss has {weight.numel()} class weights but the model predicts {logit.shape[1]} classes"
+        )
     return weight.to(logit.device)
 
 
@@ -36,8 +39,10 @@ class PixelLoss(nn.Module):
         if isinstance(target, Mapping):
             outputs = list(preds) if isinstance(preds, (list, tuple)) else [preds]
             if len(outputs) != 1:
-                raise ValueError(f"the model returned {len(outputs)} outputs; use Loss: {{name: MultiOutputLoss, "
-                                 f"types: [...], coef: [...]}} with one {type(self).__name__} per output")
+                raise ValueError(
+                    f"the model returned {len(outputs)} outputs; use Loss: {{name: MultiOutputLoss, "
+                    f"types: [...], coef: [...]}} with one {type(self).__name__} per output"
+                )
             return {"loss": super().__call__(outputs[0], _labels(target, outputs[0].device))}
         return super().__call__(preds, target)
 
@@ -48,8 +53,13 @@ class CrossEntropyLoss(PixelLoss):
     ``avg_non_ignore`` the mean is over non-ignored pixels (class-weighted when ``weight``
     is set); ``top_k_percent_pixels < 1`` keeps only the hardest pixels."""
 
-    def __init__(self, weight: Optional[List[float]] = None, ignore_index: int = 255,
-                 top_k_percent_pixels: float = 1.0, avg_non_ignore: bool = True) -> None:
+    def __init__(
+        self,
+        weight: Optional[List[float]] = None,
+        ignore_index: int = 255,
+        top_k_percent_pixels: float = 1.0,
+        avg_non_ignore: bool = True,
+    ) -> None:
         super().__init__()
         if not 0.0 < top_k_percent_pixels <= 1.0:
             raise ValueError(f"top_k_percent_pixels must lie in (0, 1], got {top_k_percent_pixels}")
@@ -65,7 +75,11 @@ class CrossEntropyLoss(PixelLoss):
         loss = F.cross_entropy(logit, label, weight=weight, ignore_index=self.ignore_index, reduction="none")
         valid = label != self.ignore_index
         mask = valid.float() if self.avg_non_ignore else torch.ones_like(loss)
-        coef = weight[torch.where(valid, label, 0)] if (weight is not None and self.avg_non_ignore) else torch.ones_like(loss)
+        coef = (
+            weight[torch.where(valid, label, 0)]
+            if (weight is not None and self.avg_non_ignore)
+            else torch.ones_like(loss)
+        )
         loss = loss * mask
         if self.top_k_percent_pixels == 1.0:
             return loss.mean() / ((mask * coef).mean() + self.eps)
@@ -84,8 +98,13 @@ class OhemCrossEntropyLoss(PixelLoss):
     entropy. With ``min_kept >= #valid`` every valid pixel is kept.
     """
 
-    def __init__(self, thresh: float = 0.7, min_kept: int = 10000, ignore_index: int = 255,
-                 weight: Optional[List[float]] = None) -> None:
+    def __init__(
+        self,
+        thresh: float = 0.7,
+        min_kept: int = 10000,
+        ignore_index: int = 255,
+        weight: Optional[List[float]] = None,
+    ) -> None:
         super().__init__()
         self.thresh = float(thresh)
         self.min_kept = int(min_kept)
@@ -125,8 +144,12 @@ class MultiOutputLoss(nn.Module):
     reaches every entry that takes it. Returns ``loss`` and the per-output ``loss_i``.
     """
 
-    def __init__(self, types: List[Dict[str, Any]], coef: Optional[List[float]] = None,
-                 ignore_index: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        types: List[Dict[str, Any]],
+        coef: Optional[List[float]] = None,
+        ignore_index: Optional[int] = None,
+    ) -> None:
         super().__init__()
         if not types:
             raise ValueError("types needs at least one loss entry")
@@ -148,9 +171,14 @@ class MultiOutputLoss(nn.Module):
     def forward(self, preds: Any, batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         outputs = list(preds) if isinstance(preds, (list, tuple)) else [preds]
         if len(outputs) != len(self.losses):
-            raise ValueError(f"the model returned {len(outputs)} output(s) but Loss.types has {len(self.losses)} "
-                             f"entries; give one loss per output (PP-LiteSeg trains with 3)")
+            raise ValueError(
+                f"the model returned {len(outputs)} output(s) but Loss.types has {len(self.losses)} "
+                f"entries; give one loss per output (PP-LiteSeg trains with 3)"
+            )
         label = _labels(batch, outputs[0].device)
-        parts = {f"loss_{i}": c * fn(out, label) for i, (fn, out, c) in enumerate(zip(self.losses, outputs, self.coef))}
+        parts = {
+            f"loss_{i}": c * fn(out, label)
+            for i, (fn, out, c) in enumerate(zip(self.losses, outputs, self.coef))
+        }
         total = torch.stack(list(parts.values())).sum()
         return dict({"loss": total}, **parts) if len(parts) > 1 else {"loss": total}

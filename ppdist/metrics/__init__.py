@@ -1,4 +1,5 @@
 """Metrics; importing this package registers them in ``METRICS``."""
+
 from ppdist.metrics.base import Metric
 from ppdist.metrics.coco import COCOMetric
 from ppdist.metrics.rec import RecMetric

@@ -1,4 +1,5 @@
 """The metric contract the evaluator relies on."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping

@@ -4,6 +4,7 @@ The state is the list of detections (COCO results format) and the evaluated imag
 merging concatenates them in rank order (contiguous eval shards), so every rank scores
 exactly the detections a single process would.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,20 @@ from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
 
 logger = logging.getLogger("ppdist")
-STAT_NAMES = ("ap", "ap50", "ap75", "ap_small", "ap_medium", "ap_large",
-              "ar1", "ar10", "ar100", "ar_small", "ar_medium", "ar_large")
+STAT_NAMES = (
+    "ap",
+    "ap50",
+    "ap75",
+    "ap_small",
+    "ap_medium",
+    "ap_large",
+    "ar1",
+    "ar10",
+    "ar100",
+    "ar_small",
+    "ar_medium",
+    "ar_large",
+)
 
 
 def _is_main_process() -> bool:
@@ -37,8 +50,9 @@ def write_json_atomic(data: Any, path: str) -> None:
     os.replace(tmp, path)
 
 
-def coco_bbox_eval(coco_gt: Any, detections: List[Dict[str, Any]], image_ids: List[int],
-                   classwise: bool = False) -> Dict[str, Any]:
+def coco_bbox_eval(
+    coco_gt: Any, detections: List[Dict[str, Any]], image_ids: List[int], classwise: bool = False
+) -> Dict[str, Any]:
     """The 12 COCO stats (and per-class AP) of ``detections`` on ``image_ids``."""
     from pycocotools.cocoeval import COCOeval
 
@@ -77,8 +91,13 @@ class COCOMetric(Metric):
     -> COCO category id map from a ``COCODataSet``. ``output_dir`` writes ``bbox.json`` (rank 0).
     """
 
-    def __init__(self, main_indicator: str = "ap", classwise: bool = False, output_dir: Optional[str] = None,
-                 bias: int = 0) -> None:
+    def __init__(
+        self,
+        main_indicator: str = "ap",
+        classwise: bool = False,
+        output_dir: Optional[str] = None,
+        bias: int = 0,
+    ) -> None:
         if main_indicator not in STAT_NAMES:
             raise ValueError(f"COCOMetric.main_indicator must be one of {STAT_NAMES}, got {main_indicator!r}")
         self.main_indicator = main_indicator
@@ -93,8 +112,10 @@ class COCOMetric(Metric):
     def bind_dataset(self, dataset: Any) -> None:
         for attr in ("coco", "clsid2catid"):
             if not hasattr(dataset, attr):
-                raise ValueError(f"COCOMetric needs a COCO-style eval dataset (with '{attr}'), got "
-                                 f"{type(dataset).__name__}")
+                raise ValueError(
+                    f"COCOMetric needs a COCO-style eval dataset (with '{attr}'), got "
+                    f"{type(dataset).__name__}"
+                )
         self.coco_gt = dataset.coco
         self.clsid2catid = dict(dataset.clsid2catid)
         self.label_list = list(getattr(dataset, "label_list", []))
@@ -111,10 +132,19 @@ class COCOMetric(Metric):
             scores = result["scores"].detach().cpu().double().numpy()
             labels = result["labels"].detach().cpu().numpy()
             for (x1, y1, x2, y2), score, label in zip(boxes, scores, labels):
-                self.detections.append({
-                    "image_id": image_id, "category_id": self.clsid2catid[int(label)],
-                    "bbox": [float(x1), float(y1), float(x2 - x1 + self.bias), float(y2 - y1 + self.bias)],
-                    "score": float(score)})
+                self.detections.append(
+                    {
+                        "image_id": image_id,
+                        "category_id": self.clsid2catid[int(label)],
+                        "bbox": [
+                            float(x1),
+                            float(y1),
+                            float(x2 - x1 + self.bias),
+                            float(y2 - y1 + self.bias),
+                        ],
+                        "score": float(score),
+                    }
+                )
 
     def state(self) -> Dict[str, Any]:
         return {"detections": self.detections, "image_ids": self.image_ids}

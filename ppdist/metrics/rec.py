@@ -1,4 +1,5 @@
 """Text-recognition accuracy and normalised edit distance (PaddleOCR's ``RecMetric``)."""
+
 from __future__ import annotations
 
 import math
@@ -29,11 +30,11 @@ class RecMetric(Metric):
     ``math.fsum``, so merged states give exactly the unsplit numbers. ``compute`` does not reset.
     """
 
-    def __init__(self, main_indicator: str = "acc", is_filter: bool = False,
-                 ignore_space: bool = True) -> None:
+    def __init__(
+        self, main_indicator: str = "acc", is_filter: bool = False, ignore_space: bool = True
+    ) -> None:
         if main_indicator not in INDICATORS:
-            raise ValueError(f"RecMetric.main_indicator must be one of {INDICATORS}, "
-                             f"got {main_indicator!r}")
+            raise ValueError(f"RecMetric.main_indicator must be one of {INDICATORS}, got {main_indicator!r}")
         self.main_indicator = main_indicator
         self.is_filter = is_filter
         self.ignore_space = ignore_space
@@ -62,8 +63,11 @@ class RecMetric(Metric):
             self.all_num += 1
 
     def state(self) -> Dict[str, Any]:
-        return {"correct_num": self.correct_num, "all_num": self.all_num,
-                "edit_distances": list(self.edit_distances)}
+        return {
+            "correct_num": self.correct_num,
+            "all_num": self.all_num,
+            "edit_distances": list(self.edit_distances),
+        }
 
     def load_states(self, states: List[Dict[str, Any]]) -> None:
         self.reset()

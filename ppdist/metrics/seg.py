@@ -4,6 +4,7 @@ For each class ``i`` over non-ignored pixels: ``I_i`` (prediction and label are 
 ``P_i`` (prediction is ``i``) and ``L_i`` (label is ``i``). The areas are int64 counts, so
 summing them over ranks gives exactly the single-process numbers.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping
@@ -17,7 +18,9 @@ from ppdist.registry import METRICS
 INDICATORS = ("miou", "acc", "kappa", "mdice")
 
 
-def class_areas(pred: torch.Tensor, label: torch.Tensor, num_classes: int, ignore_index: int = 255) -> np.ndarray:
+def class_areas(
+    pred: torch.Tensor, label: torch.Tensor, num_classes: int, ignore_index: int = 255
+) -> np.ndarray:
     """``[3, C]`` int64 array of intersection, prediction and label areas (ignored pixels excluded)."""
     pred = pred.reshape(-1).long()
     label = label.reshape(-1).long().to(pred.device)
@@ -29,7 +32,9 @@ def class_areas(pred: torch.Tensor, label: torch.Tensor, num_classes: int, ignor
     return torch.stack([intersect, pred_area, label_area]).cpu().numpy().astype(np.int64)
 
 
-def metrics_from_areas(intersect: np.ndarray, pred_area: np.ndarray, label_area: np.ndarray) -> Dict[str, Any]:
+def metrics_from_areas(
+    intersect: np.ndarray, pred_area: np.ndarray, label_area: np.ndarray
+) -> Dict[str, Any]:
     """mIoU, Acc, Kappa, mDice and per-class IoU / precision / recall / Dice."""
     i, p, g = (np.asarray(a, dtype=np.float64) for a in (intersect, pred_area, label_area))
     union = p + g - i
@@ -45,9 +50,16 @@ def metrics_from_areas(intersect: np.ndarray, pred_area: np.ndarray, label_area:
         kappa = float((po - pe) / (1 - pe)) if pe != 1 else 1.0
     else:
         kappa = 0.0
-    return {"miou": float(iou.mean()), "acc": acc, "kappa": kappa, "mdice": float(dice.mean()),
-            "class_iou": iou.tolist(), "class_precision": precision.tolist(), "class_recall": recall.tolist(),
-            "class_dice": dice.tolist()}
+    return {
+        "miou": float(iou.mean()),
+        "acc": acc,
+        "kappa": kappa,
+        "mdice": float(dice.mean()),
+        "class_iou": iou.tolist(),
+        "class_precision": precision.tolist(),
+        "class_recall": recall.tolist(),
+        "class_dice": dice.tolist(),
+    }
 
 
 @METRICS.register
@@ -72,7 +84,9 @@ class SegMetric(Metric):
         label = torch.as_tensor(batch["label"])
         pred = torch.as_tensor(results)
         if pred.shape != label.shape:
-            raise ValueError(f"prediction shape {tuple(pred.shape)} differs from label shape {tuple(label.shape)}")
+            raise ValueError(
+                f"prediction shape {tuple(pred.shape)} differs from label shape {tuple(label.shape)}"
+            )
         self.areas += class_areas(pred, label, self.num_classes, self.ignore_index)
         self.images += int(label.shape[0])
 

@@ -5,6 +5,7 @@ Task-agnostic: each stage's ``out_channels`` becomes the next stage's ``in_chann
 ``input_size`` keyword (e.g. a segmentation head upsampling to the image) receives the
 input's spatial size.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -32,8 +33,7 @@ class BaseModel(nn.Module):
             if key not in self.KNOWN_KEYS:
                 raise ConfigError(f"unknown key Architecture.{key}.{did_you_mean(str(key), self.KNOWN_KEYS)}")
         if arch.get("Transform"):
-            raise ConfigError("Architecture.Transform (e.g. TPS) is not supported yet; "
-                              "set it to null")
+            raise ConfigError("Architecture.Transform (e.g. TPS) is not supported yet; set it to null")
         self.model_type = arch.get("model_type")
         self.algorithm = arch.get("algorithm")
 
@@ -46,12 +46,15 @@ class BaseModel(nn.Module):
         if self.backbone is None and self.neck is None and self.head is None:
             raise ConfigError("Architecture needs at least a Backbone, a Neck or a Head")
         self.out_channels = getattr(self.head, "out_channels", channels)
-        self._wants_size = [stage is not None and "input_size" in inspect.signature(stage.forward).parameters
-                            for stage in (self.backbone, self.neck, self.head)]
+        self._wants_size = [
+            stage is not None and "input_size" in inspect.signature(stage.forward).parameters
+            for stage in (self.backbone, self.neck, self.head)
+        ]
 
     @staticmethod
-    def _build_stage(registry: Registry, arch: Mapping[str, Any], key: str,
-                     in_channels: int) -> Optional[nn.Module]:
+    def _build_stage(
+        registry: Registry, arch: Mapping[str, Any], key: str, in_channels: int
+    ) -> Optional[nn.Module]:
         cfg = arch.get(key)
         if cfg is None:
             return None
@@ -68,8 +71,10 @@ class BaseModel(nn.Module):
         elif isinstance(batch, Mapping) and "image" in batch:
             x = batch["image"]
         else:
-            raise TypeError("BaseModel.forward expects an image tensor or a mapping with key "
-                            f"'image', got {type(batch).__name__}")
+            raise TypeError(
+                "BaseModel.forward expects an image tensor or a mapping with key "
+                f"'image', got {type(batch).__name__}"
+            )
         size = x.shape[2:]
         for stage, wants_size in zip((self.backbone, self.neck, self.head), self._wants_size):
             if stage is not None:

@@ -1,4 +1,5 @@
 """Deploy-time re-parameterisation (RepVgg branch folding) of a trained model."""
+
 from __future__ import annotations
 
 from torch import nn

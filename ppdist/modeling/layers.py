@@ -1,4 +1,5 @@
 """Small building blocks shared by the backbones (MobileNetV3 family, PaddleOCR semantics)."""
+
 from __future__ import annotations
 
 import math
@@ -46,11 +47,20 @@ def make_activation(act: Optional[str]) -> nn.Module:
 class ConvBNLayer(nn.Module):
     """Bias-free Conv2d -> BatchNorm2d -> optional activation."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: Stride = 1,
-                 padding: int = 0, groups: int = 1, act: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: Stride = 1,
+        padding: int = 0,
+        groups: int = 1,
+        act: Optional[str] = None,
+    ) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride,
-                              padding=padding, groups=groups, bias=False)
+        self.conv = nn.Conv2d(
+            in_channels, out_channels, kernel_size, stride=stride, padding=padding, groups=groups, bias=False
+        )
         self.bn = nn.BatchNorm2d(out_channels, eps=1e-5, momentum=0.1)
         self.act = make_activation(act)
 
@@ -61,8 +71,7 @@ class ConvBNLayer(nn.Module):
 class SEModule(nn.Module):
     """Squeeze-and-excitation: global average pool, C -> C/r -> C, Paddle hard-sigmoid gate."""
 
-    def __init__(self, channels: int, reduction: int = 4, slope: float = 0.2,
-                 offset: float = 0.5) -> None:
+    def __init__(self, channels: int, reduction: int = 4, slope: float = 0.2, offset: float = 0.5) -> None:
         super().__init__()
         squeezed = channels // reduction
         if squeezed < 1:
@@ -86,16 +95,31 @@ class ResidualUnit(nn.Module):
     ``(1, 1)`` does not count, as in PaddleOCR) and the channel count is unchanged.
     """
 
-    def __init__(self, in_channels: int, mid_channels: int, out_channels: int, kernel_size: int,
-                 stride: Stride, use_se: bool, act: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        mid_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: Stride,
+        use_se: bool,
+        act: Optional[str] = None,
+    ) -> None:
         super().__init__()
-        self.use_shortcut = (not isinstance(stride, (tuple, list)) and stride == 1
-                             and in_channels == out_channels)
+        self.use_shortcut = (
+            not isinstance(stride, (tuple, list)) and stride == 1 and in_channels == out_channels
+        )
         self.use_se = use_se
         self.expand_conv = ConvBNLayer(in_channels, mid_channels, 1, act=act)
-        self.bottleneck_conv = ConvBNLayer(mid_channels, mid_channels, kernel_size,
-                                           stride=tuple(stride) if isinstance(stride, list) else stride,
-                                           padding=(kernel_size - 1) // 2, groups=mid_channels, act=act)
+        self.bottleneck_conv = ConvBNLayer(
+            mid_channels,
+            mid_channels,
+            kernel_size,
+            stride=tuple(stride) if isinstance(stride, list) else stride,
+            padding=(kernel_size - 1) // 2,
+            groups=mid_channels,
+            act=act,
+        )
         self.mid_se = SEModule(mid_channels) if use_se else nn.Identity()
         self.linear_conv = ConvBNLayer(mid_channels, out_channels, 1, act=None)
 
@@ -138,11 +162,26 @@ class ConvBNAct(nn.Module):
     keeps Paddle's default bias unless told otherwise).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 groups: int = 1, bias: bool = False, act: Optional[str] = "relu") -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        groups: int = 1,
+        bias: bool = False,
+        act: Optional[str] = "relu",
+    ) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride,
-                              padding=kernel_size // 2, groups=groups, bias=bias)
+        self.conv = nn.Conv2d(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride=stride,
+            padding=kernel_size // 2,
+            groups=groups,
+            bias=bias,
+        )
         self.bn = nn.BatchNorm2d(out_channels, eps=1e-5, momentum=0.1)
         self.act = nn.LeakyReLU(0.01) if act == "leakyrelu" else make_activation(act)
 
@@ -208,7 +247,9 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()):
             return super().forward(x)
-        bins_h, bins_w = (self.output_size, self.output_size) if isinstance(self.output_size, int) else self.output_size
+        bins_h, bins_w = (
+            (self.output_size, self.output_size) if isinstance(self.output_size, int) else self.output_size
+        )
         rows = _pooling_matrix(torch.as_tensor(x.shape[2]), int(bins_h), x)
         cols = _pooling_matrix(torch.as_tensor(x.shape[3]), int(bins_w), x)
         return torch.matmul(torch.matmul(rows, x), cols.transpose(0, 1))

@@ -1,13 +1,21 @@
 """Tensor operations shared by models and losses (pure torch)."""
+
 from ppdist.ops.boxes import (
-                              bbox2distance,
-                              box_area,
-                              box_centers,
-                              distance2bbox,
-                              giou,
-                              pairwise_iou,
-                              points_inside_boxes,
+    bbox2distance,
+    box_area,
+    box_centers,
+    distance2bbox,
+    giou,
+    pairwise_iou,
+    points_inside_boxes,
 )
 
-__all__ = ["bbox2distance", "box_area", "box_centers", "distance2bbox", "giou", "pairwise_iou",
-           "points_inside_boxes"]
+__all__ = [
+    "bbox2distance",
+    "box_area",
+    "box_centers",
+    "distance2bbox",
+    "giou",
+    "pairwise_iou",
+    "points_inside_boxes",
+]

@@ -1,4 +1,5 @@
 """Box utilities on ``xyxy`` tensors (x1, y1, x2, y2), differentiable where it makes sense."""
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,10 @@ def pairwise_iou(boxes1: torch.Tensor, boxes2: torch.Tensor, eps: float = 1e-9) 
     ``eps`` is added to the union (empty boxes give IoU 0, never NaN).
     """
     if boxes1.ndim != boxes2.ndim or boxes1.ndim not in (2, 3):
-        raise ValueError(f"pairwise_iou takes [N,4] x [A,4] or [B,N,4] x [B,A,4], "
-                         f"got {tuple(boxes1.shape)} and {tuple(boxes2.shape)}")
+        raise ValueError(
+            f"pairwise_iou takes [N,4] x [A,4] or [B,N,4] x [B,A,4], "
+            f"got {tuple(boxes1.shape)} and {tuple(boxes2.shape)}"
+        )
     b1 = boxes1.unsqueeze(-2)  # [..., N, 1, 4]
     b2 = boxes2.unsqueeze(-3)  # [..., 1, A, 4]
     lt = torch.maximum(b1[..., :2], b2[..., :2])

@@ -1,4 +1,5 @@
 """Greedy CTC decoding into ``(text, score)`` pairs (PaddleOCR's ``CTCLabelDecode``)."""
+
 from __future__ import annotations
 
 import re
@@ -45,14 +46,16 @@ class CTCLabelDecode:
         self.num_classes = len(self.character)
         self.reverse = bool(character_dict_path) and "arabic" in character_dict_path
 
-    def __call__(self, preds: Union[ArrayLike, Sequence[ArrayLike]],
-                 batch: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    def __call__(
+        self, preds: Union[ArrayLike, Sequence[ArrayLike]], batch: Optional[Mapping[str, Any]] = None
+    ) -> Dict[str, Any]:
         if isinstance(preds, (list, tuple)):
             preds = preds[-1]
         probs = to_numpy(preds)
         if probs.ndim != 3 or probs.shape[2] != self.num_classes:
-            raise ValueError(f"CTCLabelDecode expects predictions (B, T, {self.num_classes}), "
-                             f"got shape {probs.shape}")
+            raise ValueError(
+                f"CTCLabelDecode expects predictions (B, T, {self.num_classes}), got shape {probs.shape}"
+            )
         results: Dict[str, Any] = {"preds": self.decode_predictions(probs)}
         if batch is not None and "label" in batch:
             results["labels"] = self.decode_labels(to_numpy(batch["label"]))

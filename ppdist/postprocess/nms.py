@@ -1,5 +1,6 @@
 """PP-YOLOE post-processing: multi-class NMS (Paddle's ``multiclass_nms3`` semantics) on
 torchvision ops, boxes mapped back to the original image."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Tuple
@@ -20,8 +21,14 @@ def per_class_top_k(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch
     return order[rank < k]
 
 
-def multiclass_nms(scores: torch.Tensor, boxes: torch.Tensor, score_threshold: float, nms_top_k: int,
-                   nms_threshold: float, keep_top_k: int) -> Dict[str, torch.Tensor]:
+def multiclass_nms(
+    scores: torch.Tensor,
+    boxes: torch.Tensor,
+    score_threshold: float,
+    nms_top_k: int,
+    nms_threshold: float,
+    keep_top_k: int,
+) -> Dict[str, torch.Tensor]:
     """One image: ``scores`` [C, A], ``boxes`` [A, 4] -> kept ``boxes``, ``scores``, ``labels``.
 
     Per class: scores strictly above ``score_threshold``, the best ``nms_top_k``, hard NMS at
@@ -39,8 +46,14 @@ def multiclass_nms(scores: torch.Tensor, boxes: torch.Tensor, score_threshold: f
     return {"boxes": candidate_boxes[keep], "scores": values[keep].float(), "labels": labels[keep]}
 
 
-def batched_multiclass_nms(scores: torch.Tensor, boxes: torch.Tensor, score_threshold: float, nms_top_k: int,
-                           nms_threshold: float, keep_top_k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def batched_multiclass_nms(
+    scores: torch.Tensor,
+    boxes: torch.Tensor,
+    score_threshold: float,
+    nms_top_k: int,
+    nms_threshold: float,
+    keep_top_k: int,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """``multiclass_nms`` for a whole batch with tensor operations only (traceable to ONNX with a
     dynamic batch and anchor count, as PaddleDetection's exported ``multiclass_nms3``).
 
@@ -72,8 +85,13 @@ class MultiClassNMS:
     ``scale_factor`` [B, 2] = (h, w) input/original ratios maps the boxes back (no clipping).
     Returns one dict per image: ``im_id``, ``boxes`` (xyxy), ``scores``, ``labels``."""
 
-    def __init__(self, score_threshold: float = 0.01, nms_top_k: int = 1000, keep_top_k: int = 300,
-                 nms_threshold: float = 0.7) -> None:
+    def __init__(
+        self,
+        score_threshold: float = 0.01,
+        nms_top_k: int = 1000,
+        keep_top_k: int = 300,
+        nms_threshold: float = 0.7,
+    ) -> None:
         self.score_threshold = float(score_threshold)
         self.nms_top_k = int(nms_top_k)
         self.keep_top_k = int(keep_top_k)
@@ -81,8 +99,9 @@ class MultiClassNMS:
 
     def batched(self, scores: torch.Tensor, boxes: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """``batched_multiclass_nms`` with these settings: ``(bbox [M, 6], bbox_num [B])``."""
-        return batched_multiclass_nms(scores, boxes, self.score_threshold, self.nms_top_k, self.nms_threshold,
-                                      self.keep_top_k)
+        return batched_multiclass_nms(
+            scores, boxes, self.score_threshold, self.nms_top_k, self.nms_threshold, self.keep_top_k
+        )
 
     def __call__(self, preds: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> List[Dict[str, Any]]:
         scores, boxes = preds["scores"], preds["boxes"]
@@ -90,8 +109,9 @@ class MultiClassNMS:
         ids = batch.get("im_id")
         results = []
         for i in range(scores.shape[0]):
-            kept = multiclass_nms(scores[i], boxes[i], self.score_threshold, self.nms_top_k,
-                                  self.nms_threshold, self.keep_top_k)
+            kept = multiclass_nms(
+                scores[i], boxes[i], self.score_threshold, self.nms_top_k, self.nms_threshold, self.keep_top_k
+            )
             if scale is not None:
                 h_ratio, w_ratio = (float(v) for v in scale[i].reshape(-1)[:2])
                 kept["boxes"] = kept["boxes"] / kept["boxes"].new_tensor([w_ratio, h_ratio, w_ratio, h_ratio])

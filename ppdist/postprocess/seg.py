@@ -6,6 +6,7 @@ of ``scales`` and flips, averaging the logits resized to the input size. ``__cal
 resizes the logits (bilinear) to the label's size when they differ — eval labels stay at
 full resolution — and takes the argmax.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,15 +50,26 @@ def first_output(preds: Any) -> torch.Tensor:
 class SegPostProcess:
     """Test-time options (PaddleSeg's ``test_config``) and the argmax to class ids."""
 
-    def __init__(self, aug_eval: bool = False, scales: Scales = 1.0, flip_horizontal: bool = False,
-                 flip_vertical: bool = False, is_slide: bool = False, crop_size: Optional[List[int]] = None,
-                 stride: Optional[List[int]] = None) -> None:
+    def __init__(
+        self,
+        aug_eval: bool = False,
+        scales: Scales = 1.0,
+        flip_horizontal: bool = False,
+        flip_vertical: bool = False,
+        is_slide: bool = False,
+        crop_size: Optional[List[int]] = None,
+        stride: Optional[List[int]] = None,
+    ) -> None:
         self.scales = [float(scales)] if isinstance(scales, (int, float)) else [float(s) for s in scales]
         if not self.scales or any(s <= 0 for s in self.scales):
             raise ValueError(f"scales must be positive numbers, got {scales!r}")
         self.aug_eval = aug_eval
-        self.flips = [(False, False)] + [(True, False)] * flip_horizontal + [(False, True)] * flip_vertical \
+        self.flips = (
+            [(False, False)]
+            + [(True, False)] * flip_horizontal
+            + [(False, True)] * flip_vertical
             + [(True, True)] * (flip_horizontal and flip_vertical)
+        )
         self.is_slide = is_slide
         self.crop_size = _pair(crop_size, "crop_size")
         self.stride = _pair(stride, "stride")
@@ -84,10 +96,12 @@ class SegPostProcess:
                 logit = first_output(model(image[:, :, h1:h2, w1:w2])).float()
                 if total is None:
                     total = torch.zeros((image.shape[0], logit.shape[1], h_im, w_im), device=image.device)
-                total[:, :, h1:h2, w1:w2] += logit[:, :, :h2 - h1, :w2 - w1]
+                total[:, :, h1:h2, w1:w2] += logit[:, :, : h2 - h1, : w2 - w1]
                 count[:, :, h1:h2, w1:w2] += 1
         if bool((count == 0).any()):
-            raise RuntimeError("sliding-window inference left pixels unpredicted: stride is larger than crop_size")
+            raise RuntimeError(
+                "sliding-window inference left pixels unpredicted: stride is larger than crop_size"
+            )
         return total / count
 
     def infer(self, model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """tools/benchmark.py end to end on a tiny CRNN: every measurement runs and counts what it should."""
+
 import json
 import os
 
@@ -8,11 +9,37 @@ from ppdist_testing import check_ok, run_tool, tiny_config
 def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "o"), epochs=1)
     out = tmp_path / "bench.json"
-    result = check_ok(run_tool(["benchmark.py", "-c", cfg, "-o", "Global.synthetic_data=null",
-                                "Global.static_graph=true", "Global.gradient_as_bucket_view=true", "Global.bucket_cap_mb=5",
-                                "--iters", "3", "--warmup", "2", "--nproc", "2", "--scaling_threads", "1",
-                                "--infer_dir", os.path.join(digits_dir, "images", "val"), "--infer_images", "10",
-                                "--output_dir", str(tmp_path / "bench"), "--json", str(out)], timeout=600))
+    result = check_ok(
+        run_tool(
+            [
+                "benchmark.py",
+                "-c",
+                cfg,
+                "-o",
+                "Global.synthetic_data=null",
+                "Global.static_graph=true",
+                "Global.gradient_as_bucket_view=true",
+                "Global.bucket_cap_mb=5",
+                "--iters",
+                "3",
+                "--warmup",
+                "2",
+                "--nproc",
+                "2",
+                "--scaling_threads",
+                "1",
+                "--infer_dir",
+                os.path.join(digits_dir, "images", "val"),
+                "--infer_images",
+                "10",
+                "--output_dir",
+                str(tmp_path / "bench"),
+                "--json",
+                str(out),
+            ],
+            timeout=600,
+        )
+    )
     data = json.loads(out.read_text())
     batch = 16
     # trainer and bare loop: the same 3 timed steps of 16 samples after 2 warm-up steps
@@ -25,8 +52,12 @@ def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
     scaling = data["scaling"]
     assert scaling["single"]["world_size"] == 1 and scaling["multi"]["world_size"] == 2
     assert scaling["multi"]["samples"] == 3 * batch * 2
-    assert scaling["multi"]["ddp"] == {"gradient_as_bucket_view": True, "static_graph": True, "bucket_cap_mb": 5.0,
-                                       "find_unused_parameters": False}
+    assert scaling["multi"]["ddp"] == {
+        "gradient_as_bucket_view": True,
+        "static_graph": True,
+        "bucket_cap_mb": 5.0,
+        "find_unused_parameters": False,
+    }
     assert scaling["speedup"] == scaling["multi"]["samples_per_s"] / scaling["single"]["samples_per_s"]
     # eval over the whole val set (51 lines), infer over 10 files
     assert data["eval"]["samples"] == 51 and set(data["eval"]["metric"]) == {"acc"}

@@ -1,4 +1,5 @@
 """StepClock: only the steps after the warm-up are timed and counted."""
+
 import pytest
 
 from ppdist.benchmark.report import best_run
@@ -33,4 +34,7 @@ def test_a_run_shorter_than_the_window_is_an_error():
 def test_window_summary_and_best_run():
     summary = window_summary([step(1, 10, 0.0, 0.5), step(2, 30, 0.1, 0.5)], seconds=2.0)
     assert summary["samples_per_s"] == 20.0 and summary["reader_fraction"] == pytest.approx(0.1)
-    assert best_run([{"samples_per_s": 3.0}, {"samples_per_s": 5.0}, {"samples_per_s": 4.0}])["samples_per_s"] == 5.0
+    assert (
+        best_run([{"samples_per_s": 3.0}, {"samples_per_s": 5.0}, {"samples_per_s": 4.0}])["samples_per_s"]
+        == 5.0
+    )

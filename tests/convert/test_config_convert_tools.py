@@ -1,4 +1,5 @@
 """tools/convert_paddle_config.py, and tools/train.py started directly on Paddle configs."""
+
 import os
 
 import yaml
@@ -18,7 +19,9 @@ def test_tool_prints_the_config_and_lists_unmapped_keys(tmp_path):
     assert config["Global"]["epoch_num"] == 300 and config["Architecture"]["Backbone"]["name"] == "CSPResNet"
     assert "not converted: pretrain_weights" in result.stderr and "warning" not in result.stderr
     out = tmp_path / "sub" / "ppyoloe_s.yml"
-    check_ok(run_tool(["convert_paddle_config.py", "-c", DET_S, "--out", str(out), "-o", "Global.epoch_num=12"]))
+    check_ok(
+        run_tool(["convert_paddle_config.py", "-c", DET_S, "--out", str(out), "-o", "Global.epoch_num=12"])
+    )
     assert load_config(str(out))["Global"]["width_mult"] == 0.5
     assert load_config(str(out))["Global"]["epoch_num"] == 12  # -o: ppdist key paths, on the converted config
 
@@ -37,8 +40,8 @@ def _check_run(result, save_dir, unmapped):
     converted = os.path.join(save_dir, "converted_config.yml")
     text = open(converted, encoding="utf-8").read()
     assert text.startswith("# Converted from the") and unmapped in text
-    assert f"not converted: {unmapped}" in result.stdout + result.stderr   # logged as a warning
-    load_config(converted)   # the saved file is a ppdist config
+    assert f"not converted: {unmapped}" in result.stdout + result.stderr  # logged as a warning
+    load_config(converted)  # the saved file is a ppdist config
 
 
 def test_train_on_a_paddleseg_config(tmp_path):
@@ -89,9 +92,21 @@ loss:
   coef: [1, 0.4, 0.4]
 """)
     save = str(tmp_path / "out")
-    result = run_tool(["train.py", "-c", str(tmp_path / "pp_liteseg_tiny.yml"), "-o", f"Global.save_model_dir={save}",
-                       "Global.use_gpu=false", "Global.use_sync_bn=false", "Train.loader.num_workers=0",
-                       "Eval.loader.num_workers=0", "Global.print_batch_step=1"], timeout=300)
+    result = run_tool(
+        [
+            "train.py",
+            "-c",
+            str(tmp_path / "pp_liteseg_tiny.yml"),
+            "-o",
+            f"Global.save_model_dir={save}",
+            "Global.use_gpu=false",
+            "Global.use_sync_bn=false",
+            "Train.loader.num_workers=0",
+            "Eval.loader.num_workers=0",
+            "Global.print_batch_step=1",
+        ],
+        timeout=300,
+    )
     _check_run(result, save, "model.backbone.pretrained")
     assert load_config(os.path.join(save, "config.yml"))["Global"]["max_iters"] == 2
 
@@ -140,6 +155,15 @@ EvalReader:
   batch_size: 2
 """)
     save = str(tmp_path / "out")
-    result = run_tool(["train.py", "-c", str(tmp_path / "ppyoloe_tiny.yml"), "-o", f"Global.save_model_dir={save}",
-                       "Global.use_sync_bn=false"], timeout=300)
+    result = run_tool(
+        [
+            "train.py",
+            "-c",
+            str(tmp_path / "ppyoloe_tiny.yml"),
+            "-o",
+            f"Global.save_model_dir={save}",
+            "Global.use_sync_bn=false",
+        ],
+        timeout=300,
+    )
     _check_run(result, save, "TrainReader.sample_transforms[2].Mosaic")

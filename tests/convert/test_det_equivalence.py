@@ -19,6 +19,7 @@ matches the float32 outputs to 1e-4 (measured: boxes <= 3.8e-5 px, where float32
 1.5e-5 at 128-256 px; scores <= 1.2e-6; the original's own float32 boxes are 2.6e-5 / 3.5e-5 px
 from its float64 ones). No Paddle is needed.
 """
+
 import json
 import os
 
@@ -39,10 +40,12 @@ torch.set_num_threads(2)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = paddle_fixture_dir("det")
-CONFIGS = {False: os.path.join(ROOT, "configs", "det", "ppyoloe_crn_s_300e_coco.yml"),
-           True: os.path.join(ROOT, "configs", "det", "ppyoloe_plus_crn_s_80e_coco.yml")}
-TOL = 1e-4     # boxes (px) and scores in float32
-TOL64 = 1e-8   # boxes and scores in float64
+CONFIGS = {
+    False: os.path.join(ROOT, "configs", "det", "ppyoloe_crn_s_300e_coco.yml"),
+    True: os.path.join(ROOT, "configs", "det", "ppyoloe_plus_crn_s_80e_coco.yml"),
+}
+TOL = 1e-4  # boxes (px) and scores in float32
+TOL64 = 1e-8  # boxes and scores in float64
 
 FX = paddle_fixture_script("det")
 NAMES = list(FX.FIXTURES)
@@ -52,10 +55,14 @@ def fixture_model(name, num_classes=FX.NUM_CLASSES, use_alpha=None, depth_mult=N
     """The ppdist model of fixture ``name``, from the det config with its settings."""
     settings = FX.FIXTURES[name]
     use_alpha = settings["use_alpha"] if use_alpha is None else use_alpha
-    config = load_config(CONFIGS[use_alpha], [
-        f"Global.width_mult={settings['width_mult']}",
-        f"Global.depth_mult={settings['depth_mult'] if depth_mult is None else depth_mult}",
-        f"Global.num_classes={num_classes}"])
+    config = load_config(
+        CONFIGS[use_alpha],
+        [
+            f"Global.width_mult={settings['width_mult']}",
+            f"Global.depth_mult={settings['depth_mult'] if depth_mult is None else depth_mult}",
+            f"Global.num_classes={num_classes}",
+        ],
+    )
     return build_model(config), config
 
 
@@ -79,8 +86,10 @@ def predict(model, config, expected, dtype):
     """ppdist's decoded boxes and scores before NMS (the exported graph's ``exclude_nms`` outputs)."""
     deploy = DetDeploy(model, build_postprocess(config), exclude_nms=True).eval().to(dtype)
     with torch.no_grad():
-        boxes, scores = deploy(torch.from_numpy(expected["image"]).to(dtype),
-                               torch.from_numpy(expected["scale_factor"]).to(dtype))
+        boxes, scores = deploy(
+            torch.from_numpy(expected["image"]).to(dtype),
+            torch.from_numpy(expected["scale_factor"]).to(dtype),
+        )
     return boxes.numpy(), scores.numpy()
 
 
@@ -98,7 +107,10 @@ def assert_complete(report, paddle_state):
 def check_float64(name, model, config, expected):
     """ppdist in float64 against the original's float64 outputs (the same float32 weights)."""
     boxes, scores = predict(model.double(), config, expected, torch.float64)
-    diffs = {"boxes": max_diff(boxes, expected["boxes_fp64"]), "scores": max_diff(scores, expected["scores_fp64"])}
+    diffs = {
+        "boxes": max_diff(boxes, expected["boxes_fp64"]),
+        "scores": max_diff(scores, expected["scores_fp64"]),
+    }
     print(f"{name} float64: max abs diff boxes {diffs['boxes']:.2e} px, scores {diffs['scores']:.2e}")
     assert diffs["boxes"] <= TOL64 and diffs["scores"] <= TOL64
     return diffs
@@ -108,8 +120,10 @@ def check_float32(name, model, config, expected):
     """ppdist in float32 against the original's float32 outputs: boxes and scores to TOL."""
     boxes, scores = predict(model.float(), config, expected, torch.float32)
     diffs = {"boxes": max_diff(boxes, expected["boxes"]), "scores": max_diff(scores, expected["scores"])}
-    print(f"{name} float32: max abs diff boxes {diffs['boxes']:.2e} px, scores {diffs['scores']:.2e} (the float32 "
-          f"original vs the float64 one: boxes {max_diff(expected['boxes'], expected['boxes_fp64']):.2e} px)")
+    print(
+        f"{name} float32: max abs diff boxes {diffs['boxes']:.2e} px, scores {diffs['scores']:.2e} (the float32 "
+        f"original vs the float64 one: boxes {max_diff(expected['boxes'], expected['boxes_fp64']):.2e} px)"
+    )
     assert diffs["boxes"] <= TOL and diffs["scores"] <= TOL
     return diffs
 
@@ -122,7 +136,9 @@ def test_conversion_is_complete(name):
     assert_complete(report, paddle_state)
     alphas = [key for key in report.loaded if key.endswith(".alpha")]
     assert bool(alphas) == FX.FIXTURES[name]["use_alpha"]
-    if FX.FIXTURES[name]["depth_mult"] > 0.5:  # the SPP between the neck's blocks: convs.0, convs.spp, convs.1
+    if (
+        FX.FIXTURES[name]["depth_mult"] > 0.5
+    ):  # the SPP between the neck's blocks: convs.0, convs.spp, convs.1
         assert "neck.fpn_stages.0.0.convs.1.conv1.conv.weight" in report.loaded
 
 
@@ -168,8 +184,10 @@ def test_class_count_change_is_skipped_and_listed():
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert sorted(missing) == skipped and unexpected == []
     assert torch.equal(model.state_dict()["head.pred_cls.0.bias"], before["head.pred_cls.0.bias"])
-    assert torch.equal(model.state_dict()["head.pred_reg.0.bias"],
-                       torch.from_numpy(paddle_state["yolo_head.pred_reg.0.bias"]))
+    assert torch.equal(
+        model.state_dict()["head.pred_reg.0.bias"],
+        torch.from_numpy(paddle_state["yolo_head.pred_reg.0.bias"]),
+    )
 
 
 def test_weights_without_alpha_leave_alpha_at_one():
@@ -179,7 +197,9 @@ def test_weights_without_alpha_leave_alpha_at_one():
     _, report = convert_state_dict(model, paddle_state, "ppyoloe_tiny")
     assert report.missing and all(key.endswith(".conv2.alpha") for key in report.missing)
     assert report.skipped == [] and report.unused == []
-    assert len(report.missing) == sum(1 for m in model.modules() if isinstance(m, RepVggBlock) and m.alpha is not None)
+    assert len(report.missing) == sum(
+        1 for m in model.modules() if isinstance(m, RepVggBlock) and m.alpha is not None
+    )
 
 
 def test_dfl_projection_is_checked():
@@ -197,7 +217,9 @@ def test_backbone_only_file_without_prefix():
     backbone's tensors without ``backbone.``; ``stage="backbone"`` finds every one of them."""
     model, _ = fixture_model("ppyoloe_plus_tiny")
     paddle_state = load_pdparams(pdparams("ppyoloe_plus_tiny"))
-    imagenet = {key[len("backbone."):]: value for key, value in paddle_state.items() if key.startswith("backbone.")}
+    imagenet = {
+        key[len("backbone.") :]: value for key, value in paddle_state.items() if key.startswith("backbone.")
+    }
     assert "stem.conv1.conv.weight" in imagenet and "stages.0.blocks.0.conv2.alpha" in imagenet
     state, report = convert_state_dict(model, imagenet, "CSPResNet_pretrained", stage="backbone")
     backbone_keys = [key for key in model.backbone.state_dict() if not key.endswith("num_batches_tracked")]
@@ -218,8 +240,10 @@ def test_real_size_names_and_counts(name):
     """Every tensor of the real-size models is found under its PaddleDetection name and shape."""
     with open(os.path.join(FIXTURES, "real_size_keys.json")) as f:
         entry = json.load(f)[name]
-    config = load_config(CONFIGS[entry["use_alpha"]], [f"Global.width_mult={entry['width_mult']}",
-                                                       f"Global.depth_mult={entry['depth_mult']}"])
+    config = load_config(
+        CONFIGS[entry["use_alpha"]],
+        [f"Global.width_mult={entry['width_mult']}", f"Global.depth_mult={entry['depth_mult']}"],
+    )
     model = build_model(config)
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == entry["trainable"]
     paddle_state = {key: np.zeros(shape, np.float32) for key, shape in entry["tensors"].items()}

@@ -1,4 +1,5 @@
 """Paddle weights files are read without Paddle, and a pickle that would run code is refused."""
+
 import copyreg
 import io
 import os
@@ -43,10 +44,12 @@ def paddle_style_dump(obj, path, protocol):
 
 @pytest.mark.parametrize("protocol", [2, 3, 4])
 def test_state_dict_of_arrays_with_name_table(tmp_path, protocol):
-    weights = {"backbone.conv1._conv.weight": np.random.rand(8, 3, 3, 3).astype("float32"),
-               "backbone.conv1._batch_norm._mean": np.zeros(8, "float32"),
-               "head.fc.weight": np.arange(12, dtype="float64").reshape(3, 4),
-               "step": np.array(7, dtype="int64")}
+    weights = {
+        "backbone.conv1._conv.weight": np.random.rand(8, 3, 3, 3).astype("float32"),
+        "backbone.conv1._batch_norm._mean": np.zeros(8, "float32"),
+        "head.fc.weight": np.arange(12, dtype="float64").reshape(3, 4),
+        "step": np.array(7, dtype="int64"),
+    }
     saved = dict(weights, **{STRUCTURED_NAMES_KEY: {k: f"param_{i}" for i, k in enumerate(weights)}})
     path = str(tmp_path / "model.pdparams")
     paddle_style_dump(saved, path, protocol)
@@ -58,8 +61,11 @@ def test_state_dict_of_arrays_with_name_table(tmp_path, protocol):
 
 def test_nested_tensor_forms_of_paddle_21_and_lodtensor(tmp_path):
     a, b = np.ones((2, 2), "float32"), np.full(3, 2.0, "float32")
-    opt = {"fc.w_0_moment1_0": FakeDygraphTensor("fc.w_0_moment1_0", a), "fc.b_0_moment1_0": FakeLoDTensor(b),
-           "LR_Scheduler": {"last_epoch": 10, "last_lr": 0.001}}
+    opt = {
+        "fc.w_0_moment1_0": FakeDygraphTensor("fc.w_0_moment1_0", a),
+        "fc.b_0_moment1_0": FakeLoDTensor(b),
+        "LR_Scheduler": {"last_epoch": 10, "last_lr": 0.001},
+    }
     path = str(tmp_path / "model.pdopt")
     paddle_style_dump(opt, path, 4)
     raw = read_paddle_pickle(path)
@@ -82,7 +88,9 @@ def test_a_pickle_that_calls_a_function_is_refused_before_the_call(tmp_path):
     path = str(tmp_path / "evil.pdparams")
     with open(path, "wb") as handle:
         pickle.dump({"w": np.zeros(2), "x": RunsCode(marker)}, handle, protocol=2)
-    with pytest.raises(UnsafePickleError, match=r"evil.pdparams: refused: the file asks for (posix|os|nt)\.mkdir"):
+    with pytest.raises(
+        UnsafePickleError, match=r"evil.pdparams: refused: the file asks for (posix|os|nt)\.mkdir"
+    ):
         load_pdparams(path)
     assert not os.path.exists(marker)
 
@@ -110,7 +118,9 @@ def test_not_a_pickle_and_not_a_state_dict(tmp_path):
         load_pdparams(str(listed))
     with pytest.raises(CheckpointError, match="cannot read Paddle weights"):
         load_pdparams(str(tmp_path / "absent.pdparams"))
-    assert is_paddle_weights("a/b.PDPARAMS") and is_paddle_weights("x.pdema") and not is_paddle_weights("x.pt")
+    assert (
+        is_paddle_weights("a/b.PDPARAMS") and is_paddle_weights("x.pdema") and not is_paddle_weights("x.pt")
+    )
 
 
 def test_reader_never_imports_an_unlisted_module(tmp_path):
@@ -127,8 +137,15 @@ def test_reader_never_imports_an_unlisted_module(tmp_path):
 def test_arrays_split_by_protocol_2_saving_are_joined(tmp_path):
     big = np.arange(24, dtype="float32").reshape(2, 3, 4)
     flat = big.reshape(-1)
-    saved = {"small": np.ones(2, "float32"), "big@@.0": flat[:10], "big@@.1": flat[10:20], "big@@.2": flat[20:],
-             "UnpackBigParamInfor@@": {"big": {"OriginShape": (2, 3, 4), "slices": ["big@@.0", "big@@.1", "big@@.2"]}}}
+    saved = {
+        "small": np.ones(2, "float32"),
+        "big@@.0": flat[:10],
+        "big@@.1": flat[10:20],
+        "big@@.2": flat[20:],
+        "UnpackBigParamInfor@@": {
+            "big": {"OriginShape": (2, 3, 4), "slices": ["big@@.0", "big@@.1", "big@@.2"]}
+        },
+    }
     path = str(tmp_path / "split.pdparams")
     paddle_style_dump(saved, path, 2)
     state = load_pdparams(path)

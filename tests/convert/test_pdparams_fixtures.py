@@ -1,5 +1,6 @@
 """Files written by real paddle.save (tests/fixtures/paddle_io, made by its make_fixtures.py with
 paddlepaddle 3.3.1) read back bit for bit without Paddle."""
+
 import os
 
 import numpy as np
@@ -12,7 +13,7 @@ FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 def reference(prefix):
     with np.load(os.path.join(FIXTURES, "reference.npz")) as data:
-        return {k[len(prefix):]: data[k] for k in data.files if k.startswith(prefix)}
+        return {k[len(prefix) :]: data[k] for k in data.files if k.startswith(prefix)}
 
 
 @pytest.mark.parametrize("name", ["tiny.pdparams", "tiny_p2.pdparams", "nested.pdparams"])

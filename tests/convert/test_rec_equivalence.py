@@ -11,6 +11,7 @@ and PaddleOCR 2.7's own modules) hold the eval-mode CTC probabilities of the ori
 Measured max abs differences of the probabilities (torch 2.14 CPU): 1.5e-6 (crnn_small) and
 1.4e-5 (real size). No Paddle is needed.
 """
+
 import json
 import os
 
@@ -44,11 +45,18 @@ def small_model(overrides=()):
     """The ppdist model of the crnn_small fixture, from the rec config with its settings."""
     settings = FX.FIXTURES["crnn_small"]
     backbone, neck = settings["Backbone"], settings["Neck"]
-    return build_model(load_config(CONFIG, [
-        f"Architecture.Backbone.model_name={backbone['model_name']}",
-        f"Architecture.Backbone.scale={backbone['scale']}",
-        f"Architecture.Backbone.small_stride={backbone['small_stride']}",
-        f"Architecture.Neck.hidden_size={neck['hidden_size']}", *overrides]))
+    return build_model(
+        load_config(
+            CONFIG,
+            [
+                f"Architecture.Backbone.model_name={backbone['model_name']}",
+                f"Architecture.Backbone.scale={backbone['scale']}",
+                f"Architecture.Backbone.small_stride={backbone['small_stride']}",
+                f"Architecture.Neck.hidden_size={neck['hidden_size']}",
+                *overrides,
+            ],
+        )
+    )
 
 
 def real_model(overrides=()):
@@ -60,8 +68,11 @@ def real_paddle_state():
     with open(os.path.join(FIXTURES, "rec_mv3_none_bilstm_ctc.json")) as f:
         manifest = json.load(f)
     state = FX.synthetic_state(manifest["tensors"], manifest["seed"])
-    statistics = {key[len("state/"):]: value for key, value in reference("rec_mv3_none_bilstm_ctc").items()
-                  if key.startswith("state/")}
+    statistics = {
+        key[len("state/") :]: value
+        for key, value in reference("rec_mv3_none_bilstm_ctc").items()
+        if key.startswith("state/")
+    }
     assert statistics and set(statistics) <= set(state)
     state.update(statistics)
     return state
@@ -114,9 +125,11 @@ def test_real_size_model_matches_paddle():
         backbone_out = model.backbone(image)
         neck_out = model.neck(backbone_out)
         probs = model.head(neck_out).numpy()
-    diffs = {"backbone_out": max_diff(backbone_out.numpy(), expected["backbone_out"]),
-             "neck_out": max_diff(neck_out.numpy(), expected["neck_out"]),
-             "probs": max_diff(probs, expected["probs"])}
+    diffs = {
+        "backbone_out": max_diff(backbone_out.numpy(), expected["backbone_out"]),
+        "neck_out": max_diff(neck_out.numpy(), expected["neck_out"]),
+        "probs": max_diff(probs, expected["probs"]),
+    }
     print("rec_mv3_none_bilstm_ctc: max abs diffs " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
     assert diffs["probs"] <= TOLERANCE
     assert diffs["neck_out"] <= TOLERANCE
@@ -143,8 +156,12 @@ def test_lstm_names_map_to_both_paddle_forms():
     model = small_model()
     renames = stage_renames(model)
     assert paddle_candidates(model, "neck.encoder.lstm.weight_ih_l1_reverse", renames) == [
-        "neck.encoder.lstm.weight_ih_l1_reverse", "neck.encoder.lstm.1.cell_bw.weight_ih"]
-    assert paddle_candidates(model, "backbone.conv1.bn.running_var", renames) == ["backbone.conv1.bn._variance"]
+        "neck.encoder.lstm.weight_ih_l1_reverse",
+        "neck.encoder.lstm.1.cell_bw.weight_ih",
+    ]
+    assert paddle_candidates(model, "backbone.conv1.bn.running_var", renames) == [
+        "backbone.conv1.bn._variance"
+    ]
 
 
 def test_other_dictionary_skips_only_the_classifier(tmp_path):

@@ -25,6 +25,7 @@ The real-size float32 differences are rounding noise, not a model difference: Pa
 float32 logits are 5e-5 (T) and 2.5e-4 (B) away from its float64 ones, ppdist's 2.5e-5 and
 1.9e-4. No Paddle is needed.
 """
+
 import json
 import os
 
@@ -43,8 +44,10 @@ torch.set_num_threads(2)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = paddle_fixture_dir("seg")
-CONFIGS = {"STDC1": os.path.join(ROOT, "configs", "seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml"),
-           "STDC2": os.path.join(ROOT, "configs", "seg", "pp_liteseg_stdc2_cityscapes_1024x512_scale0.5_160k.yml")}
+CONFIGS = {
+    "STDC1": os.path.join(ROOT, "configs", "seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml"),
+    "STDC2": os.path.join(ROOT, "configs", "seg", "pp_liteseg_stdc2_cityscapes_1024x512_scale0.5_160k.yml"),
+}
 SMALL = "pp_liteseg_stdc1_small"
 TOLERANCE = 1e-4
 
@@ -65,8 +68,10 @@ def model_for(name, overrides=()):
     backbone = dict(settings["Backbone"])
     opts = [f"Global.num_classes={settings['num_classes']}"]
     opts += [f"Architecture.Backbone.{key}={value}" for key, value in backbone.items() if key != "name"]
-    opts += [f"Architecture.Head.{key}={_flow(value) if isinstance(value, list) else value}"
-             for key, value in settings["Head"].items()]
+    opts += [
+        f"Architecture.Head.{key}={_flow(value) if isinstance(value, list) else value}"
+        for key, value in settings["Head"].items()
+    ]
     return build_model(load_config(CONFIGS[backbone["name"]], opts + list(overrides)))
 
 
@@ -77,7 +82,9 @@ def paddle_state(name):
     with open(os.path.join(FIXTURES, f"{name}.json")) as f:
         manifest = json.load(f)
     state = FX.synthetic_state(manifest["tensors"], manifest["seed"])
-    statistics = {key[len("state/"):]: value for key, value in reference(name).items() if key.startswith("state/")}
+    statistics = {
+        key[len("state/") :]: value for key, value in reference(name).items() if key.startswith("state/")
+    }
     assert statistics and set(statistics) <= set(state)
     state.update(statistics)
     return state
@@ -132,7 +139,10 @@ def test_real_size_model_matches_paddle(name):
     """
     model = model_for(name)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert trainable == {"pp_liteseg_stdc1_cityscapes": 8_141_600, "pp_liteseg_stdc2_cityscapes": 12_366_464}[name]
+    assert (
+        trainable
+        == {"pp_liteseg_stdc1_cityscapes": 8_141_600, "pp_liteseg_stdc2_cityscapes": 12_366_464}[name]
+    )
     state_in = paddle_state(name)
     state, report = convert_state_dict(model, state_in, name)
     assert_complete(report, state_in)
@@ -142,8 +152,10 @@ def test_real_size_model_matches_paddle(name):
     paddle_error = max_diff(expected["logits"], expected["logits_fp64"])
     own_error = max_diff(logits, expected["logits_fp64"])
     scale = float(np.abs(expected["logits"]).max())
-    print(f"{name}: max abs diff of the logits {diff:.2e} (|logits| up to {scale:.1f}); from the float64 "
-          f"result: ppdist {own_error:.2e}, Paddle {paddle_error:.2e}")
+    print(
+        f"{name}: max abs diff of the logits {diff:.2e} (|logits| up to {scale:.1f}); from the float64 "
+        f"result: ppdist {own_error:.2e}, Paddle {paddle_error:.2e}"
+    )
     assert own_error <= 2 * paddle_error + 1e-6
     assert diff <= 1e-4 * max(1.0, scale)
     # the fixture is not degenerate: many classes win somewhere
@@ -164,11 +176,23 @@ def test_small_fixture_from_pdparams_matches_paddle():
         arm.register_forward_hook(lambda m, i, o, level=level: captured.update({f"head_feat_{level}": o}))
     with torch.no_grad():
         logits = model(torch.from_numpy(expected["image"]))[0].numpy()
-        diffs = {f"feat_{i}": max_diff(f.numpy(), expected[f"feat_{i}"]) for i, f in enumerate(captured["feats"])}
-        diffs.update({f"head_feat_{i}": max_diff(captured[f"head_feat_{i}"].numpy(), expected[f"head_feat_{i}"])
-                      for i in range(3)})
-        diffs.update({f"aux_logit_{i}": max_diff(model.head.seg_heads[i](captured[f"head_feat_{i}"]).numpy(),
-                                                 expected[f"aux_logit_{i}"]) for i in (1, 2)})
+        diffs = {
+            f"feat_{i}": max_diff(f.numpy(), expected[f"feat_{i}"]) for i, f in enumerate(captured["feats"])
+        }
+        diffs.update(
+            {
+                f"head_feat_{i}": max_diff(captured[f"head_feat_{i}"].numpy(), expected[f"head_feat_{i}"])
+                for i in range(3)
+            }
+        )
+        diffs.update(
+            {
+                f"aux_logit_{i}": max_diff(
+                    model.head.seg_heads[i](captured[f"head_feat_{i}"]).numpy(), expected[f"aux_logit_{i}"]
+                )
+                for i in (1, 2)
+            }
+        )
     diffs["logits"] = max_diff(logits, expected["logits"])
     print(f"{SMALL}: max abs diffs " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
     assert max(diffs.values()) <= TOLERANCE, diffs
@@ -212,10 +236,15 @@ def test_other_class_count_skips_only_the_classifiers():
 def test_imagenet_backbone_file(name):
     """PaddleSeg's ImageNet STDC files: backbone names without ``backbone.``, plus a classifier."""
     full = paddle_state(name)
-    backbone_only = {key[len("backbone."):]: value for key, value in full.items() if key.startswith("backbone.")}
+    backbone_only = {
+        key[len("backbone.") :]: value for key, value in full.items() if key.startswith("backbone.")
+    }
     rng = np.random.RandomState(0)
-    classifier = {"conv_last.conv.weight": rng.rand(16, 8, 1, 1).astype("float32"),
-                  "fc.weight": rng.rand(16, 10).astype("float32"), "linear.bias": np.zeros(10, "float32")}
+    classifier = {
+        "conv_last.conv.weight": rng.rand(16, 8, 1, 1).astype("float32"),
+        "fc.weight": rng.rand(16, 10).astype("float32"),
+        "linear.bias": np.zeros(10, "float32"),
+    }
     model = model_for(name)
     state, report = convert_state_dict(model, {**backbone_only, **classifier}, "imagenet", stage="backbone")
     assert report.missing == [] and report.skipped == [], report.lines()

@@ -1,4 +1,5 @@
 """Paddle -> ppdist tensor mapping on the real paddle.save fixture (conv, BN, bi-LSTM, Linear)."""
+
 from __future__ import annotations
 
 import os
@@ -32,11 +33,17 @@ def paddle_state():
 
 def test_every_tensor_converted_with_paddle_layouts(paddle_state):
     state, report = convert_state_dict(Tiny(), paddle_state, FIXTURE)
-    assert report.complete and report.total == 16 and not report.unused  # flat + per-cell LSTM aliases both taken
-    np.testing.assert_array_equal(state["fc.weight"].numpy(), paddle_state["fc.weight"].T)  # Paddle: [in, out]
+    assert (
+        report.complete and report.total == 16 and not report.unused
+    )  # flat + per-cell LSTM aliases both taken
+    np.testing.assert_array_equal(
+        state["fc.weight"].numpy(), paddle_state["fc.weight"].T
+    )  # Paddle: [in, out]
     np.testing.assert_array_equal(state["bn.running_mean"].numpy(), paddle_state["bn._mean"])
     np.testing.assert_array_equal(state["bn.running_var"].numpy(), paddle_state["bn._variance"])
-    np.testing.assert_array_equal(state["lstm.weight_ih_l0_reverse"].numpy(), paddle_state["lstm.0.cell_bw.weight_ih"])
+    np.testing.assert_array_equal(
+        state["lstm.weight_ih_l0_reverse"].numpy(), paddle_state["lstm.0.cell_bw.weight_ih"]
+    )
     assert state["bn.num_batches_tracked"].dtype == torch.long  # PyTorch-only, kept from the model
     model = Tiny()
     model.load_state_dict(state)  # strict: nothing left out
@@ -44,7 +51,11 @@ def test_every_tensor_converted_with_paddle_layouts(paddle_state):
 
 def test_per_cell_lstm_names_alone_are_enough(paddle_state):
     """Files from older Paddle hold only one of the two LSTM name forms."""
-    flat = {k: v for k, v in paddle_state.items() if not k.startswith("lstm.weight") and not k.startswith("lstm.bias")}
+    flat = {
+        k: v
+        for k, v in paddle_state.items()
+        if not k.startswith("lstm.weight") and not k.startswith("lstm.bias")
+    }
     state, report = convert_state_dict(Tiny(), flat, FIXTURE)
     assert report.complete
     np.testing.assert_array_equal(state["lstm.bias_hh_l0"].numpy(), paddle_state["lstm.0.cell_fw.bias_hh"])
@@ -59,7 +70,11 @@ def test_lstm_gates_compute_like_paddle(paddle_state):
     x = torch.randn(1, 1, 4)
     out, _ = model.lstm(x)
     w_ih, w_hh = paddle_state["lstm.0.cell_fw.weight_ih"], paddle_state["lstm.0.cell_fw.weight_hh"]
-    gates = x[0, 0].numpy() @ w_ih.T + paddle_state["lstm.0.cell_fw.bias_ih"] + paddle_state["lstm.0.cell_fw.bias_hh"]
+    gates = (
+        x[0, 0].numpy() @ w_ih.T
+        + paddle_state["lstm.0.cell_fw.bias_ih"]
+        + paddle_state["lstm.0.cell_fw.bias_hh"]
+    )
     i, f, g, o = np.split(gates, 4)
     sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     hidden = sigmoid(o) * np.tanh(sigmoid(i) * np.tanh(g))
@@ -70,7 +85,9 @@ def test_lstm_gates_compute_like_paddle(paddle_state):
 def test_class_count_change_is_skipped_and_listed(paddle_state):
     state, report = convert_state_dict(Tiny(classes=5), paddle_state, FIXTURE)
     assert sorted(report.skipped) == [
-        "fc.bias: file (2,) (fc.bias) vs model (5,)", "fc.weight: file (6, 2) (fc.weight) vs model (5, 6)"]
+        "fc.bias: file (2,) (fc.bias) vs model (5,)",
+        "fc.weight: file (6, 2) (fc.weight) vs model (5, 6)",
+    ]
     assert "fc.weight" not in state and not report.missing
     text = "\n".join(report.lines())
     assert "skipped (shape mismatch) (2)" in text and "converted 14/16 tensors" in text

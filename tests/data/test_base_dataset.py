@@ -1,4 +1,5 @@
 """BaseDataSet: per-sample seeding, worker-count independence, bad-sample handling, collate."""
+
 import random
 
 import numpy as np
@@ -103,6 +104,7 @@ def test_batch_transforms_get_the_batch_and_are_seeded_by_its_samples():
 def test_samples_seed_only_the_cpu_generator(monkeypatch):
     """torch.manual_seed would reseed CUDA's generators too (not restored after main-process
     loading; a stack capture per call in a CUDA build): loading must not touch them."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError("sample loading reseeded the CUDA generators")
 
@@ -137,5 +139,9 @@ def test_loader_options_defaults_and_overrides():
     assert loader_options(base, "cuda") == {"pin_memory": True, "persistent_workers": True}
     assert loader_options(base, "cpu") == {"pin_memory": False, "persistent_workers": True}
     custom = dict(base, pin_memory=False, persistent_workers=False, prefetch_factor=4)
-    assert loader_options(custom, "cuda") == {"pin_memory": False, "persistent_workers": False, "prefetch_factor": 4}
+    assert loader_options(custom, "cuda") == {
+        "pin_memory": False,
+        "persistent_workers": False,
+        "prefetch_factor": 4,
+    }
     assert loader_options(dict(custom, num_workers=0), "cuda") == {"pin_memory": False}  # no worker options

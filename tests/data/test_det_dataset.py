@@ -1,4 +1,5 @@
 """COCODataSet: id mapping, annotation filtering and its warning, bad samples, empty images."""
+
 import json
 import logging
 import os
@@ -15,8 +16,14 @@ from ppdist.registry import DATASETS
 
 
 def _ann(ann_id, im_id, cat, bbox, **extra):
-    entry = {"id": ann_id, "image_id": im_id, "category_id": cat, "bbox": bbox,
-             "area": float(bbox[2] * bbox[3]), "iscrowd": 0}
+    entry = {
+        "id": ann_id,
+        "image_id": im_id,
+        "category_id": cat,
+        "bbox": bbox,
+        "area": float(bbox[2] * bbox[3]),
+        "iscrowd": 0,
+    }
     entry.update(extra)
     return entry
 
@@ -38,16 +45,16 @@ def coco_root(tmp_path):
     images = [{"id": i, "file_name": f"{i}.png", "width": 40, "height": 30} for i in (3, 1, 2, 4)]
     categories = [{"id": 10, "name": "ten"}, {"id": 2, "name": "two"}, {"id": 5, "name": "five"}]
     annotations = [
-        _ann(1, 3, 5, [1, 2, 10, 8]),                       # kept -> class 1
-        _ann(2, 3, 10, [30, 20, 20, 20]),                   # partly outside -> clipped to [30, 20, 40, 30]
-        _ann(3, 3, 2, [0, 0, 5, 5], iscrowd=1),             # crowd
-        _ann(4, 3, 2, [5, 5, 4, 4], area=0.0),              # area <= 0
-        _ann(5, 3, 2, [5, 5, 0.0, 4], area=4.0),            # zero width
-        _ann(6, 3, 2, [5, 5, 4, 4], ignore=1),              # ignore flag
-        _ann(7, 3, 99, [5, 5, 4, 4]),                       # unknown category
-        _ann(8, 3, 2, [100, 5, 4, 4]),                      # outside the image
-        _ann(9, 2, 2, [2, 2, 6, 6]),                        # image 2: file missing on disk
-        _ann(10, 4, 5, [2, 2, 6, 6], iscrowd=1),            # image 4: only a crowd box
+        _ann(1, 3, 5, [1, 2, 10, 8]),  # kept -> class 1
+        _ann(2, 3, 10, [30, 20, 20, 20]),  # partly outside -> clipped to [30, 20, 40, 30]
+        _ann(3, 3, 2, [0, 0, 5, 5], iscrowd=1),  # crowd
+        _ann(4, 3, 2, [5, 5, 4, 4], area=0.0),  # area <= 0
+        _ann(5, 3, 2, [5, 5, 0.0, 4], area=4.0),  # zero width
+        _ann(6, 3, 2, [5, 5, 4, 4], ignore=1),  # ignore flag
+        _ann(7, 3, 99, [5, 5, 4, 4]),  # unknown category
+        _ann(8, 3, 2, [100, 5, 4, 4]),  # outside the image
+        _ann(9, 2, 2, [2, 2, 6, 6]),  # image 2: file missing on disk
+        _ann(10, 4, 5, [2, 2, 6, 6], iscrowd=1),  # image 4: only a crowd box
     ]
     _write(root, images, annotations, categories, present={1, 3, 4})
     return root
@@ -58,8 +65,14 @@ def _keys(sample):
 
 
 def _ds(root, mode="train", transforms=(), **kw):
-    return COCODataSet(dataset_dir=root, image_dir="imgs", anno_path="ann/inst.json", transforms=list(transforms),
-                       mode=mode, **kw)
+    return COCODataSet(
+        dataset_dir=root,
+        image_dir="imgs",
+        anno_path="ann/inst.json",
+        transforms=list(transforms),
+        mode=mode,
+        **kw,
+    )
 
 
 def test_mapping_and_order(coco_root):
@@ -79,15 +92,23 @@ def test_annotation_filtering_and_warning(coco_root, caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     msg = warnings[0]
-    for part in ("crowd: 2", "ignore flag: 1", "area <= 0: 1", "width/height <= 1e-5: 1", "outside the image: 1",
-                 "unknown category: 1 [image 3 (ann 7)]"):
+    for part in (
+        "crowd: 2",
+        "ignore flag: 1",
+        "area <= 0: 1",
+        "width/height <= 1e-5: 1",
+        "outside the image: 1",
+        "unknown category: 1 [image 3 (ann 7)]",
+    ):
         assert part in msg, msg
     assert ds.dropped_annotations["unknown category"] == 1
     sample = ds.read([r.im_id for r in ds.records].index(3))
     np.testing.assert_allclose(sample["gt_bbox"], [[1, 2, 11, 10], [30, 20, 40, 30]])
     assert sample["gt_class"].ravel().tolist() == [1, 2] and sample["is_crowd"].ravel().tolist() == [0, 0]
     assert sample["gt_bbox"].dtype == np.float32 and sample["gt_class"].shape == (2, 1)
-    assert isinstance(sample["image"], bytes) and sample["im_id"] == 3 and (sample["h"], sample["w"]) == (30, 40)
+    assert (
+        isinstance(sample["image"], bytes) and sample["im_id"] == 3 and (sample["h"], sample["w"]) == (30, 40)
+    )
 
 
 def test_only_crowd_drops_are_not_a_warning(tmp_path, caplog):
@@ -126,11 +147,18 @@ def test_output_formats(coco_root):
     np.testing.assert_allclose(ev["scale_factor"], [32 / 30, 48 / 40], rtol=1e-6)
     tr = _ds(coco_root, transforms=[Decode()])[1]
     assert _keys(tr) == {"image", "im_id", "im_shape", "scale_factor", "gt_bbox", "gt_class", "is_crowd"}
-    assert tr["gt_class"].dtype == np.int64 and tr["gt_bbox"].dtype == np.float32 and tr["image"].dtype == np.uint8
+    assert (
+        tr["gt_class"].dtype == np.int64
+        and tr["gt_bbox"].dtype == np.float32
+        and tr["image"].dtype == np.uint8
+    )
 
 
 def _empties_root(root, n_boxes=4, n_empty=6):
-    images = [{"id": i + 1, "file_name": f"{i + 1}.png", "width": 16, "height": 16} for i in range(n_boxes + n_empty)]
+    images = [
+        {"id": i + 1, "file_name": f"{i + 1}.png", "width": 16, "height": 16}
+        for i in range(n_boxes + n_empty)
+    ]
     anns = [_ann(i + 1, i + 1, 1, [1, 1, 5, 5]) for i in range(n_boxes)]
     _write(root, images, anns, [{"id": 1, "name": "a"}], present=set())
     return root
@@ -144,7 +172,9 @@ def test_allow_empty_and_empty_ratio(tmp_path):
     half = _ds(root, allow_empty=True, empty_ratio=0.5)
     assert len(half) == 8 and sum(len(r.gt_bbox) == 0 for r in half.records) == 4
     ids = [r.im_id for r in half.records]
-    assert ids == sorted(ids) and ids == [r.im_id for r in _ds(root, allow_empty=True, empty_ratio=0.5).records]
+    assert ids == sorted(ids) and ids == [
+        r.im_id for r in _ds(root, allow_empty=True, empty_ratio=0.5).records
+    ]
     assert len(_ds(root, allow_empty=True, empty_ratio=0.2)) == 5  # int(4 * 0.2 / 0.8) = 1 empty
     assert len(_ds(root, mode="eval")) == 10
 

@@ -1,4 +1,5 @@
 """Detection transforms: box consistency of every geometric op, batch ops, shared ops."""
+
 import random
 
 import cv2
@@ -43,8 +44,18 @@ def _seed(s):
 
 
 def test_registered_under_paddledetection_names():
-    for name in ("Decode", "RandomDistort", "RandomExpand", "RandomCrop", "RandomFlip", "Resize", "NormalizeImage",
-                 "Permute", "BatchRandomResize", "PadGT"):
+    for name in (
+        "Decode",
+        "RandomDistort",
+        "RandomExpand",
+        "RandomCrop",
+        "RandomFlip",
+        "Resize",
+        "NormalizeImage",
+        "Permute",
+        "BatchRandomResize",
+        "PadGT",
+    ):
         assert name in TRANSFORMS
     assert TRANSFORMS.get("RandomDistort") is RandomDistort and TRANSFORMS.get("Resize") is Resize
     assert BatchRandomResize.batch_op and PadGT.batch_op and not getattr(RandomFlip, "batch_op", False)
@@ -55,10 +66,18 @@ def test_registered_under_paddledetection_names():
         TRANSFORMS.build({"name": "Decode", "to_rgb": True})
     TRANSFORMS.build({"name": "Resize", "target_size": [640, 640], "keep_ratio": False, "interp": 2})
     TRANSFORMS.build({"name": "RandomExpand", "fill_value": [123.675, 116.28, 103.53]})
-    TRANSFORMS.build({"name": "BatchRandomResize", "target_size": list(range(320, 769, 32)), "random_size": True,
-                      "random_interp": True, "keep_ratio": False})
-    TRANSFORMS.build({"name": "NormalizeImage", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
-                      "norm_type": "none"})
+    TRANSFORMS.build(
+        {
+            "name": "BatchRandomResize",
+            "target_size": list(range(320, 769, 32)),
+            "random_size": True,
+            "random_interp": True,
+            "keep_ratio": False,
+        }
+    )
+    TRANSFORMS.build(
+        {"name": "NormalizeImage", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0], "norm_type": "none"}
+    )
 
 
 def test_decode_bytes_array_and_garbage():
@@ -66,7 +85,9 @@ def test_decode_bytes_array_and_garbage():
     bgr[..., 2] = 200  # red in BGR
     raw = cv2.imencode(".png", bgr)[1].tobytes()
     out = Decode()({"image": raw})
-    assert out["image"].shape == (12, 20, 3) and out["image"].dtype == np.uint8 and out["image"][0, 0, 0] == 200
+    assert (
+        out["image"].shape == (12, 20, 3) and out["image"].dtype == np.uint8 and out["image"][0, 0, 0] == 200
+    )
     assert out["im_shape"].tolist() == [12, 20] and out["scale_factor"].tolist() == [1, 1]
     assert out["im_shape"].dtype == np.float32 and out["ori_shape"].tolist() == [12, 20] and out["h"] == 12
     again = Decode()({"image": out["image"]})  # already decoded: passed through
@@ -94,9 +115,13 @@ def test_random_expand_keeps_content_under_boxes():
         h, w = out["image"].shape[:2]
         assert h >= 60 and w >= 80 and out["im_shape"].tolist() == [h, w]
         for old, new in zip(_sample()["gt_bbox"].astype(int), out["gt_bbox"].astype(int)):
-            np.testing.assert_array_equal(out["image"][new[1]:new[3], new[0]:new[2]],
-                                          orig[old[1]:old[3], old[0]:old[2]])
-        assert out["image"][0, 0].tolist() in ([124, 116, 104], [0, 0, 7])  # fill (rounded) or the image corner
+            np.testing.assert_array_equal(
+                out["image"][new[1] : new[3], new[0] : new[2]], orig[old[1] : old[3], old[0] : old[2]]
+            )
+        assert out["image"][0, 0].tolist() in (
+            [124, 116, 104],
+            [0, 0, 7],
+        )  # fill (rounded) or the image corner
     _seed(0)
     assert RandomExpand(prob=0.0)(_sample())["image"].shape == (60, 80, 3)
     with pytest.raises(ConfigError, match="ratio"):
@@ -112,7 +137,10 @@ def test_random_crop_keeps_centres_and_never_empties():
         out = RandomCrop()(data)
         assert len(out["gt_bbox"]) >= 1
         assert len(out["gt_class"]) == len(out["gt_bbox"]) == len(out["is_crowd"])
-        x0, y0 = int(out["image"][0, 0, 0]), int(out["image"][0, 0, 1])  # crop origin from the coordinate image
+        x0, y0 = (
+            int(out["image"][0, 0, 0]),
+            int(out["image"][0, 0, 1]),
+        )  # crop origin from the coordinate image
         h, w = out["image"].shape[:2]
         assert out["im_shape"].tolist() == [h, w]
         cropped += (h, w) != (60, 80)
@@ -121,7 +149,10 @@ def test_random_crop_keeps_centres_and_never_empties():
             src = boxes[cls]
             centre = (src[:2] + src[2:]) / 2
             assert np.all(centre >= crop[:2]) and np.all(centre < crop[2:])
-            expect = np.concatenate([np.maximum(src[:2], crop[:2]), np.minimum(src[2:], crop[2:])]) - crop[[0, 1, 0, 1]]
+            expect = (
+                np.concatenate([np.maximum(src[:2], crop[:2]), np.minimum(src[2:], crop[2:])])
+                - crop[[0, 1, 0, 1]]
+            )
             np.testing.assert_allclose(box, expect)
             assert np.all(box[[0, 1]] >= 0) and box[2] <= w and box[3] <= h
         dropped = set(range(3)) - set(out["gt_class"].ravel().tolist())
@@ -155,8 +186,9 @@ def test_normalize_and_permute():
     data = {"image": np.full((4, 5, 3), 255, np.uint8)}
     out = Permute()(NormalizeImage()(data))
     assert out["image"].shape == (3, 4, 5) and out["image"].dtype == np.float32
-    np.testing.assert_allclose(out["image"][:, 0, 0], (1 - np.array([0.485, 0.456, 0.406])) / [0.229, 0.224, 0.225],
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        out["image"][:, 0, 0], (1 - np.array([0.485, 0.456, 0.406])) / [0.229, 0.224, 0.225], rtol=1e-5
+    )
     plus = NormalizeImage(norm_type="none")({"image": np.full((2, 2, 3), 51, np.uint8)})
     np.testing.assert_allclose(plus["image"], 0.2, rtol=1e-6)
     with pytest.raises(ConfigError, match="norm_type"):
@@ -181,7 +213,9 @@ def test_batch_random_resize_one_size_and_interp_per_batch(monkeypatch):
         return real(img, size, interpolation=interpolation)
 
     monkeypatch.setattr(det.cv2, "resize", spy)
-    op = BatchRandomResize(target_size=[32, 48, [40, 64]], random_size=True, random_interp=True, keep_ratio=False)
+    op = BatchRandomResize(
+        target_size=[32, 48, [40, 64]], random_size=True, random_interp=True, keep_ratio=False
+    )
     sizes, interps = set(), set()
     for s in range(25):
         _seed(s)
@@ -189,7 +223,7 @@ def test_batch_random_resize_one_size_and_interp_per_batch(monkeypatch):
         batch = op([_sample(60, 80), _sample(30, 50), _sample(64, 64)])
         shapes = {b["image"].shape for b in batch}
         assert len(shapes) == 1 and len(set(calls)) == 1
-        (size, interp), = set(calls)
+        ((size, interp),) = set(calls)
         sizes.add(size)
         interps.add(interp)
         for b in batch:
@@ -198,8 +232,7 @@ def test_batch_random_resize_one_size_and_interp_per_batch(monkeypatch):
             assert np.all(b["gt_bbox"][:, [0, 2]] <= w) and np.all(b["gt_bbox"][:, [1, 3]] <= h)
         np.testing.assert_allclose(batch[0]["scale_factor"], [h / 60, w / 80], rtol=1e-6)
         scale = np.array([w / 80, h / 60, w / 80, h / 60])
-        np.testing.assert_allclose(batch[0]["gt_bbox"][0], np.array([10, 5, 30, 25]) * scale,
-                                   rtol=1e-5)
+        np.testing.assert_allclose(batch[0]["gt_bbox"][0], np.array([10, 5, 30, 25]) * scale, rtol=1e-5)
     assert sizes == {(32, 32), (48, 48), (64, 40)} and len(interps) >= 3
     assert interps <= set(det.BATCH_INTERPS)
 
@@ -208,7 +241,9 @@ def test_pad_gt_masks():
     samples = [_sample(boxes=((1, 1, 5, 5),)), _sample(), _sample(boxes=())]
     out = PadGT()(samples)
     for s, n in zip(out, (1, 3, 0)):
-        assert s["gt_bbox"].shape == (3, 4) and s["gt_class"].shape == (3, 1) and s["is_crowd"].shape == (3, 1)
+        assert (
+            s["gt_bbox"].shape == (3, 4) and s["gt_class"].shape == (3, 1) and s["is_crowd"].shape == (3, 1)
+        )
         assert s["gt_class"].dtype == np.int64 and s["pad_gt_mask"].dtype == np.float32
         assert s["pad_gt_mask"].ravel().tolist() == [1.0] * n + [0.0] * (3 - n)
         assert not s["gt_bbox"][n:].any()

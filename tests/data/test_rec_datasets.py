@@ -1,4 +1,5 @@
 """SimpleDataSet and LMDBDataSet over small generated data."""
+
 import os
 import pickle
 
@@ -19,8 +20,11 @@ def crnn_ops(aug: bool = False):
     ops = [DecodeImage(img_mode="BGR", channel_first=False)]
     if aug:
         ops.append(RecAug())
-    return ops + [CTCLabelEncode(max_text_length=MAX_LEN), RecResizeImg(image_shape=[3, 32, 100]),
-                  KeepKeys(keep_keys=["image", "label", "length"])]
+    return ops + [
+        CTCLabelEncode(max_text_length=MAX_LEN),
+        RecResizeImg(image_shape=[3, 32, 100]),
+        KeepKeys(keep_keys=["image", "label", "length"]),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def _check_item(item):
     assert item["image"].shape == (3, 32, 100) and item["image"].dtype == np.float32
     assert item["label"].shape == (MAX_LEN,) and item["label"].dtype == np.int64
     assert item["length"].dtype == np.int64 and item["length"].shape == ()
-    assert 1 <= int(item["length"]) <= MAX_LEN and np.all(item["label"][int(item["length"]):] == 0)
+    assert 1 <= int(item["length"]) <= MAX_LEN and np.all(item["label"][int(item["length"]) :] == 0)
 
 
 def test_registered():
@@ -44,15 +48,23 @@ def test_registered():
 
 
 def test_simple_dataset_items(synth):
-    ds = SimpleDataSet(data_dir=synth, label_file_list=[os.path.join(synth, "train.txt")],
-                       transforms=crnn_ops(aug=True), mode="train", seed=7)
+    ds = SimpleDataSet(
+        data_dir=synth,
+        label_file_list=[os.path.join(synth, "train.txt")],
+        transforms=crnn_ops(aug=True),
+        mode="train",
+        seed=7,
+    )
     assert len(ds) == 40
     for i in range(0, 40, 7):
         _check_item(ds[(i, 0, 7)])
     assert np.array_equal(ds[(3, 1, 7)]["image"], ds[(3, 1, 7)]["image"])  # per-sample seeding
     raw = ds.read(0)
     assert isinstance(raw["image"], bytes) and raw["img_path"].startswith(synth)
-    assert raw["label"] == open(os.path.join(synth, "train.txt"), encoding="utf-8").readline().rstrip("\n").split("\t")[1]
+    assert (
+        raw["label"]
+        == open(os.path.join(synth, "train.txt"), encoding="utf-8").readline().rstrip("\n").split("\t")[1]
+    )
     assert ds.origin(0) == f"{os.path.join(synth, 'train.txt')}:1 (images/train/00000000.jpg)"
 
 
@@ -60,14 +72,32 @@ def test_simple_dataset_several_files_and_ratio(synth):
     files = [os.path.join(synth, "train.txt"), os.path.join(synth, "val.txt")]
     both = SimpleDataSet(data_dir=synth, label_file_list=files, transforms=crnn_ops(), mode="eval")
     assert len(both) == 52
-    half = SimpleDataSet(data_dir=synth, label_file_list=files, transforms=crnn_ops(), mode="eval",
-                         ratio_list=[0.5, 1.0], seed=1)
+    half = SimpleDataSet(
+        data_dir=synth,
+        label_file_list=files,
+        transforms=crnn_ops(),
+        mode="eval",
+        ratio_list=[0.5, 1.0],
+        seed=1,
+    )
     assert len(half) == 20 + 12
-    again = SimpleDataSet(data_dir=synth, label_file_list=files, transforms=crnn_ops(), mode="eval",
-                          ratio_list=[0.5, 1.0], seed=1)
+    again = SimpleDataSet(
+        data_dir=synth,
+        label_file_list=files,
+        transforms=crnn_ops(),
+        mode="eval",
+        ratio_list=[0.5, 1.0],
+        seed=1,
+    )
     assert [line.line_no for line in half.lines] == [line.line_no for line in again.lines]  # fixed subset
-    other = SimpleDataSet(data_dir=synth, label_file_list=files, transforms=crnn_ops(), mode="eval",
-                          ratio_list=[0.5, 1.0], seed=2)
+    other = SimpleDataSet(
+        data_dir=synth,
+        label_file_list=files,
+        transforms=crnn_ops(),
+        mode="eval",
+        ratio_list=[0.5, 1.0],
+        seed=2,
+    )
     assert [line.line_no for line in half.lines] != [line.line_no for line in other.lines]
     nums = [line.line_no for line in half.lines[:20]]
     assert nums == sorted(nums)  # file order kept; the sampler shuffles
@@ -82,8 +112,9 @@ def test_simple_dataset_delimiter_malformed_and_json_paths(synth, tmp_path):
     label_file = tmp_path / "custom.txt"
     body = [lines[0].replace("\t", " "), "", "no-delimiter-here", lines[1].replace("\t", " ")]
     label_file.write_text("\n".join(body) + "\n", encoding="utf-8")
-    ds = SimpleDataSet(data_dir=synth, label_file_list=[str(label_file)], transforms=crnn_ops(),
-                       mode="eval", delimiter=" ")
+    ds = SimpleDataSet(
+        data_dir=synth, label_file_list=[str(label_file)], transforms=crnn_ops(), mode="eval", delimiter=" "
+    )
     assert len(ds) == 3  # blank line skipped, malformed line kept
     _check_item(ds[0])
     bad = ds[1]
@@ -91,15 +122,18 @@ def test_simple_dataset_delimiter_malformed_and_json_paths(synth, tmp_path):
     assert f"{label_file}:3" in str(bad) and "ValueError" in str(bad)
     _check_item(ds[2])
     # train mode replaces the bad sample by a neighbour and reports it
-    train = SimpleDataSet(data_dir=synth, label_file_list=[str(label_file)], transforms=crnn_ops(),
-                          mode="train", delimiter=" ")
+    train = SimpleDataSet(
+        data_dir=synth, label_file_list=[str(label_file)], transforms=crnn_ops(), mode="train", delimiter=" "
+    )
     item = train[1]
     assert not isinstance(item, BadSample) and f"{label_file}:3" in item["_bad_samples"][0]
     # a path starting with "[" is a JSON list; one entry is picked at random
     path0, label0 = lines[0].split("\t", 1)
     json_file = tmp_path / "json.txt"
     json_file.write_text(f'["{path0}", "{path0}"]\t{label0}\n', encoding="utf-8")
-    ds_json = SimpleDataSet(data_dir=synth, label_file_list=[str(json_file)], transforms=crnn_ops(), mode="eval")
+    ds_json = SimpleDataSet(
+        data_dir=synth, label_file_list=[str(json_file)], transforms=crnn_ops(), mode="eval"
+    )
     _check_item(ds_json[0])
 
 
@@ -118,8 +152,12 @@ def test_simple_dataset_missing_paths_and_images(synth, tmp_path):
 
 
 def test_simple_dataset_pickles(synth):
-    ds = SimpleDataSet(data_dir=synth, label_file_list=[os.path.join(synth, "val.txt")],
-                       transforms=crnn_ops(aug=True), mode="eval")
+    ds = SimpleDataSet(
+        data_dir=synth,
+        label_file_list=[os.path.join(synth, "val.txt")],
+        transforms=crnn_ops(aug=True),
+        mode="eval",
+    )
     clone = pickle.loads(pickle.dumps(ds))
     assert np.array_equal(clone[(2, 0, 0)]["image"], ds[(2, 0, 0)]["image"])
 
@@ -184,8 +222,9 @@ def test_lmdb_dataset_in_forked_workers_after_parent_read(lmdb_root):
     root, pairs = lmdb_root
     ds = LMDBDataSet(data_dir=root, transforms=crnn_ops(), mode="eval")
     parent = ds[0]  # the parent holds the environment open before the workers fork
-    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=list,
-                                         multiprocessing_context="fork")
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=4, num_workers=2, collate_fn=list, multiprocessing_context="fork"
+    )
     items = [item for batch in loader for item in batch]
     assert len(items) == 16 and not any(isinstance(i, BadSample) for i in items)
     assert np.array_equal(items[0]["image"], parent["image"])
@@ -214,5 +253,5 @@ def test_lmdb_missing_sample_is_bad_sample(tmp_path):
     env.close()
     ds = LMDBDataSet(data_dir=str(tmp_path), transforms=crnn_ops(), mode="eval")
     assert len(ds) == 2
-    assert "rejected" in str(ds[0])        # undecodable image -> DecodeImage returns None
+    assert "rejected" in str(ds[0])  # undecodable image -> DecodeImage returns None
     assert "image-000000002" in str(ds[1])  # missing key

@@ -1,4 +1,5 @@
 """Recognition transforms: label encoding, resizing, augmentation, decoding, key selection."""
+
 import random
 
 import cv2
@@ -43,8 +44,8 @@ def test_ctc_encode_lowercases_without_dict_and_drops_unknown():
 def test_ctc_encode_rejects_empty_too_long_and_nothing_left():
     enc = CTCLabelEncode(max_text_length=4)
     assert enc({"label": ""}) is None
-    assert enc({"label": "abcde"}) is None          # longer than max_text_length (raw text)
-    assert enc({"label": "!!-"}) is None           # nothing left after filtering
+    assert enc({"label": "abcde"}) is None  # longer than max_text_length (raw text)
+    assert enc({"label": "!!-"}) is None  # nothing left after filtering
     assert enc({"label": "abcd"}) is not None
 
 
@@ -53,14 +54,14 @@ def test_ctc_encode_with_dictionary_keeps_case_and_space(tmp_path):
     path.write_text("a\nB\nc\n", encoding="utf-8")
     enc = CTCLabelEncode(max_text_length=5, character_dict_path=str(path), use_space_char=True)
     out = enc({"label": "aB c"})
-    assert out["label"].tolist() == [1, 2, 4, 3, 0]      # space appended as index 4
-    assert enc({"label": "b"}) is None                    # no lower-casing with a dictionary
+    assert out["label"].tolist() == [1, 2, 4, 3, 0]  # space appended as index 4
+    assert enc({"label": "b"}) is None  # no lower-casing with a dictionary
 
 
 # ----------------------------------------------------------------------------- RecResizeImg
 def test_resize_keeps_ratio_pads_and_normalises():
     op = RecResizeImg(image_shape=[3, 32, 100])
-    out = op({"image": np.full((16, 20, 3), 255, np.uint8)})   # ratio 1.25 -> width 40
+    out = op({"image": np.full((16, 20, 3), 255, np.uint8)})  # ratio 1.25 -> width 40
     img = out["image"]
     assert img.shape == (3, 32, 100) and img.dtype == np.float32
     assert np.allclose(img[:, :, :40], 1.0) and np.all(img[:, :, 40:] == 0.0)
@@ -76,7 +77,9 @@ def test_resize_wide_image_is_squeezed_to_width():
 
 
 def test_resize_without_padding_stretches():
-    out = RecResizeImg(image_shape=[3, 32, 100], padding=False)({"image": np.full((16, 20, 3), 255, np.uint8)})
+    out = RecResizeImg(image_shape=[3, 32, 100], padding=False)(
+        {"image": np.full((16, 20, 3), 255, np.uint8)}
+    )
     assert np.allclose(out["image"], 1.0) and out["valid_ratio"] == 1.0
 
 
@@ -90,7 +93,10 @@ def test_resize_eval_mode_variable_width():
 
 def test_resize_infer_mode_needs_dictionary(tmp_path):
     img = _line_image(32, 400)
-    assert RecResizeImg(image_shape=[3, 32, 100], infer_mode=True)({"image": img.copy()})["image"].shape[2] == 100
+    assert (
+        RecResizeImg(image_shape=[3, 32, 100], infer_mode=True)({"image": img.copy()})["image"].shape[2]
+        == 100
+    )
     path = tmp_path / "d.txt"
     path.write_text("a\n", encoding="utf-8")
     op = RecResizeImg(image_shape=[3, 32, 100], infer_mode=True, character_dict_path=str(path))
@@ -126,8 +132,17 @@ def test_recaug_output_is_valid_image(seed):
 
 def test_recaug_all_distortions_on():
     img = _line_image(48, 200)
-    out = _aug(img, 3, tia_prob=1, crop_prob=1, reverse_prob=1, noise_prob=1, jitter_prob=1,
-               blur_prob=1, hsv_aug_prob=1)
+    out = _aug(
+        img,
+        3,
+        tia_prob=1,
+        crop_prob=1,
+        reverse_prob=1,
+        noise_prob=1,
+        jitter_prob=1,
+        blur_prob=1,
+        hsv_aug_prob=1,
+    )
     assert out.dtype == np.uint8 and out.shape[1] == 200 and 40 <= out.shape[0] < 48
     assert not np.array_equal(out[: out.shape[0]], img[: out.shape[0]])
 
@@ -142,12 +157,13 @@ def test_recaug_deterministic_under_seed():
 
 def test_recaug_all_off_is_identity_and_small_images_skip_tia():
     img = _line_image(40, 160)
-    off = dict(tia_prob=0, crop_prob=0, reverse_prob=0, noise_prob=0, jitter_prob=0, blur_prob=0,
-               hsv_aug_prob=0)
+    off = dict(
+        tia_prob=0, crop_prob=0, reverse_prob=0, noise_prob=0, jitter_prob=0, blur_prob=0, hsv_aug_prob=0
+    )
     assert np.array_equal(_aug(img, 0, **off), img)
     small = _line_image(16, 60)
     out = _aug(small, 0, **dict(off, tia_prob=1.0, crop_prob=1.0))
-    assert np.array_equal(out, small)   # TIA and crop need h, w >= 20
+    assert np.array_equal(out, small)  # TIA and crop need h, w >= 20
 
 
 def test_recaug_inversion_and_gray():
@@ -155,8 +171,17 @@ def test_recaug_inversion_and_gray():
     off = dict(tia_prob=0, crop_prob=0, noise_prob=0, jitter_prob=0, blur_prob=0, hsv_aug_prob=0)
     assert np.array_equal(_aug(img, 0, reverse_prob=1.0, **off), 255 - img)
     gray = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
-    out = _aug(gray, 1, tia_prob=1, crop_prob=1, reverse_prob=1, noise_prob=1, jitter_prob=1,
-               blur_prob=1, hsv_aug_prob=1)
+    out = _aug(
+        gray,
+        1,
+        tia_prob=1,
+        crop_prob=1,
+        reverse_prob=1,
+        noise_prob=1,
+        jitter_prob=1,
+        blur_prob=1,
+        hsv_aug_prob=1,
+    )
     assert out.ndim == 2 and out.dtype == np.uint8
 
 
@@ -188,8 +213,9 @@ def test_keep_keys_selects_in_order_and_names_missing_key():
 
 
 def test_registry_builds_ops_with_injected_globals():
-    op = TRANSFORMS.build({"name": "CTCLabelEncode"}, max_text_length=25, character_dict_path=None,
-                          use_space_char=False)
+    op = TRANSFORMS.build(
+        {"name": "CTCLabelEncode"}, max_text_length=25, character_dict_path=None, use_space_char=False
+    )
     assert op({"label": "abc"})["label"].shape == (25,)
     with pytest.raises(ConfigError):
         TRANSFORMS.build({"name": "RecResizeImg", "image_shape": [3, 32, 100], "padd": True})

@@ -1,4 +1,5 @@
 """Samplers: shared permutation, sharding, resume offset, exact eval shards."""
+
 import pytest
 
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler, eval_shard
@@ -60,21 +61,33 @@ def test_steps_consume_a_prefix_of_the_epoch_permutation():
     assert sorted(consumed[:6]) == sorted(order[:6]) and sorted(consumed[6:12]) == sorted(order[6:12])
 
 
-@pytest.mark.parametrize("old_world,old_batch,new_world,new_batch,steps_done,drop_last", [
-    (2, 3, 3, 3, 4, False), (2, 3, 1, 3, 5, False), (4, 2, 3, 5, 2, False), (1, 4, 2, 4, 3, False),
-    (3, 2, 2, 2, 3, True), (2, 4, 4, 4, 6, True),
-])
-def test_position_maps_onto_another_world_size_without_repeats_or_gaps(old_world, old_batch, new_world, new_batch,
-                                                                        steps_done, drop_last):
+@pytest.mark.parametrize(
+    "old_world,old_batch,new_world,new_batch,steps_done,drop_last",
+    [
+        (2, 3, 3, 3, 4, False),
+        (2, 3, 1, 3, 5, False),
+        (4, 2, 3, 5, 2, False),
+        (1, 4, 2, 4, 3, False),
+        (3, 2, 2, 2, 3, True),
+        (2, 4, 4, 4, 6, True),
+    ],
+)
+def test_position_maps_onto_another_world_size_without_repeats_or_gaps(
+    old_world, old_batch, new_world, new_batch, steps_done, drop_last
+):
     n, seed, epoch = 61, 3, 2
-    old = [TrainBatchSampler(n, old_batch, r, old_world, shuffle=True, seed=seed, drop_last=drop_last)
-           for r in range(old_world)]
+    old = [
+        TrainBatchSampler(n, old_batch, r, old_world, shuffle=True, seed=seed, drop_last=drop_last)
+        for r in range(old_world)
+    ]
     for s in old:
         s.set_epoch(epoch)
     before = [i for step in _global_batches(old)[:steps_done] for i in step]
     consumed = steps_done * old[0].samples_per_step
-    new = [TrainBatchSampler(n, new_batch, r, new_world, shuffle=True, seed=seed, drop_last=drop_last)
-           for r in range(new_world)]
+    new = [
+        TrainBatchSampler(n, new_batch, r, new_world, shuffle=True, seed=seed, drop_last=drop_last)
+        for r in range(new_world)
+    ]
     for s in new:
         s.set_epoch(epoch)
         s.set_position(consumed)

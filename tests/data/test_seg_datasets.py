@@ -1,4 +1,5 @@
 """SegDataSet (file lists) and CityscapesDataSet (glob layout) on tiny files."""
+
 import os
 
 import cv2
@@ -43,18 +44,30 @@ def tree(tmp_path):
     _write_pair(root, "img/odd.png", "ann/odd.png")
     Image.fromarray(np.zeros((10, 32), np.uint8)).save(os.path.join(root, "ann/odd.png"))  # 32x10 label
     absolute = os.path.join(root, "img", "2.png")
-    lines = ["img/0.png ann/0.png", "", "img/1.png ann/1.png", f"{absolute} {os.path.join(root, 'ann/2.png')}"]
+    lines = [
+        "img/0.png ann/0.png",
+        "",
+        "img/1.png ann/1.png",
+        f"{absolute} {os.path.join(root, 'ann/2.png')}",
+    ]
     with open(os.path.join(root, "train.txt"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
     with open(os.path.join(root, "val.txt"), "w") as handle:
-        handle.write("img/0.png ann/0.png\nimg/big.png ann/big.png\nimg/odd.png ann/odd.png\n"
-                     "img/missing.png ann/0.png\nimg/1.png\n")
+        handle.write(
+            "img/0.png ann/0.png\nimg/big.png ann/big.png\nimg/odd.png ann/odd.png\n"
+            "img/missing.png ann/0.png\nimg/1.png\n"
+        )
     return root, pairs
 
 
 def _train_ops():
-    return [ResizeStepScaling(0.75, 1.25, 0.25), RandomPaddingCrop(crop_size=[16, 16]),
-            RandomHorizontalFlip(), RandomDistort(), Normalize()]
+    return [
+        ResizeStepScaling(0.75, 1.25, 0.25),
+        RandomPaddingCrop(crop_size=[16, 16]),
+        RandomHorizontalFlip(),
+        RandomDistort(),
+        Normalize(),
+    ]
 
 
 def test_registered():
@@ -91,8 +104,9 @@ def test_list_path_absolute_and_no_normalize(tree):
 
 def test_eval_label_keeps_full_resolution_and_bad_samples(tree):
     root, pairs = tree
-    ds = SegDataSet(root, [Resize(target_size=[16, 8]), Normalize()], mode="eval", num_classes=3,
-                    val_path="val.txt")
+    ds = SegDataSet(
+        root, [Resize(target_size=[16, 8]), Normalize()], mode="eval", num_classes=3, val_path="val.txt"
+    )
     assert len(ds) == 5
     good = ds[0]
     assert good["image"].shape == (3, 8, 16) and good["label"].shape == (24, 32)
@@ -144,16 +158,25 @@ def test_config_and_data_errors(tree, tmp_path):
 
 
 def _city(root, split, city, stem, label=True):
-    _write_pair(root, f"leftImg8bit/{split}/{city}/{stem}_leftImg8bit.png",
-                f"gtFine/{split}/{city}/{stem}_gtFine_labelTrainIds.png", h=8, w=16, values=(0, 18, 255))
+    _write_pair(
+        root,
+        f"leftImg8bit/{split}/{city}/{stem}_leftImg8bit.png",
+        f"gtFine/{split}/{city}/{stem}_gtFine_labelTrainIds.png",
+        h=8,
+        w=16,
+        values=(0, 18, 255),
+    )
     if not label:
         os.remove(os.path.join(root, f"gtFine/{split}/{city}/{stem}_gtFine_labelTrainIds.png"))
 
 
 def test_cityscapes_discovery(tmp_path):
     root = str(tmp_path / "cityscapes")
-    for city, stem in (("zurich", "zurich_000001_000019"), ("aachen", "aachen_000000_000019"),
-                       ("aachen", "aachen_000001_000019")):
+    for city, stem in (
+        ("zurich", "zurich_000001_000019"),
+        ("aachen", "aachen_000000_000019"),
+        ("aachen", "aachen_000001_000019"),
+    ):
         _city(root, "train", city, stem)
     _city(root, "val", "lindau", "lindau_000000_000019")
     train = CityscapesDataSet(root, [Normalize()], mode="train")

@@ -1,4 +1,5 @@
 """Segmentation transforms: geometry keeps image and label aligned, labels stay nearest."""
+
 import random
 
 import numpy as np
@@ -30,8 +31,15 @@ def _seed(s=0):
 
 
 def test_registered():
-    for name in ("ResizeStepScaling", "RandomPaddingCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
-                 "RandomDistort", "Normalize", "Resize"):
+    for name in (
+        "ResizeStepScaling",
+        "RandomPaddingCrop",
+        "RandomHorizontalFlip",
+        "RandomVerticalFlip",
+        "RandomDistort",
+        "Normalize",
+        "Resize",
+    ):
         assert name in TRANSFORMS
 
 
@@ -83,7 +91,9 @@ def test_flips_move_image_and_label_together(op, axis):
     data = _sample()
     image, label = data["image"].copy(), data["label"].copy()
     out = op(data)
-    assert np.array_equal(out["image"], np.flip(image, axis)) and np.array_equal(out["label"], np.flip(label, axis))
+    assert np.array_equal(out["image"], np.flip(image, axis)) and np.array_equal(
+        out["label"], np.flip(label, axis)
+    )
     untouched = RandomHorizontalFlip(prob=0.0)(_sample())
     assert np.array_equal(untouched["label"], label)
 
@@ -128,7 +138,9 @@ def test_normalize_values():
     out = Normalize()(data)["image"]
     assert out.dtype == np.float32 and out.shape == (1, 1, 3)
     assert np.allclose(out, [[[-1.0, 1.0, -0.6]]])
-    out = Normalize(mean=[0.0, 0.5, 0.2], std=[1.0, 0.25, 0.2])({"image": np.array([[[0, 255, 51]]], np.uint8)})
+    out = Normalize(mean=[0.0, 0.5, 0.2], std=[1.0, 0.25, 0.2])(
+        {"image": np.array([[[0, 255, 51]]], np.uint8)}
+    )
     assert np.allclose(out["image"], [[[0.0, 2.0, 0.0]]], atol=1e-6)
 
 
@@ -141,24 +153,31 @@ def test_resize_and_keep_ratio():
     data = _sample()
     data["gt_fields"] = []
     assert Resize(target_size=[30, 16], interp="CUBIC")(data)["label"].shape == (40, 60)
-    wide = {"image": np.zeros((5, 5, 3), np.uint8), "label": np.full((5, 5), 3, np.int64), "gt_fields": ["label"]}
+    wide = {
+        "image": np.zeros((5, 5, 3), np.uint8),
+        "label": np.full((5, 5), 3, np.int64),
+        "gt_fields": ["label"],
+    }
     out = Resize(target_size=[9, 7], interp="AREA")(wide)
     assert out["label"].dtype == np.int64 and out["label"].shape == (7, 9) and np.all(out["label"] == 3)
 
 
-@pytest.mark.parametrize("build,words", [
-    (lambda: ResizeStepScaling(min_scale_factor=1.5, max_scale_factor=1.0), "ResizeStepScaling"),
-    (lambda: ResizeStepScaling(scale_step_size=-1), "scale_step_size"),
-    (lambda: RandomPaddingCrop(crop_size=[512]), "RandomPaddingCrop.crop_size"),
-    (lambda: RandomPaddingCrop(crop_size=[512.0, 256]), "RandomPaddingCrop.crop_size"),
-    (lambda: Resize(target_size=[0, 5]), "Resize.target_size"),
-    (lambda: Resize(interp="BILINEAR"), "Resize.interp"),
-    (lambda: RandomHorizontalFlip(prob=1.5), "RandomHorizontalFlip.prob"),
-    (lambda: RandomDistort(hue_prob=2), "RandomDistort.hue_prob"),
-    (lambda: RandomDistort(brightness_range=-0.1), "RandomDistort.brightness_range"),
-    (lambda: Normalize(mean=[0.5], std=[0.5, 0.5]), "Normalize.mean"),
-    (lambda: Normalize(std=[0.5, 0.0, 0.5]), "Normalize.std"),
-])
+@pytest.mark.parametrize(
+    "build,words",
+    [
+        (lambda: ResizeStepScaling(min_scale_factor=1.5, max_scale_factor=1.0), "ResizeStepScaling"),
+        (lambda: ResizeStepScaling(scale_step_size=-1), "scale_step_size"),
+        (lambda: RandomPaddingCrop(crop_size=[512]), "RandomPaddingCrop.crop_size"),
+        (lambda: RandomPaddingCrop(crop_size=[512.0, 256]), "RandomPaddingCrop.crop_size"),
+        (lambda: Resize(target_size=[0, 5]), "Resize.target_size"),
+        (lambda: Resize(interp="BILINEAR"), "Resize.interp"),
+        (lambda: RandomHorizontalFlip(prob=1.5), "RandomHorizontalFlip.prob"),
+        (lambda: RandomDistort(hue_prob=2), "RandomDistort.hue_prob"),
+        (lambda: RandomDistort(brightness_range=-0.1), "RandomDistort.brightness_range"),
+        (lambda: Normalize(mean=[0.5], std=[0.5, 0.5]), "Normalize.mean"),
+        (lambda: Normalize(std=[0.5, 0.0, 0.5]), "Normalize.std"),
+    ],
+)
 def test_bad_params_raise_config_error(build, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
         build()

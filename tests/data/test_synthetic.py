@@ -1,4 +1,5 @@
 """Synthetic text-line generator and its command-line tool."""
+
 import os
 import subprocess
 import sys
@@ -104,13 +105,26 @@ def test_pillow_default_font_fallback_and_exact_charset(tmp_path, monkeypatch):
 
 def test_impossible_val_request_fails_clearly(tmp_path):
     with pytest.raises(ValueError, match="outside the training set"):
-        generate_rec_dataset(str(tmp_path / "tiny"), num_train=50, num_val=5, charset="a", min_len=1, max_len=2)
+        generate_rec_dataset(
+            str(tmp_path / "tiny"), num_train=50, num_val=5, charset="a", min_len=1, max_len=2
+        )
 
 
 def test_command_line_tool(tmp_path):
     out = str(tmp_path / "cli")
-    cmd = [sys.executable, os.path.join(REPO, "tools", "make_synthetic_data.py"), "rec", "--out", out,
-           "--num", "12", "--num_val", "3", "--seed", "2"]
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "tools", "make_synthetic_data.py"),
+        "rec",
+        "--out",
+        out,
+        "--num",
+        "12",
+        "--num_val",
+        "3",
+        "--seed",
+        "2",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=120)
     assert result.returncode == 0, result.stderr
     assert '"num_train": 12' in result.stdout

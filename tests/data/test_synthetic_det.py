@@ -1,4 +1,5 @@
 """Synthetic detection generator: COCO layout, boxes, determinism, CLI, and COCODataSet over it."""
+
 import json
 import os
 import sys
@@ -16,12 +17,12 @@ from ppdist.data.transforms import Decode
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("gen") / "det")
-    summary = generate_det_dataset(root, num_train=30, num_val=8, seed=3, image_size=64, num_classes=4,
-                                   empty_ratio=0.2)
+    summary = generate_det_dataset(
+        root, num_train=30, num_val=8, seed=3, image_size=64, num_classes=4, empty_ratio=0.2
+    )
     return root, summary
 
 
@@ -36,7 +37,10 @@ def test_summary_and_layout(dataset):
     assert summary["skipped"] is False and summary["num_train"] == 30 and summary["num_val"] == 8
     assert summary["category_ids"] == [1, 3, 5, 7]
     assert sorted(os.listdir(root)) == ["annotations", "images", "train.txt", "val.txt"]
-    assert sorted(os.listdir(os.path.join(root, "annotations"))) == ["instances_train.json", "instances_val.json"]
+    assert sorted(os.listdir(os.path.join(root, "annotations"))) == [
+        "instances_train.json",
+        "instances_val.json",
+    ]
     assert not [n for n in os.listdir(os.path.dirname(root)) if n.startswith(".det.tmp")]
     with open(os.path.join(root, "train.txt")) as handle:
         lines = handle.read().splitlines()
@@ -75,10 +79,14 @@ def test_boxes_are_tight_and_visible():
 def test_deterministic_and_split_streams(dataset, tmp_path):
     root, _ = dataset
     again = str(tmp_path / "again")
-    generate_det_dataset(again, num_train=30, num_val=8, seed=3, image_size=64, num_classes=4, empty_ratio=0.2)
+    generate_det_dataset(
+        again, num_train=30, num_val=8, seed=3, image_size=64, num_classes=4, empty_ratio=0.2
+    )
     assert tree_digest(again) == tree_digest(root)
     other = str(tmp_path / "other")
-    generate_det_dataset(other, num_train=30, num_val=8, seed=4, image_size=64, num_classes=4, empty_ratio=0.2)
+    generate_det_dataset(
+        other, num_train=30, num_val=8, seed=4, image_size=64, num_classes=4, empty_ratio=0.2
+    )
     assert tree_digest(other) != tree_digest(root)
     assert _load(root, "train")["annotations"][:3] != _load(root, "val")["annotations"][:3]
 
@@ -92,7 +100,12 @@ def test_skip_when_present(dataset):
 def test_coco_dataset_reads_it(dataset):
     root, _ = dataset
     ds = COCODataSet(root, "images/train", "annotations/instances_train.json", [Decode()])
-    assert ds.catid2clsid == {1: 0, 3: 1, 5: 2, 7: 3} and ds.label_list == ["ellipse", "rectangle", "triangle", "ring"]
+    assert ds.catid2clsid == {1: 0, 3: 1, 5: 2, 7: 3} and ds.label_list == [
+        "ellipse",
+        "rectangle",
+        "triangle",
+        "ring",
+    ]
     assert not ds.dropped_annotations
     sample = ds[0]
     assert sample["image"].shape == (64, 64, 3) and len(sample["gt_bbox"]) >= 1
@@ -107,7 +120,22 @@ def test_cli(tmp_path):
     finally:
         sys.path.pop(0)
     out = str(tmp_path / "cli")
-    summary = make_synthetic_data.main(["det", "--out", out, "--num", "6", "--num_val", "2", "--image_size", "48",
-                                        "--num_classes", "3", "--seed", "1"])
+    summary = make_synthetic_data.main(
+        [
+            "det",
+            "--out",
+            out,
+            "--num",
+            "6",
+            "--num_val",
+            "2",
+            "--image_size",
+            "48",
+            "--num_classes",
+            "3",
+            "--seed",
+            "1",
+        ]
+    )
     assert summary["task"] == "det" and summary["num_train"] == 6 and summary["category_ids"] == [1, 3, 5]
     assert os.path.isfile(os.path.join(out, "annotations", "instances_val.json"))

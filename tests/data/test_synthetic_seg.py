@@ -1,4 +1,5 @@
 """Synthetic segmentation generator, its CLI sub-command and SegDataSet over its output."""
+
 import os
 import subprocess
 import sys
@@ -14,7 +15,6 @@ from ppdist.data.synthetic_seg import generate_seg_dataset
 from ppdist.data.transforms import Normalize
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +88,26 @@ def test_dataset_reads_generated_data(dataset):
 
 def test_cli(tmp_path):
     out = str(tmp_path / "cli")
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "tools", "make_synthetic_data.py"), "seg",
-                           "--out", out, "--num", "6", "--num_val", "2", "--image_size", "32",
-                           "--num_classes", "3"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "tools", "make_synthetic_data.py"),
+            "seg",
+            "--out",
+            out,
+            "--num",
+            "6",
+            "--num_val",
+            "2",
+            "--image_size",
+            "32",
+            "--num_classes",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert '"task": "seg"' in proc.stdout
     with open(os.path.join(out, "labels.txt")) as handle:

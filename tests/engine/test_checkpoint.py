@@ -1,4 +1,5 @@
 """Checkpoints: atomic writes, safe loading, RNG round trip, pretrained loading."""
+
 import os
 import pickle
 import random
@@ -68,8 +69,9 @@ def test_pretrained_skips_shape_mismatch_and_lists_it(tmp_path, caplog):
     src = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 5))
     dst = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 7))
     ckpt.save_atomic({"model": src.state_dict()}, str(tmp_path / "w.pt"))
-    loaded, mismatched, missing = ckpt.load_matching_weights(dst, ckpt.extract_model_state(
-        ckpt.load_file(str(tmp_path / "w.pt"))), "w.pt")
+    loaded, mismatched, missing = ckpt.load_matching_weights(
+        dst, ckpt.extract_model_state(ckpt.load_file(str(tmp_path / "w.pt"))), "w.pt"
+    )
     assert torch.equal(dst[0].weight, src[0].weight)
     assert sorted(loaded) == ["0.bias", "0.weight"]
     assert len(mismatched) == 2 and "1.weight" in mismatched[0]

@@ -1,4 +1,5 @@
 """Paddle weights through the checkpoint entry points: prefixes, pretrained, eval, backbone-only."""
+
 from __future__ import annotations
 
 import os
@@ -126,10 +127,13 @@ def test_initial_weights_backbone_then_model(tmp_path, paddle_prefix):
     assert not ckpt.load_initial_weights(model, config)
 
 
-@pytest.mark.parametrize("value, message", [
-    ("https://paddle-imagenet-models/MobileNetV3_pretrained.pdparams", "is a URL"),
-    (3, "must be a weights path"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("https://paddle-imagenet-models/MobileNetV3_pretrained.pdparams", "is a URL"),
+        (3, "must be a weights path"),
+    ],
+)
 def test_backbone_pretrained_key_is_checked(value, message):
     with pytest.raises(ConfigError, match=message):
         load_config(REC_CONFIG, [f"Architecture.Backbone.pretrained={value}"])

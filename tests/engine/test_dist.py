@@ -1,4 +1,5 @@
 """Launch-environment parsing, SLURM fallback, the fresh-namespace handshake and error messages."""
+
 from __future__ import annotations
 
 import threading
@@ -15,9 +16,21 @@ from ppdist.engine.dist import (
     world_info_from_env,
 )
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-               "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_STEP_NODELIST",
-               "SLURM_JOB_NODELIST", "SLURM_JOB_ID")
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_LOCALID",
+    "SLURM_NODELIST",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_ID",
+)
 
 
 @pytest.fixture
@@ -27,10 +40,16 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("nodelist,host", [
-    ("gpu[01-04,07],cpu1", "gpu01"), ("node-[3-5]", "node-3"), ("hostA", "hostA"), ("a1,b2", "a1"),
-    ("r1n[008-010]", "r1n008"),
-])
+@pytest.mark.parametrize(
+    "nodelist,host",
+    [
+        ("gpu[01-04,07],cpu1", "gpu01"),
+        ("node-[3-5]", "node-3"),
+        ("hostA", "hostA"),
+        ("a1,b2", "a1"),
+        ("r1n[008-010]", "r1n008"),
+    ],
+)
 def test_first_slurm_host(nodelist, host):
     assert first_slurm_host(nodelist) == host
 
@@ -98,9 +117,14 @@ def test_namespace_handshake_times_out_naming_missing_ranks():
 def test_peer_failure_messages(clean_env):
     clean_env.setenv("WORLD_SIZE", "2")
     clean_env.setenv("RANK", "1")
-    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:29581: Connection reset by peer")
+    gloo = RuntimeError(
+        "[gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:29581: Connection reset by peer"
+    )
     message = peer_failure_message(gloo)
-    assert message.startswith("rank 1 lost contact with the other processes") and "Global.dist_timeout" in message
+    assert (
+        message.startswith("rank 1 lost contact with the other processes")
+        and "Global.dist_timeout" in message
+    )
     assert peer_failure_message(RuntimeError("shape mismatch: [2, 3] vs [3]")) is None
     assert peer_failure_message(ValueError("timed out")) is None
     assert peer_failure_message(RuntimeError("DataLoader worker (pid 12) timed out")) is None

@@ -1,4 +1,5 @@
 """EMA of parameters and buffers."""
+
 import pytest
 import torch
 from torch import nn

@@ -1,4 +1,5 @@
 """Optimizers, per-parameter L2 and LR schedules."""
+
 import math
 
 import pytest
@@ -42,7 +43,11 @@ def test_linear_piecewise_const():
 
 def test_per_parameter_l2_groups_and_coupled_decay():
     model = Tiny()
-    cfg = {"name": "Adam", "lr": {"name": "Cosine", "learning_rate": 0.1}, "regularizer": {"name": "L2", "factor": 0.01}}
+    cfg = {
+        "name": "Adam",
+        "lr": {"name": "Cosine", "learning_rate": 0.1},
+        "regularizer": {"name": "L2", "factor": 0.01},
+    }
     opt, sched = build_optimizer(cfg, model, epochs=2, step_each_epoch=3)
     decays = sorted(g["weight_decay"] for g in opt.param_groups)
     assert decays == [0.01, 0.5]
@@ -73,7 +78,9 @@ def test_scheduler_state_round_trip():
     for _ in range(3):
         sched.step()
     state = sched.state_dict()
-    opt2, sched2 = build_optimizer({"name": "SGD", "lr": {"name": "Linear", "learning_rate": 1.0}}, Tiny(), 2, 5)
+    opt2, sched2 = build_optimizer(
+        {"name": "SGD", "lr": {"name": "Linear", "learning_rate": 1.0}}, Tiny(), 2, 5
+    )
     sched2.load_state_dict(state)
     assert sched2.get_lr() == sched.get_lr() == opt2.param_groups[0]["lr"] == pytest.approx(0.7)
 
@@ -84,7 +91,7 @@ def test_gradient_clipping_global_and_per_tensor():
         p.grad = torch.full_like(p, 10.0)
     norm = clip_gradients(model, {"clip_norm_global": 1.0}, None)
     assert norm > 1.0
-    total = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+    total = torch.sqrt(sum((p.grad**2).sum() for p in model.parameters()))
     assert total == pytest.approx(1.0, rel=1e-4)
     for p in model.parameters():
         p.grad = torch.full_like(p, 10.0)
@@ -95,8 +102,15 @@ def test_gradient_clipping_global_and_per_tensor():
 def test_polynomial_decay_with_warmup_matches_paddleseg_recipe():
     from ppdist.engine.optim import PolynomialDecayLR
 
-    s = PolynomialDecayLR(learning_rate=0.005, total_steps=160000, step_each_epoch=186, end_lr=0.0, power=0.9,
-                          warmup_iters=1000, warmup_start_lr=1e-5)
+    s = PolynomialDecayLR(
+        learning_rate=0.005,
+        total_steps=160000,
+        step_each_epoch=186,
+        end_lr=0.0,
+        power=0.9,
+        warmup_iters=1000,
+        warmup_start_lr=1e-5,
+    )
     assert s.lr_at(0) == pytest.approx(1e-5)
     assert s.lr_at(500) == pytest.approx(1e-5 + (0.005 - 1e-5) * 0.5)
     assert s.lr_at(1000) == pytest.approx(0.005)
@@ -107,8 +121,12 @@ def test_polynomial_decay_with_warmup_matches_paddleseg_recipe():
 
 def test_momentum_weight_decay_covers_every_parameter_and_total_steps_reach_schedule():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
-    opt_cfg = {"name": "Momentum", "momentum": 0.9, "weight_decay": 5e-4,
-               "lr": {"name": "PolynomialDecay", "learning_rate": 0.01, "power": 0.9}}
+    opt_cfg = {
+        "name": "Momentum",
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "lr": {"name": "PolynomialDecay", "learning_rate": 0.01, "power": 0.9},
+    }
     optimizer, scheduler = build_optimizer(opt_cfg, model, epochs=3, step_each_epoch=7, total_steps=20)
     assert [g["weight_decay"] for g in optimizer.param_groups] == [5e-4]
     assert sum(len(g["params"]) for g in optimizer.param_groups) == 4  # conv w, b; bn w, b

@@ -1,4 +1,5 @@
 """Each task's deploy module exports to ONNX (dynamic sizes) and TorchScript and matches PyTorch."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,7 +19,9 @@ MAKERS = {"rec": tiny_config, "seg": tiny_seg_config, "det": tiny_det_config}
 @pytest.mark.parametrize("task,exclude_nms", [("rec", False), ("seg", False), ("det", False), ("det", True)])
 def test_export_matches_pytorch_at_two_sizes(tmp_path, task, exclude_nms):
     cfg = MAKERS[task](str(tmp_path / "c.yml"), str(tmp_path / "data"), str(tmp_path / "out"))
-    overrides = ["Global.synthetic_data=null"] + (["PostProcess.score_threshold=0.0"] if task == "det" else [])
+    overrides = ["Global.synthetic_data=null"] + (
+        ["PostProcess.score_threshold=0.0"] if task == "det" else []
+    )
     config = load_config(cfg, overrides)  # untrained detector: scores ~0.01, keep them all for NMS
     assert task_of(config) == task
     torch.manual_seed(0)

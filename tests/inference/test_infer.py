@@ -3,6 +3,7 @@ result files are written, unreadable inputs are skipped and reported.
 
 Models are randomly initialised (fixed seed) and saved as ``{"model": state_dict}`` checkpoints,
 so no training is needed."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,12 +26,17 @@ from ppdist.inference.writers import pseudo_colour_palette
 
 pytest.importorskip("onnxruntime")
 MAKERS = {"rec": tiny_config, "seg": tiny_seg_config, "det": tiny_det_config}
-DATA_ARGS = {"rec": {"charset": "0123456789", "min_len": 3, "max_len": 5},
-             "seg": {"image_size": 64, "num_classes": 4}, "det": {"image_size": 96, "num_classes": 2}}
+DATA_ARGS = {
+    "rec": {"charset": "0123456789", "min_len": 3, "max_len": 5},
+    "seg": {"image_size": 64, "num_classes": 4},
+    "det": {"image_size": 96, "num_classes": 2},
+}
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("ppdist_infer_tool", os.path.join(REPO, "tools", "infer.py"))
+    spec = importlib.util.spec_from_file_location(
+        "ppdist_infer_tool", os.path.join(REPO, "tools", "infer.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -83,8 +89,9 @@ def test_rec_checkpoint_and_onnx_agree(tmp_path, capsys):
     change that), so the scores (mean max-probabilities) carry most of this comparison."""
     torch_out, onnx_out = _run_both(tmp_path, "rec", capsys)
     assert [r["text"] for r in torch_out["results"]] == [r["text"] for r in onnx_out["results"]]
-    assert np.allclose([r["score"] for r in torch_out["results"]], [r["score"] for r in onnx_out["results"]],
-                       atol=1e-4)
+    assert np.allclose(
+        [r["score"] for r in torch_out["results"]], [r["score"] for r in onnx_out["results"]], atol=1e-4
+    )
     lines = (tmp_path / "ort" / "results.txt").read_text().splitlines()
     assert len(lines) == 4 and all(len(line.split("\t")) == 3 for line in lines)
 
@@ -133,13 +140,26 @@ def test_unreadable_file_raises_a_clear_error(tmp_path):
 def test_seg_test_time_augmentation_same_from_checkpoint_and_onnx(tmp_path, capsys):
     cfg, overrides, model_dir, images = _setup(tmp_path, "seg")
     tool = _tool()
-    common = ["--input", images, "--no_progress", "--aug_eval", "--scales", "0.75", "1.0", "--flip_horizontal"]
+    common = [
+        "--input",
+        images,
+        "--no_progress",
+        "--aug_eval",
+        "--scales",
+        "0.75",
+        "1.0",
+        "--flip_horizontal",
+    ]
     torch_out = tool.run(["-c", cfg, "-o", *overrides, "--output_dir", str(tmp_path / "pt"), *common])
     onnx_out = tool.run(["--model", model_dir, "--output_dir", str(tmp_path / "ort"), *common])
-    plain = tool.run(["--model", model_dir, "--output_dir", str(tmp_path / "plain"), "--input", images, "--no_progress"])
+    plain = tool.run(
+        ["--model", model_dir, "--output_dir", str(tmp_path / "plain"), "--input", images, "--no_progress"]
+    )
     for a, b in zip(torch_out["results"], onnx_out["results"]):
         assert (a["label_map"] == b["label_map"]).mean() >= 0.999
-    logits_differ = any((a["label_map"] != c["label_map"]).any() for a, c in zip(onnx_out["results"], plain["results"]))
+    logits_differ = any(
+        (a["label_map"] != c["label_map"]).any() for a, c in zip(onnx_out["results"], plain["results"])
+    )
     assert logits_differ  # the augmentation did run (random-init logits change with scale and flip)
 
 
@@ -172,8 +192,11 @@ def test_mismatching_inference_yml_is_refused(tmp_path):
     info["outputs"] = ["probs"]  # e.g. the inference.yml of a recognizer next to a segmentation graph
     with open(path, "w") as handle:
         yaml.safe_dump(info, handle)
-    with pytest.raises(ConfigError, match=r"inference.yml does not describe .*model.onnx: the graph has outputs "
-                                          r"\['logits'\] \(inference.yml: \['probs'\]\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"inference.yml does not describe .*model.onnx: the graph has outputs "
+        r"\['logits'\] \(inference.yml: \['probs'\]\)",
+    ):
         from_exported(model_dir)
 
 
@@ -186,9 +209,24 @@ def test_exported_model_runs_in_a_fresh_process_without_the_config(tmp_path):
 
     _, _, model_dir, images = _setup(tmp_path, "rec")
     os.remove(os.path.join(images, "x.png"))
-    result = subprocess.run([sys.executable, os.path.join(REPO, "tools", "infer.py"), "--model", model_dir,
-                             "--input", images, "--output_dir", str(tmp_path / "fresh"), "--no_progress"],
-                            cwd=str(tmp_path), env=child_env(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "tools", "infer.py"),
+            "--model",
+            model_dir,
+            "--input",
+            images,
+            "--output_dir",
+            str(tmp_path / "fresh"),
+            "--no_progress",
+        ],
+        cwd=str(tmp_path),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "4 image(s) predicted, 0 skipped" in result.stdout
     assert len((tmp_path / "fresh" / "results.txt").read_text().splitlines()) == 4

@@ -1,4 +1,5 @@
 """PP-YOLOE end to end under torchrun (gloo, 2 processes): learning, exact eval, bbox.json."""
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,11 @@ def trained(tmp_path_factory):
 def test_two_process_training_learns(trained):
     with open(os.path.join(trained["out"], "train.log"), encoding="utf-8") as handle:
         log = handle.read()
-    assert re.search(r"loss: [\d.]+, loss_cls: [\d.]+, loss_iou: [\d.]+, loss_dfl: [\d.]+, loss_l1: [\d.]+, "
-                     r".*avg_samples: 16, ips: [\d.]+ samples/s", log), log[-2000:]
+    assert re.search(
+        r"loss: [\d.]+, loss_cls: [\d.]+, loss_iou: [\d.]+, loss_dfl: [\d.]+, loss_l1: [\d.]+, "
+        r".*avg_samples: 16, ips: [\d.]+ samples/s",
+        log,
+    ), log[-2000:]
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
     assert best["world_size"] == 2 and best["ema"] is not None
     assert best["metrics"]["ap50"] > 0.1, best["metrics"]  # an untrained model scores ~0
@@ -36,10 +40,39 @@ def test_two_process_training_learns(trained):
 def test_eval_one_and_two_processes_agree_and_bbox_json_is_coco(trained):
     ckpt = os.path.join(trained["out"], "best_accuracy")
     out1, out2 = str(trained["root"] / "m1.json"), str(trained["root"] / "m2.json")
-    check_ok(run_tool(["eval.py", "-c", trained["cfg"], "-o", f"Global.checkpoints={ckpt}",
-                       "--output_json", out1, "--output_dir", str(trained["root"] / "e1"), "--classwise"]))
-    check_ok(run_tool(["eval.py", "-c", trained["cfg"], "-o", f"Global.checkpoints={ckpt}",
-                       "--output_json", out2, "--output_dir", str(trained["root"] / "e2"), "--classwise"], nproc=2))
+    check_ok(
+        run_tool(
+            [
+                "eval.py",
+                "-c",
+                trained["cfg"],
+                "-o",
+                f"Global.checkpoints={ckpt}",
+                "--output_json",
+                out1,
+                "--output_dir",
+                str(trained["root"] / "e1"),
+                "--classwise",
+            ]
+        )
+    )
+    check_ok(
+        run_tool(
+            [
+                "eval.py",
+                "-c",
+                trained["cfg"],
+                "-o",
+                f"Global.checkpoints={ckpt}",
+                "--output_json",
+                out2,
+                "--output_dir",
+                str(trained["root"] / "e2"),
+                "--classwise",
+            ],
+            nproc=2,
+        )
+    )
     with open(out1) as a, open(out2) as b:
         single, double = json.load(a), json.load(b)
     assert single == double and single["images"] == 37 and len(single["class_ap"]) == 2

@@ -1,6 +1,7 @@
 """Multi-node and fault tolerance on one machine (gloo over loopback): two torchrun "nodes" with
 separate disks equal one node; a SIGKILLed worker is restarted by torchrun and the run ends with the
 same weights; srun-style launches; a peer that never joins fails in time with a clear message."""
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,13 @@ import pytest
 import torch
 from ppdist_testing import REPO, check_ok, child_env, tiny_config
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc to find the worker pids")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="uses /proc to find the worker pids"
+)
 TRAIN = os.path.join(REPO, "tools", "train.py")
-EXTRA = dict(epochs=4, num_train=512, save_iter_step=4, checkpoints="auto", print_batch_step=2, dist_timeout=60)
+EXTRA = dict(
+    epochs=4, num_train=512, save_iter_step=4, checkpoints="auto", print_batch_step=2, dist_timeout=60
+)
 
 
 def free_port() -> int:
@@ -31,8 +36,21 @@ def node_config(root, name: str, data_name: str) -> str:
 
 
 def start_node(cfg: str, rdzv: List[str], log_path: str, restarts: int = 0) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", *rdzv, "--nproc_per_node", "1",
-           "--max-restarts", str(restarts), TRAIN, "-c", cfg]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        *rdzv,
+        "--nproc_per_node",
+        "1",
+        "--max-restarts",
+        str(restarts),
+        TRAIN,
+        "-c",
+        cfg,
+    ]
     log = open(log_path, "w")
     return subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
 
@@ -87,19 +105,47 @@ def single_node(tmp_path_factory):
     cfg = node_config(root, "out", "data")
     port = free_port()
     start = time.monotonic()
-    result = check_ok(subprocess.run(
-        [sys.executable, "-m", "ppdist.launch", "--ips", "127.0.0.1", "--node_rank", "0", "--nproc_per_node", "2",
-         "--master_port", str(port), "--log_dir", str(root / "log"), TRAIN, "-c", cfg],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300))
-    return {"root": root, "latest": weights(str(root / "out" / "latest.pt")), "seconds": time.monotonic() - start,
-            "stdout": result.stdout}
+    result = check_ok(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ppdist.launch",
+                "--ips",
+                "127.0.0.1",
+                "--node_rank",
+                "0",
+                "--nproc_per_node",
+                "2",
+                "--master_port",
+                str(port),
+                "--log_dir",
+                str(root / "log"),
+                TRAIN,
+                "-c",
+                cfg,
+            ],
+            cwd=REPO,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    )
+    return {
+        "root": root,
+        "latest": weights(str(root / "out" / "latest.pt")),
+        "seconds": time.monotonic() - start,
+        "stdout": result.stdout,
+    }
 
 
 def test_launcher_prints_the_torchrun_command_and_writes_worker_logs(single_node):
     root = single_node["root"]
     command = [line for line in single_node["stdout"].splitlines() if line.startswith("ppdist.launch:")]
-    assert command and command[0].startswith("ppdist.launch: node 0/1: torchrun --nnodes 1 --node_rank 0 "
-                                             "--master_addr 127.0.0.1 --master_port ")
+    assert command and command[0].startswith(
+        "ppdist.launch: node 0/1: torchrun --nnodes 1 --node_rank 0 --master_addr 127.0.0.1 --master_port "
+    )
     assert "--nproc_per_node 2" in command[0] and command[0].endswith(f"-c {root / 'out.yml'}")
     assert "training finished: 64 steps" in (root / "log" / "workerlog.0").read_text()
     assert (root / "log" / "workerlog.1").exists()
@@ -108,9 +154,14 @@ def test_launcher_prints_the_torchrun_command_and_writes_worker_logs(single_node
 def test_two_nodes_equal_one_node_without_shared_disk(single_node, tmp_path):
     port = free_port()
     logs = [str(tmp_path / f"node{r}.log") for r in (0, 1)]
-    procs = [start_node(node_config(tmp_path, f"node{r}", f"data{r}"),
-                        ["--node_rank", str(r), "--master_addr", "127.0.0.1", "--master_port", str(port)], logs[r])
-             for r in (0, 1)]
+    procs = [
+        start_node(
+            node_config(tmp_path, f"node{r}", f"data{r}"),
+            ["--node_rank", str(r), "--master_addr", "127.0.0.1", "--master_port", str(port)],
+            logs[r],
+        )
+        for r in (0, 1)
+    ]
     codes = finish(procs)
     output = "".join(open(path).read() for path in logs)
     assert codes == [0, 0], output[-4000:]
@@ -127,11 +178,15 @@ def test_killed_worker_is_restarted_and_the_run_ends_with_the_same_weights(singl
     rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "killtest"]
     logs = [str(tmp_path / f"node{r}.log") for r in (0, 1)]
     start = time.monotonic()
-    procs = [start_node(node_config(tmp_path, f"node{r}", f"data{r}"), rdzv, logs[r], restarts=2) for r in (0, 1)]
+    procs = [
+        start_node(node_config(tmp_path, f"node{r}", f"data{r}"), rdzv, logs[r], restarts=2) for r in (0, 1)
+    ]
     train_logs = [tmp_path / f"node{r}" / "train.log" for r in (0, 1)]
     deadline = time.monotonic() + 240
     while not any(path.exists() and "global_step: 22," in path.read_text() for path in train_logs):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "training did not reach step 22"
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
+            "training did not reach step 22"
+        )
         time.sleep(0.05)
     victim = next(pid for pid in (worker_pid(p, 0) for p in procs) if pid)  # epoch 2 of 4, 16 steps per epoch
     os.kill(victim, 9)
@@ -140,8 +195,11 @@ def test_killed_worker_is_restarted_and_the_run_ends_with_the_same_weights(singl
     output = "".join(open(path).read() for path in logs)
     assert codes == [0, 0], output[-4000:]
     assert "torchrun restart 1 (of at most 2)" in output and "resumed from" in output
-    finals = [weights(str(tmp_path / f"node{r}" / "latest.pt")) for r in (0, 1)
-              if (tmp_path / f"node{r}" / "latest.pt").exists()]
+    finals = [
+        weights(str(tmp_path / f"node{r}" / "latest.pt"))
+        for r in (0, 1)
+        if (tmp_path / f"node{r}" / "latest.pt").exists()
+    ]
     newest = max(finals, key=lambda state: state["global_step"])
     assert_same_weights(single_node["latest"], newest)
     assert newest["global_step"] == 64
@@ -157,16 +215,33 @@ def slurm_env(rank: int, tasks: int, port: int) -> dict:
     env = child_env()
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    env.update(SLURM_PROCID=str(rank), SLURM_NTASKS=str(tasks), SLURM_LOCALID=str(rank), SLURM_JOB_ID="4242",
-               SLURM_NODELIST="localhost", MASTER_PORT=str(port))
+    env.update(
+        SLURM_PROCID=str(rank),
+        SLURM_NTASKS=str(tasks),
+        SLURM_LOCALID=str(rank),
+        SLURM_JOB_ID="4242",
+        SLURM_NODELIST="localhost",
+        MASTER_PORT=str(port),
+    )
     return env
 
 
 def test_srun_style_launch_without_torchrun(tmp_path, digits_dir):
-    cfg = tiny_config(str(tmp_path / "slurm.yml"), digits_dir, str(tmp_path / "out"), epochs=1, print_batch_step=4)
+    cfg = tiny_config(
+        str(tmp_path / "slurm.yml"), digits_dir, str(tmp_path / "out"), epochs=1, print_batch_step=4
+    )
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, TRAIN, "-c", cfg], cwd=REPO, env=slurm_env(r, 2, port),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, TRAIN, "-c", cfg],
+            cwd=REPO,
+            env=slurm_env(r, 2, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     codes = finish(procs, timeout=240)
     outputs = [p.stdout.read() for p in procs]
     assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
@@ -175,26 +250,56 @@ def test_srun_style_launch_without_torchrun(tmp_path, digits_dir):
 
 
 def test_srun_peer_that_never_joins_fails_in_time_naming_the_endpoint(tmp_path, digits_dir):
-    cfg = tiny_config(str(tmp_path / "alone.yml"), digits_dir, str(tmp_path / "out"), epochs=1, dist_timeout=8)
+    cfg = tiny_config(
+        str(tmp_path / "alone.yml"), digits_dir, str(tmp_path / "out"), epochs=1, dist_timeout=8
+    )
     port = free_port()
     start = time.monotonic()
-    result = subprocess.run([sys.executable, TRAIN, "-c", cfg], cwd=REPO, env=slurm_env(0, 2, port),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, TRAIN, "-c", cfg],
+        cwd=REPO,
+        env=slurm_env(0, 2, port),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert time.monotonic() - start < 60
-    assert f"did not all meet at the rendezvous localhost:{port} within Global.dist_timeout=8 s" in result.stderr
+    assert (
+        f"did not all meet at the rendezvous localhost:{port} within Global.dist_timeout=8 s" in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
 def test_hung_peer_ends_the_job_within_the_timeout_with_a_clear_message(tmp_path, digits_dir):
     """SIGSTOP freezes rank 1; rank 0 gives up after Global.dist_timeout and torchrun ends the job."""
-    cfg = tiny_config(str(tmp_path / "hang.yml"), digits_dir, str(tmp_path / "out"), epochs=50, dist_timeout=10,
-                      print_batch_step=2)
+    cfg = tiny_config(
+        str(tmp_path / "hang.yml"),
+        digits_dir,
+        str(tmp_path / "out"),
+        epochs=50,
+        dist_timeout=10,
+        print_batch_step=2,
+    )
     log_path = str(tmp_path / "torchrun.log")
     with open(log_path, "w") as log:
-        agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                                  "2", TRAIN, "-c", cfg], cwd=REPO, env=child_env(), stdout=log,
-                                 stderr=subprocess.STDOUT)
+        agent = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                TRAIN,
+                "-c",
+                cfg,
+            ],
+            cwd=REPO,
+            env=child_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     train_log = tmp_path / "out" / "train.log"
     deadline = time.monotonic() + 180
     while not (train_log.exists() and "global_step: 10," in train_log.read_text()):
@@ -235,16 +340,42 @@ def test_resume_on_more_processes_with_auto_scale_lr_continues_the_epoch(tmp_pat
                 raise _StopAfterMidEpochSave
 
     setup_logger(None)
-    cfg = tiny_config(str(tmp_path / "run.yml"), digits_dir, str(tmp_path / "out"), epochs=2, save_iter_step=12,
-                      checkpoints="auto", auto_scale_lr={"base_batch_size": 16})
+    cfg = tiny_config(
+        str(tmp_path / "run.yml"),
+        digits_dir,
+        str(tmp_path / "out"),
+        epochs=2,
+        save_iter_step=12,
+        checkpoints="auto",
+        auto_scale_lr={"base_batch_size": 16},
+    )
     with pytest.raises(_StopAfterMidEpochSave):
         StopAfterSave(load_config(cfg, ["Train.loader.num_workers=0"]), DistEnv()).train()
-    result = check_ok(subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", TRAIN, "-c", cfg],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300))
+    result = check_ok(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                TRAIN,
+                "-c",
+                cfg,
+            ],
+            cwd=REPO,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    )
     # 512 samples: 12 x 16 = 192 used; the other 320 are 10 steps of 2 x 16 in epoch 1 (16 steps at 2 x 16)
-    assert ("resuming a run of 1 process(es) x 16 per process with 2 x 16 (Global.auto_scale_lr): epoch 1 "
-            "continues after 192 of 512 samples with 10 batch(es) left; global_step 12 -> 6") in result.stdout
+    assert (
+        "resuming a run of 1 process(es) x 16 per process with 2 x 16 (Global.auto_scale_lr): epoch 1 "
+        "continues after 192 of 512 samples with 10 batch(es) left; global_step 12 -> 6"
+    ) in result.stdout
     assert "learning rates x2 (peak 0.002 -> 0.004)" in result.stdout
     final = weights(str(tmp_path / "out" / "latest.pt"))
     assert final["global_step"] == 2 * 16 and final["world_size"] == 2

@@ -1,4 +1,5 @@
 """End to end under torchrun (gloo, 2 processes): learning, exact eval, exact resume, clean errors."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,11 @@ def read_log(out_dir: str) -> str:
 
 def test_two_process_training_learns_and_logs_paddle_lines(trained):
     log = read_log(trained["out"])
-    line = re.search(r"epoch: \[\d+/8\], global_step: \d+, lr: [\d.]+, loss: [\d.]+, .*avg_reader_cost: [\d.]+ s, "
-                     r"avg_batch_cost: [\d.]+ s, avg_samples: 32, ips: [\d.]+ samples/s, eta: \d+:\d\d:\d\d", log)
+    line = re.search(
+        r"epoch: \[\d+/8\], global_step: \d+, lr: [\d.]+, loss: [\d.]+, .*avg_reader_cost: [\d.]+ s, "
+        r"avg_batch_cost: [\d.]+ s, avg_samples: 32, ips: [\d.]+ samples/s, eta: \d+:\d\d:\d\d",
+        log,
+    )
     assert line, log[-3000:]  # avg_samples is the global batch: 16 per card x 2 processes
     assert "trainable parameters:" in log and "2 process(es)" in log
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
@@ -44,9 +48,15 @@ def test_two_process_training_learns_and_logs_paddle_lines(trained):
 def test_eval_one_and_two_processes_agree_exactly(trained):
     ckpt = os.path.join(trained["out"], "best_accuracy")
     out1, out2 = str(trained["root"] / "m1.json"), str(trained["root"] / "m2.json")
-    check_ok(run_tool(["eval.py", "-c", trained["cfg"], "-o", f"Global.checkpoints={ckpt}", "--output_json", out1]))
-    check_ok(run_tool(["eval.py", "-c", trained["cfg"], "-o", f"Global.checkpoints={ckpt}", "--output_json", out2],
-                      nproc=2))
+    check_ok(
+        run_tool(["eval.py", "-c", trained["cfg"], "-o", f"Global.checkpoints={ckpt}", "--output_json", out1])
+    )
+    check_ok(
+        run_tool(
+            ["eval.py", "-c", trained["cfg"], "-o", f"Global.checkpoints={ckpt}", "--output_json", out2],
+            nproc=2,
+        )
+    )
     with open(out1) as a, open(out2) as b:
         single, double = json.load(a), json.load(b)
     assert single == double  # 51 val samples: batches of 8, shards of 32 and 19
@@ -56,8 +66,14 @@ def test_eval_one_and_two_processes_agree_exactly(trained):
 
 def test_resume_after_epoch_gives_identical_final_weights(trained, tmp_path):
     resumed_out = str(tmp_path / "resumed")
-    cfg = tiny_config(str(tmp_path / "tiny.yml"), _data_dir(trained), resumed_out, epochs=EPOCHS, num_train=2048,
-                      checkpoints=os.path.join(trained["out"], "iter_epoch_3"))
+    cfg = tiny_config(
+        str(tmp_path / "tiny.yml"),
+        _data_dir(trained),
+        resumed_out,
+        epochs=EPOCHS,
+        num_train=2048,
+        checkpoints=os.path.join(trained["out"], "iter_epoch_3"),
+    )
     result = check_ok(run_tool(["train.py", "-c", cfg], nproc=2))
     assert "resumed from" in result.stdout and "epoch 4, batch 0" in result.stdout
     expected = torch.load(os.path.join(trained["out"], "latest.pt"), weights_only=True)
@@ -76,8 +92,14 @@ def _data_dir(trained) -> str:
 
 
 def test_resume_with_other_world_size_is_refused(trained, tmp_path):
-    cfg = tiny_config(str(tmp_path / "tiny.yml"), _data_dir(trained), str(tmp_path / "o"), epochs=EPOCHS,
-                      num_train=2048, checkpoints=os.path.join(trained["out"], "iter_epoch_1"))
+    cfg = tiny_config(
+        str(tmp_path / "tiny.yml"),
+        _data_dir(trained),
+        str(tmp_path / "o"),
+        epochs=EPOCHS,
+        num_train=2048,
+        checkpoints=os.path.join(trained["out"], "iter_epoch_1"),
+    )
     result = run_tool(["train.py", "-c", cfg])
     assert result.returncode == 1
     assert "written by a run with 2 process(es) and this run has 1" in result.stderr
@@ -89,4 +111,6 @@ def test_config_typo_fails_cleanly_under_torchrun(tmp_path, digits_dir):
     result = run_tool(["train.py", "-c", cfg, "-o", "Global.epoch_nun=3"], nproc=2)
     assert result.returncode != 0
     assert result.stderr.count("unknown key Global.epoch_nun. Did you mean: 'epoch_num'") == 1
-    assert os.path.join("ppdist", "") not in result.stderr  # no traceback from our code (torchrun prints its own)
+    assert (
+        os.path.join("ppdist", "") not in result.stderr
+    )  # no traceback from our code (torchrun prints its own)

@@ -1,4 +1,5 @@
 """PP-LiteSeg end to end under torchrun (gloo, 2 processes): learning and exact distributed eval."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,11 @@ def trained(tmp_path_factory):
 def test_two_process_training_learns_iteration_based(trained):
     with open(os.path.join(trained["out"], "train.log"), encoding="utf-8") as handle:
         log = handle.read()
-    assert re.search(r"global_step: 150, lr: [\d.]+, loss: [\d.]+, loss_0: [\d.]+, loss_1: [\d.]+, loss_2: [\d.]+, "
-                     r".*avg_samples: 16, ips: [\d.]+ samples/s, eta: ", log), log[-2000:]
+    assert re.search(
+        r"global_step: 150, lr: [\d.]+, loss: [\d.]+, loss_0: [\d.]+, loss_1: [\d.]+, loss_2: [\d.]+, "
+        r".*avg_samples: 16, ips: [\d.]+ samples/s, eta: ",
+        log,
+    ), log[-2000:]
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
     assert best["global_step"] == 150 and best["world_size"] == 2
     metrics = best["metrics"]
@@ -47,10 +51,26 @@ def test_eval_one_and_two_processes_agree_exactly_on_odd_val_set(trained):
 def test_test_time_flip_and_slide_run_in_eval(trained):
     ckpt = os.path.join(trained["out"], "best_accuracy")
     out = str(trained["root"] / "aug.json")
-    check_ok(run_tool(["eval.py", "-c", trained["cfg"], "-o", f"Global.checkpoints={ckpt}",
-                       "PostProcess.aug_eval=true", "PostProcess.scales=[0.75,1.0]", "PostProcess.flip_horizontal=true",
-                       "PostProcess.is_slide=true", "PostProcess.crop_size=[48,48]", "PostProcess.stride=[32,32]",
-                       "--output_json", out], nproc=2))
+    check_ok(
+        run_tool(
+            [
+                "eval.py",
+                "-c",
+                trained["cfg"],
+                "-o",
+                f"Global.checkpoints={ckpt}",
+                "PostProcess.aug_eval=true",
+                "PostProcess.scales=[0.75,1.0]",
+                "PostProcess.flip_horizontal=true",
+                "PostProcess.is_slide=true",
+                "PostProcess.crop_size=[48,48]",
+                "PostProcess.stride=[32,32]",
+                "--output_json",
+                out,
+            ],
+            nproc=2,
+        )
+    )
     with open(out) as handle:
         metrics = json.load(handle)
     assert metrics["images"] == 37 and metrics["miou"] > 0.5

@@ -1,4 +1,5 @@
 """CTCLoss: values, impossible alignments, focal weighting and gradients."""
+
 import itertools
 import math
 
@@ -30,7 +31,8 @@ def test_matches_brute_force_and_torch_reference():
     assert math.isclose(loss.item(), expected, rel_tol=1e-5)
 
     reference = torch.nn.CTCLoss(blank=0, reduction="none")(
-        logits.log_softmax(2).transpose(0, 1), batch["label"], torch.tensor([4, 4]), batch["length"])
+        logits.log_softmax(2).transpose(0, 1), batch["label"], torch.tensor([4, 4]), batch["length"]
+    )
     assert torch.allclose(loss, reference.mean())
 
 
@@ -44,12 +46,16 @@ def test_batch_mean_is_not_divided_by_label_length():
     lengths = torch.tensor([3, 1, 6])
     loss = CTCLoss()(logits, {"label": labels, "length": lengths})["loss"]
     per_sample = torch.nn.functional.ctc_loss(
-        logits.log_softmax(2).transpose(0, 1), labels, torch.full((3,), 25), lengths,
-        reduction="none")
+        logits.log_softmax(2).transpose(0, 1), labels, torch.full((3,), 25), lengths, reduction="none"
+    )
     assert torch.allclose(loss, per_sample.mean())
     # "mean" reduction of torch divides by the label lengths first: a different number
-    assert not torch.allclose(loss, torch.nn.functional.ctc_loss(
-        logits.log_softmax(2).transpose(0, 1), labels, torch.full((3,), 25), lengths))
+    assert not torch.allclose(
+        loss,
+        torch.nn.functional.ctc_loss(
+            logits.log_softmax(2).transpose(0, 1), labels, torch.full((3,), 25), lengths
+        ),
+    )
 
 
 def test_impossible_alignment_gives_zero_not_inf():

@@ -1,5 +1,6 @@
 """PPYOLOELoss: VFL / focal / GIoU / DFL against hand values, the full forward and backward,
 the ATSS -> TAL switch, normalisation and config validation."""
+
 import math
 from typing import Dict
 
@@ -16,8 +17,14 @@ from ppdist.registry import LOSSES
 REG_MAX = 16
 
 
-def make_preds(size: int = 128, num_classes: int = 6, batch: int = 2, strides=(32, 16, 8), seed: int = 0,
-               requires_grad: bool = True) -> Dict[str, object]:
+def make_preds(
+    size: int = 128,
+    num_classes: int = 6,
+    batch: int = 2,
+    strides=(32, 16, 8),
+    seed: int = 0,
+    requires_grad: bool = True,
+) -> Dict[str, object]:
     """Random head outputs plus grid-cell anchors, as the PP-YOLOE head returns them in training."""
     boxes, points, counts, stride_list = [], [], [], []
     for s in strides:
@@ -31,20 +38,28 @@ def make_preds(size: int = 128, num_classes: int = 6, batch: int = 2, strides=(3
     num = sum(counts)
     cls = (torch.randn(batch, num, num_classes, generator=gen) - 3.0).requires_grad_(requires_grad)
     reg = torch.randn(batch, num, 4 * (REG_MAX + 1), generator=gen).requires_grad_(requires_grad)
-    return {"cls_logits": cls, "reg_distri": reg, "anchors": torch.cat(boxes), "anchor_points": torch.cat(points),
-            "num_anchors_list": counts, "stride_tensor": torch.cat(stride_list)}
+    return {
+        "cls_logits": cls,
+        "reg_distri": reg,
+        "anchors": torch.cat(boxes),
+        "anchor_points": torch.cat(points),
+        "num_anchors_list": counts,
+        "stride_tensor": torch.cat(stride_list),
+    }
 
 
 def make_batch(epoch_id=0) -> Dict[str, object]:
     """Two images: three real boxes plus one padded slot, and none at all."""
-    gt_bbox = torch.tensor([[[3.0, 5, 60, 81], [40, 36, 120, 100], [66, 4, 94, 24], [0, 0, 0, 0]],
-                            [[0.0, 0, 0, 0]] * 4])
+    gt_bbox = torch.tensor(
+        [[[3.0, 5, 60, 81], [40, 36, 120, 100], [66, 4, 94, 24], [0, 0, 0, 0]], [[0.0, 0, 0, 0]] * 4]
+    )
     gt_class = torch.tensor([[[4], [1], [2], [0]], [[0]] * 4])
     pad = torch.tensor([[[1.0], [1.0], [1.0], [0.0]], [[0.0]] * 4])
     return {"gt_class": gt_class, "gt_bbox": gt_bbox, "pad_gt_mask": pad, "epoch_id": epoch_id}
 
 
 # ---------------------------------------------------------------- loss terms
+
 
 def bce(p: float, q: float) -> float:
     return -(q * math.log(p) + (1 - q) * math.log(1 - p))
@@ -66,7 +81,9 @@ def test_varifocal_loss_hand_value_and_undetached_weight():
     (F.binary_cross_entropy(prob, q, reduction="none") * weight).sum().backward()
     assert torch.allclose(logits.grad, ref_logits.grad, atol=1e-6)
     detached_logits = logits.detach().clone().requires_grad_(True)
-    (F.binary_cross_entropy_with_logits(detached_logits, q, reduction="none") * weight.detach()).sum().backward()
+    (
+        F.binary_cross_entropy_with_logits(detached_logits, q, reduction="none") * weight.detach()
+    ).sum().backward()
     assert not torch.allclose(logits.grad, detached_logits.grad, atol=1e-3)
 
 
@@ -74,9 +91,9 @@ def test_sigmoid_focal_loss_hand_value():
     logits = torch.tensor([0.0, 2.0])
     q = torch.tensor([0.8, 0.0])
     p1 = 1 / (1 + math.exp(-2))
-    with_alpha = (0.3 ** 2 * (0.25 * 0.8 + 0.75 * 0.2) * bce(0.5, 0.8) + p1 ** 2 * 0.75 * bce(p1, 0.0))
+    with_alpha = 0.3**2 * (0.25 * 0.8 + 0.75 * 0.2) * bce(0.5, 0.8) + p1**2 * 0.75 * bce(p1, 0.0)
     assert math.isclose(sigmoid_focal_loss(logits, q).item(), with_alpha, rel_tol=1e-6)
-    no_alpha = 0.3 ** 2 * bce(0.5, 0.8) + p1 ** 2 * bce(p1, 0.0)
+    no_alpha = 0.3**2 * bce(0.5, 0.8) + p1**2 * bce(p1, 0.0)
     assert math.isclose(sigmoid_focal_loss(logits, q, alpha=-1).item(), no_alpha, rel_tol=1e-6)
 
 
@@ -104,6 +121,7 @@ def test_dfl_targets_are_clipped_below_reg_max():
 
 
 # ---------------------------------------------------------------- full loss
+
 
 def run(loss: PPYOLOELoss, preds, batch) -> Dict[str, torch.Tensor]:
     out = loss(preds, batch)
@@ -139,9 +157,16 @@ def test_loss_matches_its_parts():
     points_s = preds["anchor_points"] / stride
     boxes_s = distance2bbox(points_s, dist.softmax(-1) @ torch.arange(REG_MAX + 1.0))
     cls = preds["cls_logits"].detach()
-    labels, gt_boxes, scores = loss.assigner(cls.sigmoid(), boxes_s * stride, preds["anchor_points"],
-                                             preds["num_anchors_list"], batch["gt_class"], batch["gt_bbox"],
-                                             batch["pad_gt_mask"], bg_index=6)
+    labels, gt_boxes, scores = loss.assigner(
+        cls.sigmoid(),
+        boxes_s * stride,
+        preds["anchor_points"],
+        preds["num_anchors_list"],
+        batch["gt_class"],
+        batch["gt_bbox"],
+        batch["pad_gt_mask"],
+        bg_index=6,
+    )
     norm = scores.sum().clamp(min=1)
     pos = labels != 6
     gt_s = gt_boxes / stride
@@ -149,7 +174,9 @@ def test_loss_matches_its_parts():
     assert pos.sum() > 0
     one_hot = F.one_hot(labels, 7)[..., :6].float()
     assert torch.allclose(out["loss_cls"], varifocal_loss(cls, scores, one_hot) / norm, rtol=1e-5)
-    assert torch.allclose(out["loss_iou"], (giou_loss(boxes_s[pos], gt_s[pos]) * weight).sum() / norm, rtol=1e-5)
+    assert torch.allclose(
+        out["loss_iou"], (giou_loss(boxes_s[pos], gt_s[pos]) * weight).sum() / norm, rtol=1e-5
+    )
     target = bbox2distance(points_s.expand(2, -1, -1), gt_s, REG_MAX)[pos]
     dfl = (distribution_focal_loss(dist[pos], target) * weight).sum() / norm
     assert torch.allclose(out["loss_dfl"], dfl, rtol=1e-5)
@@ -165,8 +192,10 @@ class Spy:
         return self.inner(*args, **kwargs)
 
 
-@pytest.mark.parametrize("epoch_id,expect_static", [(0, True), (2, True), (torch.tensor(2), True),
-                                                     (3, False), (torch.tensor(7), False)])
+@pytest.mark.parametrize(
+    "epoch_id,expect_static",
+    [(0, True), (2, True), (torch.tensor(2), True), (3, False), (torch.tensor(7), False)],
+)
 def test_atss_then_tal_by_epoch_id(epoch_id, expect_static):
     loss = PPYOLOELoss(num_classes=6, static_assigner_epoch=3)
     loss.static_assigner, loss.assigner = Spy(loss.static_assigner), Spy(loss.assigner)
@@ -178,20 +207,26 @@ def test_atss_then_tal_by_epoch_id(epoch_id, expect_static):
 def test_batch_without_boxes(epoch_id):
     loss = PPYOLOELoss(num_classes=6, static_assigner_epoch=5)
     preds = make_preds()
-    batch = {"gt_class": torch.zeros(2, 0, 1, dtype=torch.long), "gt_bbox": torch.zeros(2, 0, 4),
-             "pad_gt_mask": torch.zeros(2, 0, 1), "epoch_id": epoch_id}
+    batch = {
+        "gt_class": torch.zeros(2, 0, 1, dtype=torch.long),
+        "gt_bbox": torch.zeros(2, 0, 4),
+        "pad_gt_mask": torch.zeros(2, 0, 1),
+        "epoch_id": epoch_id,
+    }
     out = run(loss, preds, batch)
     assert out["loss_iou"] == 0 and out["loss_dfl"] == 0 and out["loss_l1"] == 0
     # S = 0 is clamped to 1: the class loss is the plain sum of 0.75 p^2 BCE(p, 0)
     p = preds["cls_logits"].detach().sigmoid()
-    assert torch.allclose(out["loss_cls"], (0.75 * p ** 2 * -torch.log1p(-p)).sum(), rtol=1e-5)
+    assert torch.allclose(out["loss_cls"], (0.75 * p**2 * -torch.log1p(-p)).sum(), rtol=1e-5)
     out["loss"].backward()
     assert preds["reg_distri"].grad is not None  # box losses stay connected to the graph
     assert torch.isfinite(preds["cls_logits"].grad).all()
 
 
 def test_focal_loss_variant_and_custom_weights():
-    loss = PPYOLOELoss(num_classes=6, use_varifocal_loss=False, loss_weight={"class": 2.0, "iou": 1.0, "dfl": 0.0})
+    loss = PPYOLOELoss(
+        num_classes=6, use_varifocal_loss=False, loss_weight={"class": 2.0, "iou": 1.0, "dfl": 0.0}
+    )
     out = run(loss, make_preds(), make_batch())
     assert torch.allclose(out["loss"], 2.0 * out["loss_cls"] + out["loss_iou"])
     out["loss"].backward()
@@ -203,7 +238,9 @@ def test_normaliser_is_all_reduced(monkeypatch):
     calls = []
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda: 4)
-    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None: (calls.append(op), t.mul_(4.0)))  # 4 equal ranks
+    monkeypatch.setattr(
+        dist, "all_reduce", lambda t, op=None: (calls.append(op), t.mul_(4.0))
+    )  # 4 equal ranks
     loss = PPYOLOELoss(num_classes=6)
     preds, batch = make_preds(requires_grad=False), make_batch()
     reduced = loss(preds, batch)
@@ -215,9 +252,15 @@ def test_normaliser_is_all_reduced(monkeypatch):
 
 
 def test_built_from_config_and_validation():
-    loss = LOSSES.build({"name": "PPYOLOELoss", "num_classes": 6, "static_assigner_epoch": 30,
-                         "static_assigner": {"name": "ATSSAssigner", "topk": 9},
-                         "assigner": {"name": "TaskAlignedAssigner", "topk": 13, "alpha": 1.0, "beta": 6.0}})
+    loss = LOSSES.build(
+        {
+            "name": "PPYOLOELoss",
+            "num_classes": 6,
+            "static_assigner_epoch": 30,
+            "static_assigner": {"name": "ATSSAssigner", "topk": 9},
+            "assigner": {"name": "TaskAlignedAssigner", "topk": 13, "alpha": 1.0, "beta": 6.0},
+        }
+    )
     assert loss.assigner.topk == 13 and loss.static_assigner.topk == 9 and loss.static_assigner_epoch == 30
     with pytest.raises(ValueError, match="must be named 'ATSSAssigner'"):
         PPYOLOELoss(static_assigner={"name": "TaskAlignedAssigner"})

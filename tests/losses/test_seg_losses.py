@@ -1,4 +1,5 @@
 """OHEM and pixel cross entropy on hand-made examples; the loss list maps onto outputs."""
+
 import math
 
 import pytest
@@ -42,7 +43,11 @@ def test_ohem_threshold_rises_to_kth_probability():
 def test_ohem_keeps_all_valid_when_min_kept_not_below_valid_count():
     logit = logits_for([0.9, 0.95, 0.99])
     label = torch.tensor([[[1, 1, 255]]])
-    assert OhemCrossEntropyLoss(min_kept=2).kept_mask(logit, label).reshape(-1).tolist() == [True, True, False]
+    assert OhemCrossEntropyLoss(min_kept=2).kept_mask(logit, label).reshape(-1).tolist() == [
+        True,
+        True,
+        False,
+    ]
 
 
 def test_cross_entropy_averages_over_non_ignored_and_weights():

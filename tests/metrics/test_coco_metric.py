@@ -1,4 +1,5 @@
 """COCOMetric equals pycocotools run directly on the written bbox.json; exact state merging."""
+
 import json
 import types
 
@@ -19,8 +20,15 @@ def gt(tmp_path):
         {"id": 3, "image_id": 2, "category_id": 3, "bbox": [0, 0, 60, 60], "area": 3600, "iscrowd": 0},
     ]
     path = tmp_path / "gt.json"
-    path.write_text(json.dumps({"images": images, "annotations": anns,
-                                "categories": [{"id": 3, "name": "a"}, {"id": 7, "name": "b"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "images": images,
+                "annotations": anns,
+                "categories": [{"id": 3, "name": "a"}, {"id": 7, "name": "b"}],
+            }
+        )
+    )
     import contextlib
     import io
 
@@ -31,11 +39,28 @@ def gt(tmp_path):
 
 def _results():
     return [
-        [{"im_id": 1, "boxes": torch.tensor([[10.0, 10.0, 40.0, 30.0], [52.0, 41.0, 70.0, 70.0]]),
-          "scores": torch.tensor([0.9, 0.6]), "labels": torch.tensor([0, 1])}],
-        [{"im_id": 2, "boxes": torch.tensor([[5.0, 0.0, 60.0, 55.0], [0.0, 0.0, 10.0, 10.0]]),
-          "scores": torch.tensor([0.8, 0.3]), "labels": torch.tensor([0, 1])},
-         {"im_id": 3, "boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}],
+        [
+            {
+                "im_id": 1,
+                "boxes": torch.tensor([[10.0, 10.0, 40.0, 30.0], [52.0, 41.0, 70.0, 70.0]]),
+                "scores": torch.tensor([0.9, 0.6]),
+                "labels": torch.tensor([0, 1]),
+            }
+        ],
+        [
+            {
+                "im_id": 2,
+                "boxes": torch.tensor([[5.0, 0.0, 60.0, 55.0], [0.0, 0.0, 10.0, 10.0]]),
+                "scores": torch.tensor([0.8, 0.3]),
+                "labels": torch.tensor([0, 1]),
+            },
+            {
+                "im_id": 3,
+                "boxes": torch.zeros(0, 4),
+                "scores": torch.zeros(0),
+                "labels": torch.zeros(0, dtype=torch.long),
+            },
+        ],
     ]
 
 
@@ -71,8 +96,17 @@ def test_metric_equals_pycocotools_on_written_json_and_merges_exactly(gt, tmp_pa
 def test_no_detections_gives_zeros(gt):
     metric = COCOMetric()
     metric.bind_dataset(gt)
-    metric.update([{"im_id": 1, "boxes": torch.zeros(0, 4), "scores": torch.zeros(0),
-                    "labels": torch.zeros(0, dtype=torch.long)}], {})
+    metric.update(
+        [
+            {
+                "im_id": 1,
+                "boxes": torch.zeros(0, 4),
+                "scores": torch.zeros(0),
+                "labels": torch.zeros(0, dtype=torch.long),
+            }
+        ],
+        {},
+    )
     assert metric.compute()["ap"] == 0.0
 
 

@@ -1,4 +1,5 @@
 """RecMetric: accuracy / normalised edit distance, text normalisation and exact merging."""
+
 import pickle
 import random
 
@@ -68,14 +69,14 @@ def test_merge_of_random_split_equals_single_run_exactly():
 
     single = RecMetric()
     for start in range(0, len(pairs), 64):
-        single.update(results(pairs[start:start + 64]), {})
+        single.update(results(pairs[start : start + 64]), {})
 
     cut1, cut2 = sorted(rng.sample(range(1, len(pairs)), 2))
     states = []
     for part in (pairs[:cut1], pairs[cut1:cut2], pairs[cut2:]):
         rank = RecMetric()
         for start in range(0, len(part), 37):
-            rank.update(results(part[start:start + 37]), {})
+            rank.update(results(part[start : start + 37]), {})
         states.append(pickle.loads(pickle.dumps(rank.state())))
 
     merged = RecMetric()

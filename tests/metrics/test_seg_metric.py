@@ -1,4 +1,5 @@
 """Segmentation metrics against a hand-computed confusion; exact merging of rank states."""
+
 import numpy as np
 import pytest
 import torch
@@ -37,7 +38,7 @@ def test_merged_states_equal_single_pass_exactly():
     shards = []
     for part in ((0, 3), (3, 7)):
         m = SegMetric(num_classes=5)
-        for p, lab in zip(preds[part[0]:part[1]], labels[part[0]:part[1]]):
+        for p, lab in zip(preds[part[0] : part[1]], labels[part[0] : part[1]]):
             m.update(p, {"label": lab})
         shards.append(m.state())
     merged = SegMetric(num_classes=5)

@@ -1,4 +1,5 @@
 """CRNN (MobileNetV3 + BiLSTM + CTCHead) architecture, shapes and parameter counts."""
+
 import copy
 
 import pytest
@@ -17,7 +18,9 @@ torch.set_num_threads(2)
 def mv3_arch(num_classes=37):
     """rec_mv3_none_bilstm_ctc.yml's Architecture, with Head.out_channels injected."""
     return {
-        "model_type": "rec", "algorithm": "CRNN", "Transform": None,
+        "model_type": "rec",
+        "algorithm": "CRNN",
+        "Transform": None,
         "Backbone": {"name": "MobileNetV3", "scale": 0.5, "model_name": "large"},
         "Neck": {"name": "SequenceEncoder", "encoder_type": "rnn", "hidden_size": 96},
         "Head": {"name": "CTCHead", "fc_decay": 0, "out_channels": num_classes},
@@ -27,9 +30,15 @@ def mv3_arch(num_classes=37):
 def lite_arch(num_classes=6625):
     """rec_chinese_lite_train_v2.0.yml's Architecture."""
     return {
-        "model_type": "rec", "algorithm": "CRNN", "Transform": None,
-        "Backbone": {"name": "MobileNetV3", "scale": 0.5, "model_name": "small",
-                     "small_stride": [1, 2, 2, 2]},
+        "model_type": "rec",
+        "algorithm": "CRNN",
+        "Transform": None,
+        "Backbone": {
+            "name": "MobileNetV3",
+            "scale": 0.5,
+            "model_name": "small",
+            "small_stride": [1, 2, 2, 2],
+        },
         "Neck": {"name": "SequenceEncoder", "encoder_type": "rnn", "hidden_size": 48},
         "Head": {"name": "CTCHead", "fc_decay": 0.00001, "out_channels": num_classes},
     }
@@ -54,8 +63,11 @@ def test_lite_chinese_parameter_count():
     model = BaseModel(lite_arch())
     print(f"CRNN lite small-0.5, 6625 classes: {trainable(model):,} trainable parameters")
     assert trainable(model) == 1_081_377
-    assert (trainable(model.backbone), trainable(model.neck), trainable(model.head)) == \
-        (252_896, 185_856, 642_625)
+    assert (trainable(model.backbone), trainable(model.neck), trainable(model.head)) == (
+        252_896,
+        185_856,
+        642_625,
+    )
     assert model.backbone.out_channels == 288
     assert model.neck.out_channels == 96
 
@@ -83,8 +95,14 @@ def test_small_default_strides_fail_clearly_on_height_32():
 
 
 def test_make_divisible():
-    assert [make_divisible(v) for v in (8, 16 * 0.5, 72 * 0.5, 120 * 0.5, 200 * 0.5, 0.35 * 16)] == \
-        [8, 8, 40, 64, 104, 8]
+    assert [make_divisible(v) for v in (8, 16 * 0.5, 72 * 0.5, 120 * 0.5, 200 * 0.5, 0.35 * 16)] == [
+        8,
+        8,
+        40,
+        64,
+        104,
+        8,
+    ]
     assert make_divisible(960 * 0.5) == 480
 
 
@@ -125,7 +143,7 @@ def test_softmax_only_in_eval():
 
 def test_head_init_regularizer_and_mid_channels():
     head = CTCHead(in_channels=192, out_channels=37, fc_decay=1e-5)
-    bound = 1 / 192 ** 0.5
+    bound = 1 / 192**0.5
     for param in head.parameters():
         assert param.abs().max() <= bound
         assert param.regularizer_factor == 1e-5

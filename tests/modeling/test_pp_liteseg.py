@@ -1,4 +1,5 @@
 """PP-LiteSeg: exact parameter counts of the originals, output shapes, train/eval heads."""
+
 import pytest
 import torch
 
@@ -13,8 +14,13 @@ REFERENCE = {"STDC1": 8_141_600, "STDC2": 12_366_464}
 
 
 def build(backbone: str, num_classes: int = 19, **head) -> BaseModel:
-    return BaseModel({"model_type": "seg", "Backbone": {"name": backbone},
-                      "Head": dict({"name": "PPLiteSegHead", "num_classes": num_classes}, **head)})
+    return BaseModel(
+        {
+            "model_type": "seg",
+            "Backbone": {"name": backbone},
+            "Head": dict({"name": "PPLiteSegHead", "num_classes": num_classes}, **head),
+        }
+    )
 
 
 def trainable(model: torch.nn.Module) -> int:
@@ -63,7 +69,9 @@ def test_channel_attention_head_builds_and_runs():
     # channel attention: 1x1 convs 4C -> C/2 -> C (+BN) in place of the spatial 3x3 convs 4 -> 2 -> 1
     fusion = model.head.arm_list[0]
     assert [m.conv.kernel_size for m in fusion.conv_xy_atten] == [(1, 1), (1, 1)]
-    assert fusion.conv_xy_atten[0].conv.in_channels == 4 * 64 and fusion.conv_xy_atten[1].conv.out_channels == 64
+    assert (
+        fusion.conv_xy_atten[0].conv.in_channels == 4 * 64 and fusion.conv_xy_atten[1].conv.out_channels == 64
+    )
     model.eval()
     with torch.no_grad():
         assert tuple(model(torch.randn(1, 3, 64, 64))[0].shape) == (1, 3, 64, 64)

@@ -1,4 +1,5 @@
 """PP-YOLOE: exact parameter counts of the originals, head contracts, RepVgg deploy, L2 tags."""
+
 import copy
 import math
 
@@ -13,8 +14,12 @@ from ppdist.modeling.heads.ppyoloe import distance2bbox, generate_anchors
 
 SCALES = {"s": (0.50, 0.33), "m": (0.75, 0.67), "l": (1.0, 1.0), "x": (1.25, 1.33)}
 # verified_numbers.md: PaddleDetection release/2.7.1 with paddlepaddle 2.6.2, 80 classes
-REFERENCE = {"s": (8_084_588, 7_926_260), "m": (24_134_892, 23_427_492),
-             "l": (54_078_556, 52_198_924), "x": (102_331_484, 98_424_044)}
+REFERENCE = {
+    "s": (8_084_588, 7_926_260),
+    "m": (24_134_892, 23_427_492),
+    "l": (54_078_556, 52_198_924),
+    "x": (102_331_484, 98_424_044),
+}
 H, W = 256, 320
 STRIDES = (32, 16, 8)
 A = sum((H // s) * (W // s) for s in STRIDES)
@@ -22,14 +27,33 @@ A = sum((H // s) * (W // s) for s in STRIDES)
 
 def build(scale: str = "s", use_alpha: bool = False, num_classes: int = 80) -> BaseModel:
     w, d = SCALES[scale]
-    return BaseModel({
-        "model_type": "det", "algorithm": "PPYOLOE",
-        "Backbone": {"name": "CSPResNet", "layers": [3, 6, 6, 3], "channels": [64, 128, 256, 512, 1024],
-                     "return_idx": [1, 2, 3], "use_large_stem": True, "width_mult": w, "depth_mult": d,
-                     "use_alpha": use_alpha},
-        "Neck": {"name": "CustomCSPPAN", "out_channels": [768, 384, 192], "stage_num": 1, "block_num": 3,
-                 "act": "swish", "spp": True, "width_mult": w, "depth_mult": d},
-        "Head": {"name": "PPYOLOEHead", "num_classes": num_classes, "fpn_strides": list(STRIDES)}})
+    return BaseModel(
+        {
+            "model_type": "det",
+            "algorithm": "PPYOLOE",
+            "Backbone": {
+                "name": "CSPResNet",
+                "layers": [3, 6, 6, 3],
+                "channels": [64, 128, 256, 512, 1024],
+                "return_idx": [1, 2, 3],
+                "use_large_stem": True,
+                "width_mult": w,
+                "depth_mult": d,
+                "use_alpha": use_alpha,
+            },
+            "Neck": {
+                "name": "CustomCSPPAN",
+                "out_channels": [768, 384, 192],
+                "stage_num": 1,
+                "block_num": 3,
+                "act": "swish",
+                "spp": True,
+                "width_mult": w,
+                "depth_mult": d,
+            },
+            "Head": {"name": "PPYOLOEHead", "num_classes": num_classes, "fpn_strides": list(STRIDES)},
+        }
+    )
 
 
 def trainable(model: torch.nn.Module) -> int:
@@ -131,8 +155,11 @@ def test_repvgg_deploy_keeps_eval_outputs(use_alpha):
         before = model(x)
         deployed = convert_to_deploy(copy.deepcopy(model))
         after = deployed(x)
-    assert all(b.conv is not None and not hasattr(b, "conv1") for b in deployed.modules()
-               if isinstance(b, RepVggBlock))
+    assert all(
+        b.conv is not None and not hasattr(b, "conv1")
+        for b in deployed.modules()
+        if isinstance(b, RepVggBlock)
+    )
     assert before["scores"].std() > 1e-2  # not trivially constant
     assert before["boxes"].dtype == torch.float64
     assert (before["scores"] - after["scores"]).abs().max() < 1e-4
@@ -166,7 +193,7 @@ def test_neck_reads_checkpoints_with_the_positional_spp_names():
     legacy = {}
     for key, value in stage.state_dict().items():
         if key.startswith("convs."):
-            name, rest = key[len("convs."):].split(".", 1)
+            name, rest = key[len("convs.") :].split(".", 1)
             key = f"convs.{position[name]}.{rest}"
         legacy[key] = value
     strict = CSPStage(8, 8, n=3, spp=True)

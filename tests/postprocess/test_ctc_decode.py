@@ -1,4 +1,5 @@
 """CTCLabelDecode: greedy collapse rules, scores, label decoding and dictionaries."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,5 @@
 """Multi-class NMS: thresholds, per-class top-k, per-class suppression, keep_top_k, rescaling."""
+
 import pytest
 import torch
 
@@ -13,11 +14,15 @@ def test_per_class_top_k_keeps_best_of_each_class():
 
 
 def test_nms_suppresses_within_a_class_only_and_applies_thresholds():
-    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 10, 10], [0, 0, 10, 10], [50, 50, 60, 60]], dtype=torch.float32)
+    boxes = torch.tensor(
+        [[0, 0, 10, 10], [1, 1, 10, 10], [0, 0, 10, 10], [50, 50, 60, 60]], dtype=torch.float32
+    )
     scores = torch.zeros(2, 4)
     scores[0, 0], scores[0, 1], scores[0, 3] = 0.9, 0.8, 0.01  # 0.01 is not > threshold
     scores[1, 2] = 0.5  # same box as anchor 0 but another class: kept
-    out = multiclass_nms(scores, boxes, score_threshold=0.01, nms_top_k=1000, nms_threshold=0.7, keep_top_k=300)
+    out = multiclass_nms(
+        scores, boxes, score_threshold=0.01, nms_top_k=1000, nms_threshold=0.7, keep_top_k=300
+    )
     # IoU(box0, box1) = 81/100 > 0.7 -> box1 suppressed
     assert out["labels"].tolist() == [0, 1] and out["scores"].tolist() == [0.8999999761581421, 0.5]
     out = multiclass_nms(scores, boxes, 0.01, 1000, 0.7, keep_top_k=1)
@@ -43,7 +48,9 @@ def _random_detections(batch, classes, anchors, seed):
 
 def _canonical(rows):
     """Rows (label, score, box) in a fixed order: by score, then label, then x1."""
-    order = sorted(range(rows.shape[0]), key=lambda i: (-float(rows[i, 1]), float(rows[i, 0]), float(rows[i, 2])))
+    order = sorted(
+        range(rows.shape[0]), key=lambda i: (-float(rows[i, 1]), float(rows[i, 0]), float(rows[i, 2]))
+    )
     return rows[order]
 
 
@@ -56,9 +63,11 @@ def test_batched_multiclass_nms_equals_the_per_image_version():
         start = 0
         for b in range(3):
             ref = multiclass_nms(scores[b], boxes[b], *args)
-            got = bbox[start:start + int(num[b])]
+            got = bbox[start : start + int(num[b])]
             start += int(num[b])
-            expected = torch.cat([ref["labels"].unsqueeze(1).float(), ref["scores"].unsqueeze(1), ref["boxes"]], 1)
+            expected = torch.cat(
+                [ref["labels"].unsqueeze(1).float(), ref["scores"].unsqueeze(1), ref["boxes"]], 1
+            )
             assert torch.allclose(got[:, 1], expected[:, 1])  # best first (equal scores may swap places)
             assert torch.allclose(_canonical(got), _canonical(expected))
         assert start == bbox.shape[0]
@@ -75,9 +84,16 @@ def test_batched_multiclass_nms_exports_to_onnx_with_dynamic_batch_and_anchors()
             return batched_multiclass_nms(scores, boxes, 0.05, 50, 0.5, 30)
 
     buffer = io.BytesIO()
-    torch.onnx.export(NMS(), _random_detections(2, 5, 300, seed=1), buffer, opset_version=17, dynamo=False,
-                      input_names=["scores", "boxes"], output_names=["bbox", "bbox_num"],
-                      dynamic_axes={"scores": {0: "n", 2: "a"}, "boxes": {0: "n", 1: "a"}})
+    torch.onnx.export(
+        NMS(),
+        _random_detections(2, 5, 300, seed=1),
+        buffer,
+        opset_version=17,
+        dynamo=False,
+        input_names=["scores", "boxes"],
+        output_names=["bbox", "bbox_num"],
+        dynamic_axes={"scores": {0: "n", 2: "a"}, "boxes": {0: "n", 1: "a"}},
+    )
     session = ort.InferenceSession(buffer.getvalue())
     for batch, anchors, seed in [(3, 400, 2), (1, 900, 3)]:
         scores, boxes = _random_detections(batch, 5, anchors, seed)

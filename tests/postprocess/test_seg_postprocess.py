@@ -1,4 +1,5 @@
 """Test-time options: whole image, scales, flips and sliding windows."""
+
 import pytest
 import torch
 from torch import nn
@@ -35,7 +36,9 @@ def test_flips_are_undone_and_scales_resized_back():
     model = PixelModel()
     image = torch.randn(1, 3, 20, 30)
     whole = SegPostProcess().infer(model, {"image": image})
-    flipped = SegPostProcess(aug_eval=True, flip_horizontal=True, flip_vertical=True).infer(model, {"image": image})
+    flipped = SegPostProcess(aug_eval=True, flip_horizontal=True, flip_vertical=True).infer(
+        model, {"image": image}
+    )
     assert torch.allclose(whole, flipped, atol=1e-5)
     model.calls.clear()
     scaled = SegPostProcess(aug_eval=True, scales=[0.5, 0.75]).infer(model, {"image": image})

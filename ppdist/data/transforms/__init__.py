@@ -1,28 +1,47 @@
 """Data transforms ("ops"); importing this package registers all of them in ``TRANSFORMS``."""
+
 from ppdist.data.transforms import common, det, rec, seg  # noqa: F401  (registration side effects)
 from ppdist.data.transforms.common import DecodeImage, KeepKeys
 from ppdist.data.transforms.det import (
-                                        BatchRandomResize,
-                                        Decode,
-                                        NormalizeImage,
-                                        PadGT,
-                                        Permute,
-                                        RandomCrop,
-                                        RandomExpand,
-                                        RandomFlip,
+    BatchRandomResize,
+    Decode,
+    NormalizeImage,
+    PadGT,
+    Permute,
+    RandomCrop,
+    RandomExpand,
+    RandomFlip,
 )
 from ppdist.data.transforms.rec import CTCLabelEncode, RecAug, RecResizeImg
 from ppdist.data.transforms.seg import (
-                                        Normalize,
-                                        RandomDistort,
-                                        RandomHorizontalFlip,
-                                        RandomPaddingCrop,
-                                        RandomVerticalFlip,
-                                        Resize,
-                                        ResizeStepScaling,
+    Normalize,
+    RandomDistort,
+    RandomHorizontalFlip,
+    RandomPaddingCrop,
+    RandomVerticalFlip,
+    Resize,
+    ResizeStepScaling,
 )
 
-__all__ = ["DecodeImage", "KeepKeys", "BatchRandomResize", "Decode", "NormalizeImage", "PadGT", "Permute",
-           "RandomCrop", "RandomExpand", "RandomFlip", "CTCLabelEncode", "RecAug", "RecResizeImg", "Normalize",
-           "RandomDistort", "RandomHorizontalFlip", "RandomPaddingCrop", "RandomVerticalFlip", "Resize",
-           "ResizeStepScaling"]
+__all__ = [
+    "DecodeImage",
+    "KeepKeys",
+    "BatchRandomResize",
+    "Decode",
+    "NormalizeImage",
+    "PadGT",
+    "Permute",
+    "RandomCrop",
+    "RandomExpand",
+    "RandomFlip",
+    "CTCLabelEncode",
+    "RecAug",
+    "RecResizeImg",
+    "Normalize",
+    "RandomDistort",
+    "RandomHorizontalFlip",
+    "RandomPaddingCrop",
+    "RandomVerticalFlip",
+    "Resize",
+    "ResizeStepScaling",
+]

@@ -1,4 +1,5 @@
 """Task-independent transforms: image decoding and key selection."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -22,8 +23,9 @@ class DecodeImage:
     Returns ``None`` when the bytes cannot be decoded.
     """
 
-    def __init__(self, img_mode: str = "RGB", channel_first: bool = False,
-                 ignore_orientation: bool = False) -> None:
+    def __init__(
+        self, img_mode: str = "RGB", channel_first: bool = False, ignore_orientation: bool = False
+    ) -> None:
         if img_mode not in IMG_MODES:
             raise ConfigError(f"DecodeImage.img_mode must be one of {', '.join(IMG_MODES)}, got {img_mode!r}")
         self.img_mode = img_mode

@@ -13,6 +13,7 @@ Randomness comes from ``random`` / ``np.random`` (seeded per sample, or per batc
 the former only touches ``image`` and its defaults are PaddleDetection's; the latter switches
 to the detection behaviour below (``resize_detection``) for samples made by ``Decode``.
 """
+
 from __future__ import annotations
 
 import random
@@ -30,8 +31,13 @@ Sample = Dict[str, Any]
 # arrays with one row per box: kept in step with ``gt_bbox`` by crops and padding
 BOX_FIELDS = ("gt_class", "is_crowd", "gt_score", "difficult")
 CV_INTERPS = (cv2.INTER_NEAREST, cv2.INTER_LINEAR, cv2.INTER_CUBIC, cv2.INTER_AREA, cv2.INTER_LANCZOS4)
-_INTERP_NAMES = {"NEAREST": cv2.INTER_NEAREST, "LINEAR": cv2.INTER_LINEAR, "CUBIC": cv2.INTER_CUBIC,
-                 "AREA": cv2.INTER_AREA, "LANCZOS4": cv2.INTER_LANCZOS4}
+_INTERP_NAMES = {
+    "NEAREST": cv2.INTER_NEAREST,
+    "LINEAR": cv2.INTER_LINEAR,
+    "CUBIC": cv2.INTER_CUBIC,
+    "AREA": cv2.INTER_AREA,
+    "LANCZOS4": cv2.INTER_LANCZOS4,
+}
 # BatchRandomResize's random interpolations (PaddleDetection's order)
 BATCH_INTERPS = (cv2.INTER_NEAREST, cv2.INTER_LINEAR, cv2.INTER_AREA, cv2.INTER_CUBIC, cv2.INTER_LANCZOS4)
 
@@ -43,16 +49,21 @@ def cv_interp(value: Union[int, str], where: str) -> int:
         return _INTERP_NAMES[value]
     if isinstance(value, Integral) and not isinstance(value, bool) and int(value) in CV_INTERPS:
         return int(value)
-    raise ConfigError(f"{where} must be a cv2 interpolation code (0 nearest, 1 linear, 2 cubic, 3 area, "
-                      f"4 lanczos4) or one of {', '.join(_INTERP_NAMES)}, got {value!r}")
+    raise ConfigError(
+        f"{where} must be a cv2 interpolation code (0 nearest, 1 linear, 2 cubic, 3 area, "
+        f"4 lanczos4) or one of {', '.join(_INTERP_NAMES)}, got {value!r}"
+    )
 
 
 def hw_size(value: Any, where: str) -> Tuple[int, int]:
     """PaddleDetection's target size: an int (square) or [h, w], as two positive ints."""
     if isinstance(value, Integral) and not isinstance(value, bool):
         value = [int(value), int(value)]
-    if (not isinstance(value, (list, tuple)) or len(value) != 2
-            or not all(isinstance(v, Integral) and not isinstance(v, bool) and v > 0 for v in value)):
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or not all(isinstance(v, Integral) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
         raise ConfigError(f"{where} must be a positive int or [height, width], got {value!r}")
     return int(value[0]), int(value[1])
 
@@ -64,8 +75,11 @@ def _check_prob(value: float, where: str) -> float:
 
 
 def _range(value: Any, where: str, low: float = 0.0) -> Tuple[float, float]:
-    if (not isinstance(value, (list, tuple)) or len(value) != 2
-            or not low <= float(value[0]) <= float(value[1])):
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or not low <= float(value[0]) <= float(value[1])
+    ):
         raise ConfigError(f"{where} must be [min, max] with {low} <= min <= max, got {value!r}")
     return float(value[0]), float(value[1])
 
@@ -155,8 +169,10 @@ class Decode:
             elif isinstance(raw, np.ndarray) and raw.ndim == 1:
                 buf = raw.view(np.uint8)
             else:
-                raise TypeError(f"Decode expects encoded image bytes or an (H, W, 3) array in data['image'], "
-                                f"got {type(raw).__name__}")
+                raise TypeError(
+                    f"Decode expects encoded image bytes or an (H, W, 3) array in data['image'], "
+                    f"got {type(raw).__name__}"
+                )
             img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
             if img is None:
                 raise ValueError(f"Decode: cannot decode the image ({buf.size} bytes; not an image file?)")
@@ -178,15 +194,25 @@ class RandomExpand:
     The canvas keeps the image dtype (a uint8 image gets the fill rounded).
     """
 
-    def __init__(self, ratio: float = 4.0, prob: float = 0.5,
-                 fill_value: Union[float, Sequence[float]] = (123.675, 116.28, 103.53)) -> None:
+    def __init__(
+        self,
+        ratio: float = 4.0,
+        prob: float = 0.5,
+        fill_value: Union[float, Sequence[float]] = (123.675, 116.28, 103.53),
+    ) -> None:
         if float(ratio) <= 1.01:
             raise ConfigError(f"RandomExpand.ratio must be > 1.01, got {ratio!r}")
         self.ratio = float(ratio)
         self.prob = _check_prob(prob, "RandomExpand.prob")
-        fill = [float(fill_value)] * 3 if isinstance(fill_value, (int, float)) else [float(v) for v in fill_value]
+        fill = (
+            [float(fill_value)] * 3
+            if isinstance(fill_value, (int, float))
+            else [float(v) for v in fill_value]
+        )
         if len(fill) != 3:
-            raise ConfigError(f"RandomExpand.fill_value must be a number or 3 numbers (RGB), got {fill_value!r}")
+            raise ConfigError(
+                f"RandomExpand.fill_value must be a number or 3 numbers (RGB), got {fill_value!r}"
+            )
         self.fill = np.array(fill, dtype=np.float32)
 
     def __call__(self, data: Sample) -> Sample:
@@ -203,7 +229,7 @@ class RandomExpand:
         fill = np.round(self.fill) if np.issubdtype(img.dtype, np.integer) else self.fill
         canvas = np.empty((new_h, new_w, img.shape[2]), dtype=img.dtype)
         canvas[:] = fill.astype(img.dtype)[: img.shape[2]]
-        canvas[y:y + h, x:x + w] = img
+        canvas[y : y + h, x : x + w] = img
         data["image"] = canvas
         _set_shape(data, canvas)
         boxes = _boxes(data)
@@ -226,11 +252,19 @@ class RandomCrop:
     crop never empties a sample. Samples without boxes are not cropped.
     """
 
-    def __init__(self, aspect_ratio: Optional[Sequence[float]] = (0.5, 2.0),
-                 thresholds: Sequence[float] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9),
-                 scaling: Sequence[float] = (0.3, 1.0), num_attempts: int = 50, allow_no_crop: bool = True,
-                 cover_all_box: bool = False, prob: float = 1.0) -> None:
-        self.aspect_ratio = None if aspect_ratio is None else _range(aspect_ratio, "RandomCrop.aspect_ratio", 1e-6)
+    def __init__(
+        self,
+        aspect_ratio: Optional[Sequence[float]] = (0.5, 2.0),
+        thresholds: Sequence[float] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9),
+        scaling: Sequence[float] = (0.3, 1.0),
+        num_attempts: int = 50,
+        allow_no_crop: bool = True,
+        cover_all_box: bool = False,
+        prob: float = 1.0,
+    ) -> None:
+        self.aspect_ratio = (
+            None if aspect_ratio is None else _range(aspect_ratio, "RandomCrop.aspect_ratio", 1e-6)
+        )
         self.scaling = _range(scaling, "RandomCrop.scaling", 1e-6)
         if self.scaling[1] > 1.0:
             raise ConfigError(f"RandomCrop.scaling must lie in (0, 1], got {scaling!r}")
@@ -247,7 +281,7 @@ class RandomCrop:
     def _draw(self, h: int, w: int) -> Optional[np.ndarray]:
         scale = np.random.uniform(*self.scaling)
         if self.aspect_ratio is not None:
-            lo, hi = max(self.aspect_ratio[0], scale ** 2), min(self.aspect_ratio[1], scale ** -2)
+            lo, hi = max(self.aspect_ratio[0], scale**2), min(self.aspect_ratio[1], scale**-2)
             aspect = np.random.uniform(lo, hi)
             h_scale, w_scale = scale / np.sqrt(aspect), scale * np.sqrt(aspect)
         else:
@@ -266,7 +300,9 @@ class RandomCrop:
         """Boxes clipped to ``crop`` in crop coordinates, and the indices of those kept."""
         centres = (boxes[:, :2] + boxes[:, 2:]) / 2
         inside = np.all((centres >= crop[:2]) & (centres < crop[2:]), axis=1)
-        clipped = np.concatenate([np.maximum(boxes[:, :2], crop[:2]), np.minimum(boxes[:, 2:], crop[2:])], axis=1)
+        clipped = np.concatenate(
+            [np.maximum(boxes[:, :2], crop[:2]), np.minimum(boxes[:, 2:], crop[2:])], axis=1
+        )
         clipped -= np.concatenate([crop[:2], crop[:2]])
         inside &= np.all(clipped[:, :2] < clipped[:, 2:], axis=1)
         return clipped, np.flatnonzero(inside)
@@ -330,12 +366,19 @@ class NormalizeImage:
     """float32; ``is_scale`` divides by 255; ``norm_type`` "mean_std" then subtracts ``mean`` and
     divides by ``std`` per channel ("none": no mean/std). Layout unchanged (HWC)."""
 
-    def __init__(self, mean: Sequence[float] = (0.485, 0.456, 0.406), std: Sequence[float] = (0.229, 0.224, 0.225),
-                 is_scale: bool = True, norm_type: str = "mean_std") -> None:
+    def __init__(
+        self,
+        mean: Sequence[float] = (0.485, 0.456, 0.406),
+        std: Sequence[float] = (0.229, 0.224, 0.225),
+        is_scale: bool = True,
+        norm_type: str = "mean_std",
+    ) -> None:
         if norm_type not in ("mean_std", "none"):
             raise ConfigError(f"NormalizeImage.norm_type must be 'mean_std' or 'none', got {norm_type!r}")
         if not isinstance(mean, (list, tuple)) or not isinstance(std, (list, tuple)) or len(mean) != len(std):
-            raise ConfigError(f"NormalizeImage.mean and .std must be lists of equal length, got {mean!r}, {std!r}")
+            raise ConfigError(
+                f"NormalizeImage.mean and .std must be lists of equal length, got {mean!r}, {std!r}"
+            )
         if any(float(s) == 0 for s in std):
             raise ConfigError(f"NormalizeImage.std must not contain 0, got {std!r}")
         self.mean = np.asarray(mean, dtype=np.float32)
@@ -349,8 +392,9 @@ class NormalizeImage:
             img *= np.float32(1.0 / 255.0)
         if self.norm_type == "mean_std":
             if img.shape[2] != len(self.mean):
-                raise ValueError(f"NormalizeImage has {len(self.mean)} mean/std values for a "
-                                 f"{img.shape[2]}-channel image")
+                raise ValueError(
+                    f"NormalizeImage has {len(self.mean)} mean/std values for a {img.shape[2]}-channel image"
+                )
             img -= self.mean
             img /= self.std
         data["image"] = img
@@ -380,13 +424,20 @@ class BatchRandomResize:
 
     batch_op = True
 
-    def __init__(self, target_size: Union[int, Sequence[Any]] = tuple(range(320, 769, 32)),
-                 keep_ratio: bool = False, interp: Union[int, str] = cv2.INTER_NEAREST,
-                 random_size: bool = True, random_interp: bool = True) -> None:
+    def __init__(
+        self,
+        target_size: Union[int, Sequence[Any]] = tuple(range(320, 769, 32)),
+        keep_ratio: bool = False,
+        interp: Union[int, str] = cv2.INTER_NEAREST,
+        random_size: bool = True,
+        random_interp: bool = True,
+    ) -> None:
         if random_size:
             if not isinstance(target_size, (list, tuple)) or not target_size:
-                raise ConfigError("BatchRandomResize.target_size must be a non-empty list of sizes when "
-                                  f"random_size is true, got {target_size!r}")
+                raise ConfigError(
+                    "BatchRandomResize.target_size must be a non-empty list of sizes when "
+                    f"random_size is true, got {target_size!r}"
+                )
             self.sizes = [hw_size(s, "BatchRandomResize.target_size[]") for s in target_size]
         else:
             self.sizes = [hw_size(target_size, "BatchRandomResize.target_size")]
@@ -397,7 +448,9 @@ class BatchRandomResize:
     def draw(self) -> Tuple[Tuple[int, int], int]:
         """The (h, w) size and cv2 interpolation for one batch."""
         size = self.sizes[int(np.random.randint(len(self.sizes)))]
-        interp = BATCH_INTERPS[int(np.random.randint(len(BATCH_INTERPS)))] if self.random_interp else self.interp
+        interp = (
+            BATCH_INTERPS[int(np.random.randint(len(BATCH_INTERPS)))] if self.random_interp else self.interp
+        )
         return size, interp
 
     def __call__(self, samples: List[Sample]) -> List[Sample]:

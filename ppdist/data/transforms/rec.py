@@ -1,4 +1,5 @@
 """Text-recognition transforms: RecAug, CTCLabelEncode, RecResizeImg (PaddleOCR semantics)."""
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,8 @@ def shift_jitter(img: np.ndarray) -> np.ndarray:
 
 def gaussian_noise(img: np.ndarray, mean: float = 0.0, var: float = 0.1) -> np.ndarray:
     """Add half of a N(mean, var) noise, clipped and truncated back to uint8."""
-    rng = np.random.default_rng(np.random.randint(0, 2 ** 31))  # seeded via np.random; fast float32
-    noise = rng.standard_normal(img.shape, dtype=np.float32) * np.float32(var ** 0.5) + np.float32(mean)
+    rng = np.random.default_rng(np.random.randint(0, 2**31))  # seeded via np.random; fast float32
+    noise = rng.standard_normal(img.shape, dtype=np.float32) * np.float32(var**0.5) + np.float32(mean)
     return np.clip(img + np.float32(0.5) * noise, 0, 255).astype(np.uint8)
 
 
@@ -70,9 +71,16 @@ class RecAug:
 
     min_size = 20
 
-    def __init__(self, tia_prob: float = 0.4, crop_prob: float = 0.4, reverse_prob: float = 0.4,
-                 noise_prob: float = 0.4, jitter_prob: float = 0.4, blur_prob: float = 0.4,
-                 hsv_aug_prob: float = 0.4) -> None:
+    def __init__(
+        self,
+        tia_prob: float = 0.4,
+        crop_prob: float = 0.4,
+        reverse_prob: float = 0.4,
+        noise_prob: float = 0.4,
+        jitter_prob: float = 0.4,
+        blur_prob: float = 0.4,
+        hsv_aug_prob: float = 0.4,
+    ) -> None:
         self.tia_prob = tia_prob
         self.crop_prob = crop_prob
         self.reverse_prob = reverse_prob
@@ -84,8 +92,10 @@ class RecAug:
     def __call__(self, data: Sample) -> Sample:
         img = data["image"]
         if not isinstance(img, np.ndarray) or img.ndim not in (2, 3):
-            raise TypeError("RecAug expects a decoded (H, W[, C]) image; put DecodeImage before it "
-                            "with channel_first False")
+            raise TypeError(
+                "RecAug expects a decoded (H, W[, C]) image; put DecodeImage before it "
+                "with channel_first False"
+            )
         h, w = img.shape[:2]
         big = h >= self.min_size and w >= self.min_size
         if random.random() <= self.tia_prob and big:
@@ -119,8 +129,9 @@ class CTCLabelEncode:
     Returns ``None`` for an empty text, a text longer than ``max_text_length`` or nothing left.
     """
 
-    def __init__(self, max_text_length: int, character_dict_path: Optional[str] = None,
-                 use_space_char: bool = False) -> None:
+    def __init__(
+        self, max_text_length: int, character_dict_path: Optional[str] = None, use_space_char: bool = False
+    ) -> None:
         if max_text_length < 1:
             raise ConfigError(f"Global.max_text_length must be positive, got {max_text_length}")
         self.max_text_length = max_text_length
@@ -165,8 +176,9 @@ def _to_channels(img: np.ndarray, channels: int) -> np.ndarray:
     return img
 
 
-def resize_norm(img: np.ndarray, image_shape: List[int], padding: bool = True,
-                variable_width: bool = False) -> tuple:
+def resize_norm(
+    img: np.ndarray, image_shape: List[int], padding: bool = True, variable_width: bool = False
+) -> tuple:
     """Resize to height ``imgH``, normalise to [-1, 1], right-pad with zeros to the target width.
 
     Returns ``(chw_float32, valid_ratio)``. ``variable_width`` widens the target to the
@@ -199,8 +211,14 @@ class RecResizeImg:
     ``eval_mode``, or ``infer_mode`` with a dictionary, keeps wide images wide (variable width).
     """
 
-    def __init__(self, image_shape: List[int], infer_mode: bool = False, eval_mode: bool = False,
-                 character_dict_path: Optional[str] = None, padding: bool = True) -> None:
+    def __init__(
+        self,
+        image_shape: List[int],
+        infer_mode: bool = False,
+        eval_mode: bool = False,
+        character_dict_path: Optional[str] = None,
+        padding: bool = True,
+    ) -> None:
         if len(image_shape) != 3 or image_shape[0] not in (1, 3) or min(image_shape) < 1:
             raise ConfigError(f"RecResizeImg.image_shape must be [C, H, W] with C 1 or 3, got {image_shape}")
         self.image_shape = [int(v) for v in image_shape]
@@ -210,8 +228,10 @@ class RecResizeImg:
     def __call__(self, data: Sample) -> Sample:
         img = data["image"]
         if not isinstance(img, np.ndarray) or img.ndim not in (2, 3) or min(img.shape[:2]) < 1:
-            raise TypeError("RecResizeImg expects a decoded (H, W[, C]) image (DecodeImage with "
-                            "channel_first False)")
-        data["image"], data["valid_ratio"] = resize_norm(img, self.image_shape, self.padding,
-                                                         self.variable_width)
+            raise TypeError(
+                "RecResizeImg expects a decoded (H, W[, C]) image (DecodeImage with channel_first False)"
+            )
+        data["image"], data["valid_ratio"] = resize_norm(
+            img, self.image_shape, self.padding, self.variable_width
+        )
         return data

@@ -5,6 +5,7 @@ integer class ids) and ``gt_fields``: the keys that follow every geometric op of
 Labels are always resized with nearest-neighbour interpolation. Randomness comes from
 ``random`` / ``np.random`` (seeded per sample by the dataset).
 """
+
 from __future__ import annotations
 
 import random
@@ -20,8 +21,11 @@ from ppdist.registry import TRANSFORMS
 Sample = Dict[str, Any]
 
 INTERPOLATIONS = {
-    "NEAREST": cv2.INTER_NEAREST, "LINEAR": cv2.INTER_LINEAR, "CUBIC": cv2.INTER_CUBIC,
-    "AREA": cv2.INTER_AREA, "LANCZOS4": cv2.INTER_LANCZOS4,
+    "NEAREST": cv2.INTER_NEAREST,
+    "LINEAR": cv2.INTER_LINEAR,
+    "CUBIC": cv2.INTER_CUBIC,
+    "AREA": cv2.INTER_AREA,
+    "LANCZOS4": cv2.INTER_LANCZOS4,
 }
 _CV_NEAREST_DTYPES = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64)
 
@@ -29,8 +33,11 @@ _CV_NEAREST_DTYPES = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float
 # ----------------------------------------------------------------------------- helpers
 def _size_pair(value: Any, where: str) -> Tuple[int, int]:
     """``[w, h]`` as two positive ints, else a ConfigError naming ``where``."""
-    if (not isinstance(value, (list, tuple)) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
         raise ConfigError(f"{where} must be [width, height] (two positive ints), got {value!r}")
     return int(value[0]), int(value[1])
 
@@ -85,11 +92,14 @@ class ResizeStepScaling:
     ``round(s * W) x round(s * H)``; image bilinear, gt fields nearest.
     """
 
-    def __init__(self, min_scale_factor: float = 0.75, max_scale_factor: float = 1.25,
-                 scale_step_size: float = 0.25) -> None:
+    def __init__(
+        self, min_scale_factor: float = 0.75, max_scale_factor: float = 1.25, scale_step_size: float = 0.25
+    ) -> None:
         if not 0 < min_scale_factor <= max_scale_factor:
-            raise ConfigError("ResizeStepScaling: need 0 < min_scale_factor <= max_scale_factor, got "
-                              f"min_scale_factor={min_scale_factor}, max_scale_factor={max_scale_factor}")
+            raise ConfigError(
+                "ResizeStepScaling: need 0 < min_scale_factor <= max_scale_factor, got "
+                f"min_scale_factor={min_scale_factor}, max_scale_factor={max_scale_factor}"
+            )
         self.min_scale = float(min_scale_factor)
         self.max_scale = float(max_scale_factor)
         self.step = _check_nonneg(scale_step_size, "ResizeStepScaling.scale_step_size")
@@ -120,8 +130,12 @@ class RandomPaddingCrop:
     Integer images get the padding value truncated (as the reference's later uint8 cast does).
     """
 
-    def __init__(self, crop_size: Sequence[int] = (512, 512), im_padding_value: float = 127.5,
-                 label_padding_value: int = 255) -> None:
+    def __init__(
+        self,
+        crop_size: Sequence[int] = (512, 512),
+        im_padding_value: float = 127.5,
+        label_padding_value: int = 255,
+    ) -> None:
         self.crop_w, self.crop_h = _size_pair(crop_size, "RandomPaddingCrop.crop_size")
         self.im_pad = float(im_padding_value)
         self.label_pad = int(label_padding_value)
@@ -202,20 +216,28 @@ class Resize:
     boxes, ``im_shape`` and ``scale_factor`` follow (see ``det.resize_detection``).
     """
 
-    def __init__(self, target_size: Union[int, Sequence[int]] = (512, 512), keep_ratio: bool = False,
-                 interp: Union[int, str] = "LINEAR") -> None:
+    def __init__(
+        self,
+        target_size: Union[int, Sequence[int]] = (512, 512),
+        keep_ratio: bool = False,
+        interp: Union[int, str] = "LINEAR",
+    ) -> None:
         if isinstance(target_size, int) and not isinstance(target_size, bool):
             target_size = [target_size, target_size]
         self.target_w, self.target_h = _size_pair(target_size, "Resize.target_size")
         if isinstance(interp, int) and not isinstance(interp, bool):
             names = {code: name for name, code in INTERPOLATIONS.items()}
             if interp not in names:
-                raise ConfigError(f"Resize.interp must be a cv2 code in 0-4, one of {', '.join(INTERPOLATIONS)} "
-                                  f"or RANDOM, got {interp!r}")
+                raise ConfigError(
+                    f"Resize.interp must be a cv2 code in 0-4, one of {', '.join(INTERPOLATIONS)} "
+                    f"or RANDOM, got {interp!r}"
+                )
             interp = names[interp]
         if interp != "RANDOM" and interp not in INTERPOLATIONS:
-            raise ConfigError(f"Resize.interp must be one of {', '.join(INTERPOLATIONS)} or RANDOM "
-                              f"(or a cv2 code in 0-4), got {interp!r}")
+            raise ConfigError(
+                f"Resize.interp must be one of {', '.join(INTERPOLATIONS)} or RANDOM "
+                f"(or a cv2 code in 0-4), got {interp!r}"
+            )
         self.keep_ratio = bool(keep_ratio)
         self.interp = interp
 
@@ -223,8 +245,11 @@ class Resize:
         name = random.choice(list(INTERPOLATIONS)) if self.interp == "RANDOM" else self.interp
         if "im_shape" in data:  # a detection sample: PaddleDetection's [h, w] semantics
             from ppdist.data.transforms.det import resize_detection
+
             # the first entry was stored as target_w: for detection it is the height
-            return resize_detection(data, (self.target_w, self.target_h), self.keep_ratio, INTERPOLATIONS[name])
+            return resize_detection(
+                data, (self.target_w, self.target_h), self.keep_ratio, INTERPOLATIONS[name]
+            )
         h, w = _image(data, "Resize").shape[:2]
         width, height = self.target_w, self.target_h
         if self.keep_ratio:
@@ -255,20 +280,41 @@ class RandomDistort:
     probability 0.5, PIL ops in random order; sharpness off).
     """
 
-    def __init__(self, brightness_range: float = 0.5, brightness_prob: float = 0.5,
-                 contrast_range: float = 0.5, contrast_prob: float = 0.5,
-                 saturation_range: float = 0.5, saturation_prob: float = 0.5,
-                 hue_range: float = 18, hue_prob: float = 0.5,
-                 sharpness_range: float = 0.5, sharpness_prob: float = 0) -> None:
-        ranges = {"brightness": brightness_range, "contrast": contrast_range,
-                  "saturation": saturation_range, "hue": hue_range, "sharpness": sharpness_range}
-        probs = {"brightness": brightness_prob, "contrast": contrast_prob,
-                 "saturation": saturation_prob, "hue": hue_prob, "sharpness": sharpness_prob}
+    def __init__(
+        self,
+        brightness_range: float = 0.5,
+        brightness_prob: float = 0.5,
+        contrast_range: float = 0.5,
+        contrast_prob: float = 0.5,
+        saturation_range: float = 0.5,
+        saturation_prob: float = 0.5,
+        hue_range: float = 18,
+        hue_prob: float = 0.5,
+        sharpness_range: float = 0.5,
+        sharpness_prob: float = 0,
+    ) -> None:
+        ranges = {
+            "brightness": brightness_range,
+            "contrast": contrast_range,
+            "saturation": saturation_range,
+            "hue": hue_range,
+            "sharpness": sharpness_range,
+        }
+        probs = {
+            "brightness": brightness_prob,
+            "contrast": contrast_prob,
+            "saturation": saturation_prob,
+            "hue": hue_prob,
+            "sharpness": sharpness_prob,
+        }
         self.ranges = {k: _check_nonneg(v, f"RandomDistort.{k}_range") for k, v in ranges.items()}
         self.probs = {k: _check_prob(v, f"RandomDistort.{k}_prob") for k, v in probs.items()}
         self.enhancers: Dict[str, Callable[[Image.Image], Any]] = {
-            "brightness": ImageEnhance.Brightness, "contrast": ImageEnhance.Contrast,
-            "saturation": ImageEnhance.Color, "sharpness": ImageEnhance.Sharpness}
+            "brightness": ImageEnhance.Brightness,
+            "contrast": ImageEnhance.Contrast,
+            "saturation": ImageEnhance.Color,
+            "sharpness": ImageEnhance.Sharpness,
+        }
 
     def _apply(self, name: str, img: Image.Image) -> Image.Image:
         r = self.ranges[name]
@@ -297,11 +343,19 @@ class RandomDistort:
 class Normalize:
     """``(image / 255 - mean) / std`` per channel, as float32 (layout unchanged)."""
 
-    def __init__(self, mean: Sequence[float] = (0.5, 0.5, 0.5), std: Sequence[float] = (0.5, 0.5, 0.5)) -> None:
-        if not isinstance(mean, (list, tuple)) or not isinstance(std, (list, tuple)) \
-                or len(mean) != len(std) or not mean:
-            raise ConfigError(f"Normalize.mean and Normalize.std must be lists of equal length, got "
-                              f"mean={mean!r}, std={std!r}")
+    def __init__(
+        self, mean: Sequence[float] = (0.5, 0.5, 0.5), std: Sequence[float] = (0.5, 0.5, 0.5)
+    ) -> None:
+        if (
+            not isinstance(mean, (list, tuple))
+            or not isinstance(std, (list, tuple))
+            or len(mean) != len(std)
+            or not mean
+        ):
+            raise ConfigError(
+                f"Normalize.mean and Normalize.std must be lists of equal length, got "
+                f"mean={mean!r}, std={std!r}"
+            )
         if any(float(s) == 0 for s in std):
             raise ConfigError(f"Normalize.std must not contain 0, got {std!r}")
         self.mean = np.asarray(mean, dtype=np.float32)

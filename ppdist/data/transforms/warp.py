@@ -5,6 +5,7 @@ Points are handled as complex numbers ``x + iy``: the best local similarity tran
 solved backward (output pixel -> input position) on a coarse grid of nodes, bilinearly
 interpolated to every pixel and applied with ``cv2.remap``.
 """
+
 from __future__ import annotations
 
 import cv2
@@ -48,8 +49,9 @@ def mls_similarity(points: np.ndarray, ctrl_out: np.ndarray, ctrl_in: np.ndarray
     return mapped
 
 
-def warp_mls(img: np.ndarray, src_pts: np.ndarray, dst_pts: np.ndarray,
-             grid_step: int = GRID_STEP) -> np.ndarray:
+def warp_mls(
+    img: np.ndarray, src_pts: np.ndarray, dst_pts: np.ndarray, grid_step: int = GRID_STEP
+) -> np.ndarray:
     """Warp ``img`` so that each ``src_pts[k]`` (x, y) moves to ``dst_pts[k]``; same output size."""
     h, w = img.shape[:2]
     if h < 2 or w < 2:

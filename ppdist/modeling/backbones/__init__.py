@@ -1,4 +1,5 @@
 """Backbones; importing this package registers them in ``BACKBONES``."""
+
 from ppdist.modeling.backbones.cspresnet import CSPResNet
 from ppdist.modeling.backbones.mobilenet_v3 import MobileNetV3
 from ppdist.modeling.backbones.stdcnet import STDC1, STDC2

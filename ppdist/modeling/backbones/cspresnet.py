@@ -6,6 +6,7 @@ Widths and depths are scaled by ``width_mult`` / ``depth_mult`` with Python ``ro
 (at least 1). Each residual block ends in a ``RepVggBlock`` (3x3 + 1x1 branches), which
 ``convert_to_deploy`` folds into a single biased 3x3 convolution.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
@@ -59,11 +60,20 @@ def scale_depth(depth: int, depth_mult: float) -> int:
 class ConvBN(nn.Module):
     """Bias-free Conv2d -> BatchNorm2d (eps 1e-5, momentum 0.1) -> activation."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
-                 padding: int = 0, groups: int = 1, act: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 3,
+        stride: int = 1,
+        padding: int = 0,
+        groups: int = 1,
+        act: Optional[str] = None,
+    ) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
-                              groups=groups, bias=False)
+        self.conv = nn.Conv2d(
+            in_channels, out_channels, kernel_size, stride=stride, padding=padding, groups=groups, bias=False
+        )
         self.bn = nn.BatchNorm2d(out_channels, eps=1e-5, momentum=0.1)
         self.act = get_activation(act)
 
@@ -82,8 +92,9 @@ def fuse_conv_bn(branch: ConvBN) -> tuple:
 class RepVggBlock(nn.Module):
     """``act(ConvBN3x3(x) + [alpha *] ConvBN1x1(x))``; ``convert_to_deploy`` makes it one 3x3 conv."""
 
-    def __init__(self, in_channels: int, out_channels: int, act: Optional[str] = "relu",
-                 use_alpha: bool = False) -> None:
+    def __init__(
+        self, in_channels: int, out_channels: int, act: Optional[str] = "relu", use_alpha: bool = False
+    ) -> None:
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -117,8 +128,15 @@ class RepVggBlock(nn.Module):
             return
         kernel, bias = self.equivalent_kernel_bias()
         weight = self.conv1.conv.weight
-        conv = nn.Conv2d(self.in_channels, self.out_channels, 3, padding=1, bias=True,
-                         device=weight.device, dtype=weight.dtype)
+        conv = nn.Conv2d(
+            self.in_channels,
+            self.out_channels,
+            3,
+            padding=1,
+            bias=True,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         conv.weight.copy_(kernel)
         conv.bias.copy_(bias)
         del self.conv1, self.conv2
@@ -129,8 +147,14 @@ class RepVggBlock(nn.Module):
 class BasicBlock(nn.Module):
     """3x3 ConvBN+act -> RepVggBlock, plus the input when ``shortcut``."""
 
-    def __init__(self, in_channels: int, out_channels: int, act: Optional[str] = "relu",
-                 shortcut: bool = True, use_alpha: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        act: Optional[str] = "relu",
+        shortcut: bool = True,
+        use_alpha: bool = False,
+    ) -> None:
         super().__init__()
         if shortcut and in_channels != out_channels:
             raise ValueError(f"BasicBlock shortcut needs equal widths, got {in_channels} -> {out_channels}")
@@ -160,16 +184,24 @@ class CSPResStage(nn.Module):
     """Stride-2 ConvBN to ``mid = (cin + cout) // 2``, two 1x1 halves (one through ``n``
     BasicBlocks), concat, effective SE, 1x1 ConvBN to ``cout``."""
 
-    def __init__(self, in_channels: int, out_channels: int, n: int, stride: int = 2,
-                 act: Optional[str] = "swish", use_attn: bool = True, use_alpha: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        n: int,
+        stride: int = 2,
+        act: Optional[str] = "swish",
+        use_attn: bool = True,
+        use_alpha: bool = False,
+    ) -> None:
         super().__init__()
         mid = (in_channels + out_channels) // 2
-        self.conv_down = (ConvBN(in_channels, mid, 3, stride=2, padding=1, act=act)
-                          if stride == 2 else None)
+        self.conv_down = ConvBN(in_channels, mid, 3, stride=2, padding=1, act=act) if stride == 2 else None
         self.conv1 = ConvBN(mid, mid // 2, 1, act=act)
         self.conv2 = ConvBN(mid, mid // 2, 1, act=act)
-        self.blocks = nn.Sequential(*[BasicBlock(mid // 2, mid // 2, act=act, shortcut=True,
-                                                 use_alpha=use_alpha) for _ in range(n)])
+        self.blocks = nn.Sequential(
+            *[BasicBlock(mid // 2, mid // 2, act=act, shortcut=True, use_alpha=use_alpha) for _ in range(n)]
+        )
         self.attn = EffectiveSELayer(mid) if use_attn else None
         self.conv3 = ConvBN(mid, out_channels, 1, act=act)
 
@@ -186,14 +218,23 @@ class CSPResStage(nn.Module):
 class CSPResNet(NormNoDecayModule):
     """CSPResNet returning the maps of the stages in ``return_idx`` (default strides 8/16/32)."""
 
-    def __init__(self, in_channels: int = 3, layers: Sequence[int] = (3, 6, 6, 3),
-                 channels: Sequence[int] = (64, 128, 256, 512, 1024), act: str = "swish",
-                 return_idx: Sequence[int] = (1, 2, 3), use_large_stem: bool = True,
-                 width_mult: float = 1.0, depth_mult: float = 1.0, use_alpha: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: int = 3,
+        layers: Sequence[int] = (3, 6, 6, 3),
+        channels: Sequence[int] = (64, 128, 256, 512, 1024),
+        act: str = "swish",
+        return_idx: Sequence[int] = (1, 2, 3),
+        use_large_stem: bool = True,
+        width_mult: float = 1.0,
+        depth_mult: float = 1.0,
+        use_alpha: bool = False,
+    ) -> None:
         super().__init__()
         if len(channels) != len(layers) + 1:
-            raise ValueError(f"CSPResNet needs len(channels) == len(layers) + 1, got {len(channels)} "
-                             f"and {len(layers)}")
+            raise ValueError(
+                f"CSPResNet needs len(channels) == len(layers) + 1, got {len(channels)} and {len(layers)}"
+            )
         num_stages = len(layers)
         if not return_idx or any(not 0 <= i < num_stages for i in return_idx):
             raise ValueError(f"return_idx {list(return_idx)} must index the {num_stages} stages")
@@ -205,12 +246,15 @@ class CSPResNet(NormNoDecayModule):
             stem.append(ConvBN(c0 // 2, c0 // 2, 3, padding=1, act=act))
         stem.append(ConvBN(c0 // 2, c0, 3, padding=1, act=act))
         self.stem = nn.Sequential(*stem)
-        self.stages = nn.Sequential(*[
-            CSPResStage(channels[i], channels[i + 1], layers[i], stride=2, act=act, use_alpha=use_alpha)
-            for i in range(num_stages)])
+        self.stages = nn.Sequential(
+            *[
+                CSPResStage(channels[i], channels[i + 1], layers[i], stride=2, act=act, use_alpha=use_alpha)
+                for i in range(num_stages)
+            ]
+        )
         self.return_idx = list(return_idx)
         self.out_channels = [channels[i + 1] for i in self.return_idx]
-        self.strides = [4 * 2 ** i for i in self.return_idx]
+        self.strides = [4 * 2**i for i in self.return_idx]
         init_paddle_conv_default(self)
         tag_norm_no_decay(self)
 

@@ -3,6 +3,7 @@
 Height is reduced 32x and width 4x: stride-2 stem, height-only ``(s, 1)`` strides in the
 blocks, then a 2x2 max-pool. A 3x32xW image becomes a (C, 1, W/4) feature map.
 """
+
 from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -76,8 +77,11 @@ VARIANTS = {
 def _check_strides(name: str, strides: Optional[Sequence[int]], default: List[int]) -> List[int]:
     if strides is None:
         return list(default)
-    if (not isinstance(strides, (list, tuple)) or len(strides) != 4
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in strides)):
+    if (
+        not isinstance(strides, (list, tuple))
+        or len(strides) != 4
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in strides)
+    ):
         raise ValueError(f"MobileNetV3.{name} must be a list of 4 positive ints, got {strides!r}")
     return list(strides)
 
@@ -86,13 +90,18 @@ def _check_strides(name: str, strides: Optional[Sequence[int]], default: List[in
 class MobileNetV3(nn.Module):
     """Recognition MobileNetV3: (B, C_in, H, W) -> (B, out_channels, H/32, W/4)."""
 
-    def __init__(self, in_channels: int = 3, model_name: str = "small", scale: float = 0.5,
-                 large_stride: Optional[List[int]] = None, small_stride: Optional[List[int]] = None,
-                 disable_se: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: int = 3,
+        model_name: str = "small",
+        scale: float = 0.5,
+        large_stride: Optional[List[int]] = None,
+        small_stride: Optional[List[int]] = None,
+        disable_se: bool = False,
+    ) -> None:
         super().__init__()
         if model_name not in VARIANTS:
-            raise ValueError(f"MobileNetV3.model_name must be one of {sorted(VARIANTS)}, "
-                             f"got {model_name!r}")
+            raise ValueError(f"MobileNetV3.model_name must be one of {sorted(VARIANTS)}, got {model_name!r}")
         if scale not in SUPPORTED_SCALES:
             raise ValueError(f"MobileNetV3.scale must be one of {SUPPORTED_SCALES}, got {scale!r}")
         large_stride = _check_strides("large_stride", large_stride, VARIANTS["large"][2])
@@ -106,9 +115,17 @@ class MobileNetV3(nn.Module):
         blocks = []
         for spec in table:
             out = make_divisible(spec.out * scale)
-            blocks.append(ResidualUnit(channels, make_divisible(spec.expand * scale), out,
-                                       spec.kernel, spec.stride, spec.use_se and not disable_se,
-                                       act=spec.act))
+            blocks.append(
+                ResidualUnit(
+                    channels,
+                    make_divisible(spec.expand * scale),
+                    out,
+                    spec.kernel,
+                    spec.stride,
+                    spec.use_se and not disable_se,
+                    act=spec.act,
+                )
+            )
             channels = out
         self.blocks = nn.Sequential(*blocks)
         self.out_channels = make_divisible(squeeze * scale)
@@ -121,5 +138,6 @@ class MobileNetV3(nn.Module):
             raise ValueError(
                 f"MobileNetV3: feature map {tuple(x.shape[2:])} is too small for the final 2x2 "
                 "max-pool; use a taller/wider input or fewer height strides "
-                "(e.g. small_stride: [1, 2, 2, 2] for 32-pixel-high images)")
+                "(e.g. small_stride: [1, 2, 2, 2] for 32-pixel-high images)"
+            )
         return self.pool(x)

@@ -4,6 +4,7 @@ Five feature maps at strides 2/4/8/16/32 with ``base // 2, base, 4 base, 8 base,
 channels. Stages 3-5 stack ``CatBottleneck`` blocks: a 1x1 conv to O/2 channels followed
 by a chain of 3x3 convs halving the width, all outputs concatenated (no residual).
 """
+
 from __future__ import annotations
 
 from typing import List, Sequence
@@ -30,12 +31,12 @@ class CatBottleneck(nn.Module):
         half = out_channels // 2
         if stride == 2:
             self.avd_layer = nn.Sequential(
-                nn.Conv2d(half, half, 3, stride=2, padding=1, groups=half, bias=False),
-                nn.BatchNorm2d(half))
+                nn.Conv2d(half, half, 3, stride=2, padding=1, groups=half, bias=False), nn.BatchNorm2d(half)
+            )
             self.skip = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
         convs: List[nn.Module] = [ConvBNAct(in_channels, half, 1)]
         for idx in range(1, block_num):
-            c_in = out_channels // 2 ** idx
+            c_in = out_channels // 2**idx
             if idx == 1 and block_num == 2:
                 c_out = half
             elif idx < block_num - 1:
@@ -60,18 +61,23 @@ class CatBottleneck(nn.Module):
 class STDCNet(nn.Module):
     """STDC backbone returning ``[x2, x4, x8, x16, x32]``; ``out_channels`` lists their widths."""
 
-    def __init__(self, base: int = 64, layers: Sequence[int] = (4, 5, 3), block_num: int = 4,
-                 in_channels: int = 3) -> None:
+    def __init__(
+        self, base: int = 64, layers: Sequence[int] = (4, 5, 3), block_num: int = 4, in_channels: int = 3
+    ) -> None:
         super().__init__()
         self.layers = list(layers)
         self.out_channels = [base // 2, base, base * 4, base * 8, base * 16]
-        features: List[nn.Module] = [ConvBNAct(in_channels, base // 2, 3, stride=2),
-                                     ConvBNAct(base // 2, base, 3, stride=2)]
+        features: List[nn.Module] = [
+            ConvBNAct(in_channels, base // 2, 3, stride=2),
+            ConvBNAct(base // 2, base, 3, stride=2),
+        ]
         for stage, count in enumerate(self.layers):
             width = base * 2 ** (stage + 2)
             for j in range(count):
                 if j == 0:
-                    features.append(CatBottleneck(base * 2 ** (stage + 1) if stage else base, width, block_num, 2))
+                    features.append(
+                        CatBottleneck(base * 2 ** (stage + 1) if stage else base, width, block_num, 2)
+                    )
                 else:
                     features.append(CatBottleneck(width, width, block_num, 1))
         self.features = nn.Sequential(*features)
@@ -94,7 +100,7 @@ class STDCNet(nn.Module):
         feats.append(x)
         start = 2
         for count in self.layers:
-            for block in self.features[start:start + count]:
+            for block in self.features[start : start + count]:
                 x = block(x)
             feats.append(x)
             start += count

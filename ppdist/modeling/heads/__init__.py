@@ -1,4 +1,5 @@
 """Heads; importing this package registers them in ``HEADS``."""
+
 from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead

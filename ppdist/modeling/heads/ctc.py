@@ -1,4 +1,5 @@
 """CTC head: per-frame class scores; softmax only in eval mode."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -18,12 +19,16 @@ class CTCHead(L2TaggedModule):
     carries ``regularizer_factor = fc_decay`` (a per-parameter L2 coefficient).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, fc_decay: float = 0.0004,
-                 mid_channels: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        fc_decay: float = 0.0004,
+        mid_channels: Optional[int] = None,
+    ) -> None:
         super().__init__()
         if out_channels < 2:
-            raise ValueError(f"CTCHead.out_channels must be >= 2 (blank + characters), "
-                             f"got {out_channels}")
+            raise ValueError(f"CTCHead.out_channels must be >= 2 (blank + characters), got {out_channels}")
         self.out_channels = out_channels
         self.mid_channels = mid_channels
         if mid_channels is None:

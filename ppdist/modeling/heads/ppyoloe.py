@@ -12,6 +12,7 @@ Training returns raw logits plus anchors (for the assigners and losses)::
 Eval returns ``{"scores": [B, C, A] sigmoid, "boxes": [B, A, 4] xyxy in input pixels}``.
 Anchors are always derived from the feature shapes (cached), so any input size works.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,9 +29,14 @@ from ppdist.registry import HEADS
 AnchorSet = Tuple[torch.Tensor, torch.Tensor, List[int], torch.Tensor]
 
 
-def generate_anchors(feats_shapes: Sequence[Tuple[int, int]], strides: Sequence[int],
-                     grid_cell_scale: float = 5.0, grid_cell_offset: float = 0.5,
-                     device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32) -> AnchorSet:
+def generate_anchors(
+    feats_shapes: Sequence[Tuple[int, int]],
+    strides: Sequence[int],
+    grid_cell_scale: float = 5.0,
+    grid_cell_offset: float = 0.5,
+    device: Optional[torch.device] = None,
+    dtype: torch.dtype = torch.float32,
+) -> AnchorSet:
     """Grid anchors for feature maps of sizes ``(h, w)`` at ``strides``.
 
     Returns ``anchors`` [A, 4] (xyxy squares of side ``grid_cell_scale * stride``),
@@ -51,8 +57,12 @@ def generate_anchors(feats_shapes: Sequence[Tuple[int, int]], strides: Sequence[
         anchors.append(torch.cat([point - half, point + half], dim=-1))
         counts.append(point.shape[0])
         stride_list.append(torch.ones_like(point[:, :1]) * float(stride))
-    return (torch.cat(anchors).to(dtype), torch.cat(points).to(dtype), counts,
-            torch.cat(stride_list).to(dtype))
+    return (
+        torch.cat(anchors).to(dtype),
+        torch.cat(points).to(dtype),
+        counts,
+        torch.cat(stride_list).to(dtype),
+    )
 
 
 def distance2bbox(points: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
@@ -81,14 +91,23 @@ class ESEAttn(nn.Module):
 class PPYOLOEHead(NormNoDecayModule):
     """Anchor-free head with DFL box regression; see the module docstring for the outputs."""
 
-    def __init__(self, in_channels: Sequence[int], num_classes: int = 80,
-                 fpn_strides: Sequence[int] = (32, 16, 8), grid_cell_scale: float = 5.0,
-                 grid_cell_offset: float = 0.5, reg_max: int = 16, act: str = "swish",
-                 eval_size: Optional[Sequence[int]] = None) -> None:
+    def __init__(
+        self,
+        in_channels: Sequence[int],
+        num_classes: int = 80,
+        fpn_strides: Sequence[int] = (32, 16, 8),
+        grid_cell_scale: float = 5.0,
+        grid_cell_offset: float = 0.5,
+        reg_max: int = 16,
+        act: str = "swish",
+        eval_size: Optional[Sequence[int]] = None,
+    ) -> None:
         super().__init__()
         if not isinstance(in_channels, (list, tuple)) or len(in_channels) != len(fpn_strides):
-            raise ValueError(f"PPYOLOEHead needs one input map per fpn_strides entry "
-                             f"({len(fpn_strides)}), got in_channels={in_channels!r}")
+            raise ValueError(
+                f"PPYOLOEHead needs one input map per fpn_strides entry "
+                f"({len(fpn_strides)}), got in_channels={in_channels!r}"
+            )
         if num_classes is None or num_classes <= 0:
             raise ValueError("num_classes must be a positive integer")
         self.in_channels = list(in_channels)
@@ -129,8 +148,14 @@ class PPYOLOEHead(NormNoDecayModule):
         if cached is None:
             if len(self._anchor_cache) >= 16:
                 self._anchor_cache.clear()
-            cached = generate_anchors(shapes, self.fpn_strides, self.grid_cell_scale,
-                                      self.grid_cell_offset, feats[0].device, feats[0].dtype)
+            cached = generate_anchors(
+                shapes,
+                self.fpn_strides,
+                self.grid_cell_scale,
+                self.grid_cell_offset,
+                feats[0].device,
+                feats[0].dtype,
+            )
             self._anchor_cache[key] = cached
         return cached
 
@@ -145,8 +170,9 @@ class PPYOLOEHead(NormNoDecayModule):
         probs = reg_distri.reshape(*reg_distri.shape[:-1], 4, self.reg_max + 1).softmax(dim=-1)
         return (probs * self.proj.to(probs.dtype)).sum(dim=-1)
 
-    def forward(self, feats: Sequence[torch.Tensor],
-                input_size: Optional[Sequence[int]] = None) -> Dict[str, object]:
+    def forward(
+        self, feats: Sequence[torch.Tensor], input_size: Optional[Sequence[int]] = None
+    ) -> Dict[str, object]:
         if len(feats) != len(self.fpn_strides):
             raise ValueError(f"PPYOLOEHead got {len(feats)} maps for {len(self.fpn_strides)} strides")
         cls_list, reg_list = [], []
@@ -157,13 +183,25 @@ class PPYOLOEHead(NormNoDecayModule):
         anchors, anchor_points, num_anchors_list, stride_tensor = self.anchors_for(feats)
         reg_distri = torch.cat(reg_list, dim=2).transpose(1, 2)  # [B, A, 4 * bins]
         if self.training:
-            return {"cls_logits": torch.cat(cls_list, dim=2).transpose(1, 2),
-                    "reg_distri": reg_distri, "anchors": anchors, "anchor_points": anchor_points,
-                    "num_anchors_list": list(num_anchors_list), "stride_tensor": stride_tensor}
-        if torch.onnx.is_in_onnx_export() or torch.jit.is_tracing():  # symbolic sizes: the graph takes any size
+            return {
+                "cls_logits": torch.cat(cls_list, dim=2).transpose(1, 2),
+                "reg_distri": reg_distri,
+                "anchors": anchors,
+                "anchor_points": anchor_points,
+                "num_anchors_list": list(num_anchors_list),
+                "stride_tensor": stride_tensor,
+            }
+        if (
+            torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
+        ):  # symbolic sizes: the graph takes any size
             _, anchor_points, _, stride_tensor = generate_anchors(
-                [(f.shape[2], f.shape[3]) for f in feats], self.fpn_strides, self.grid_cell_scale,
-                self.grid_cell_offset, feats[0].device, feats[0].dtype)
+                [(f.shape[2], f.shape[3]) for f in feats],
+                self.fpn_strides,
+                self.grid_cell_scale,
+                self.grid_cell_offset,
+                feats[0].device,
+                feats[0].dtype,
+            )
         scores = torch.cat(cls_list, dim=2).sigmoid()
         dist = self.decode_distances(reg_distri)
         boxes = distance2bbox(anchor_points / stride_tensor, dist) * stride_tensor

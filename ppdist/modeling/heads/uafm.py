@@ -4,6 +4,7 @@
 ``y``: ``x' = ConvBNReLU(x)`` (to ``y_ch``), ``y' = upsample(y)`` to ``x``'s size, an
 attention map ``a`` from both, then ``ConvBNReLU(x' * a + y' * (1 - a))``.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Type
@@ -18,7 +19,9 @@ from ppdist.modeling.layers import ConvBNAct
 class UAFM(nn.Module):
     """The shared part: ``conv_x``, the bilinear upsampling of ``y`` and ``conv_out``."""
 
-    def __init__(self, x_ch: int, y_ch: int, out_ch: int, ksize: int = 3, resize_mode: str = "bilinear") -> None:
+    def __init__(
+        self, x_ch: int, y_ch: int, out_ch: int, ksize: int = 3, resize_mode: str = "bilinear"
+    ) -> None:
         super().__init__()
         self.conv_x = ConvBNAct(x_ch, y_ch, ksize)
         self.conv_out = ConvBNAct(y_ch, out_ch, 3)
@@ -46,15 +49,24 @@ class UAFM(nn.Module):
 class UAFM_SpAtten(UAFM):
     """Spatial attention from ``[mean_c x, max_c x, mean_c y, max_c y]`` (4 -> 2 -> 1 convs)."""
 
-    def __init__(self, x_ch: int, y_ch: int, out_ch: int, ksize: int = 3, resize_mode: str = "bilinear") -> None:
+    def __init__(
+        self, x_ch: int, y_ch: int, out_ch: int, ksize: int = 3, resize_mode: str = "bilinear"
+    ) -> None:
         super().__init__(x_ch, y_ch, out_ch, ksize, resize_mode)
         self.conv_xy_atten = nn.Sequential(ConvBNAct(4, 2, 3), ConvBNAct(2, 1, 3, act=None))
         # Paddle keeps the "1" of (1 - a) as a frozen parameter; here a buffer (same state key)
         self.register_buffer("_scale", torch.ones(1))
 
     def attention(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        stats = torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True),
-                           y.mean(1, keepdim=True), y.amax(1, keepdim=True)], dim=1)
+        stats = torch.cat(
+            [
+                x.mean(1, keepdim=True),
+                x.amax(1, keepdim=True),
+                y.mean(1, keepdim=True),
+                y.amax(1, keepdim=True),
+            ],
+            dim=1,
+        )
         return torch.sigmoid(self.conv_xy_atten(stats))
 
     def complement(self, atten: torch.Tensor) -> torch.Tensor:
@@ -64,14 +76,24 @@ class UAFM_SpAtten(UAFM):
 class UAFM_ChAtten(UAFM):
     """Channel attention from ``[avg_hw x, avg_hw y, max_hw x, max_hw y]`` (4C -> C/2 -> C)."""
 
-    def __init__(self, x_ch: int, y_ch: int, out_ch: int, ksize: int = 3, resize_mode: str = "bilinear") -> None:
+    def __init__(
+        self, x_ch: int, y_ch: int, out_ch: int, ksize: int = 3, resize_mode: str = "bilinear"
+    ) -> None:
         super().__init__(x_ch, y_ch, out_ch, ksize, resize_mode)
-        self.conv_xy_atten = nn.Sequential(ConvBNAct(4 * y_ch, y_ch // 2, 1, act="leakyrelu"),
-                                           ConvBNAct(y_ch // 2, y_ch, 1, act=None))
+        self.conv_xy_atten = nn.Sequential(
+            ConvBNAct(4 * y_ch, y_ch // 2, 1, act="leakyrelu"), ConvBNAct(y_ch // 2, y_ch, 1, act=None)
+        )
 
     def attention(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        stats = torch.cat([x.mean((2, 3), keepdim=True), y.mean((2, 3), keepdim=True),
-                           x.amax((2, 3), keepdim=True), y.amax((2, 3), keepdim=True)], dim=1)
+        stats = torch.cat(
+            [
+                x.mean((2, 3), keepdim=True),
+                y.mean((2, 3), keepdim=True),
+                x.amax((2, 3), keepdim=True),
+                y.amax((2, 3), keepdim=True),
+            ],
+            dim=1,
+        )
         return torch.sigmoid(self.conv_xy_atten(stats))
 
 

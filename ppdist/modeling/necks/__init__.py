@@ -1,4 +1,5 @@
 """Necks; importing this package registers them in ``NECKS``."""
+
 from ppdist.modeling.necks.custom_csp_pan import CustomCSPPAN
 from ppdist.modeling.necks.rnn import SequenceEncoder
 

@@ -5,6 +5,7 @@ with the next finer map -> CSPStage) followed by a bottom-up path (3x3 stride-2 
 concat -> CSPStage). Input: backbone maps finest first ``[s8, s16, s32]``; output
 coarsest first ``[s32, s16, s8]``.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -22,8 +23,14 @@ from ppdist.registry import NECKS
 class SPP(nn.Module):
     """Concat of x and its stride-1 max pools (5/9/13), then a ConvBN to ``out_channels``."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 1,
-                 pool_sizes: Sequence[int] = (5, 9, 13), act: Optional[str] = "swish") -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 1,
+        pool_sizes: Sequence[int] = (5, 9, 13),
+        act: Optional[str] = "swish",
+    ) -> None:
         super().__init__()
         self.pools = nn.ModuleList(nn.MaxPool2d(size, stride=1, padding=size // 2) for size in pool_sizes)
         self.conv = ConvBN(in_channels, out_channels, kernel_size, padding=kernel_size // 2, act=act)
@@ -39,8 +46,15 @@ class CSPStage(nn.Module):
     ``convs`` names its blocks by block index and the SPP ``spp`` (``convs.0``, ``convs.spp``,
     ``convs.1``...), as PaddleDetection does, so the keys do not shift with the SPP's position."""
 
-    def __init__(self, in_channels: int, out_channels: int, n: int, act: Optional[str] = "swish",
-                 spp: bool = False, use_alpha: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        n: int,
+        act: Optional[str] = "swish",
+        spp: bool = False,
+        use_alpha: bool = False,
+    ) -> None:
         super().__init__()
         mid = out_channels // 2
         self.conv1 = ConvBN(in_channels, mid, 1, act=act)
@@ -67,7 +81,7 @@ class CSPStage(nn.Module):
         for key in state_dict:
             if not key.startswith(marker):
                 continue
-            index, _, rest = key[len(marker):].partition(".")
+            index, _, rest = key[len(marker) :].partition(".")
             if not index.isdigit() or int(index) < spp_position:
                 continue
             name = "spp" if int(index) == spp_position else str(int(index) - 1)
@@ -79,25 +93,53 @@ class CSPStage(nn.Module):
         return self.conv3(torch.cat([self.conv1(x), self.convs(self.conv2(x))], dim=1))
 
 
-def _stage(in_channels: int, out_channels: int, stage_num: int, block_num: int, act: Optional[str],
-           spp: bool, use_alpha: bool) -> nn.Sequential:
-    return nn.Sequential(*[CSPStage(in_channels if j == 0 else out_channels, out_channels, block_num,
-                                    act=act, spp=spp, use_alpha=use_alpha) for j in range(stage_num)])
+def _stage(
+    in_channels: int,
+    out_channels: int,
+    stage_num: int,
+    block_num: int,
+    act: Optional[str],
+    spp: bool,
+    use_alpha: bool,
+) -> nn.Sequential:
+    return nn.Sequential(
+        *[
+            CSPStage(
+                in_channels if j == 0 else out_channels,
+                out_channels,
+                block_num,
+                act=act,
+                spp=spp,
+                use_alpha=use_alpha,
+            )
+            for j in range(stage_num)
+        ]
+    )
 
 
 @NECKS.register
 class CustomCSPPAN(NormNoDecayModule):
     """PAN over the backbone maps; ``out_channels`` lists the outputs' widths, coarsest first."""
 
-    def __init__(self, in_channels: Sequence[int], out_channels: Sequence[int] = (768, 384, 192),
-                 stage_num: int = 1, block_num: int = 3, act: str = "swish", spp: bool = True,
-                 width_mult: float = 1.0, depth_mult: float = 1.0, use_alpha: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: Sequence[int],
+        out_channels: Sequence[int] = (768, 384, 192),
+        stage_num: int = 1,
+        block_num: int = 3,
+        act: str = "swish",
+        spp: bool = True,
+        width_mult: float = 1.0,
+        depth_mult: float = 1.0,
+        use_alpha: bool = False,
+    ) -> None:
         super().__init__()
         if not isinstance(in_channels, (list, tuple)) or len(in_channels) < 2:
             raise ValueError("CustomCSPPAN needs a backbone returning a list of >= 2 feature maps")
         if len(out_channels) != len(in_channels):
-            raise ValueError(f"CustomCSPPAN: {len(in_channels)} input maps but {len(out_channels)} "
-                             "out_channels")
+            raise ValueError(
+                f"CustomCSPPAN: {len(in_channels)} input maps but {len(out_channels)} out_channels"
+            )
         outs = scale_width(out_channels, width_mult)
         block_num = scale_depth(block_num, depth_mult)
         self.num_levels = len(in_channels)
@@ -117,8 +159,9 @@ class CustomCSPPAN(NormNoDecayModule):
         pan_stages, pan_routes = [], []
         for i in reversed(range(self.num_levels - 1)):
             pan_routes.append(ConvBN(outs[i + 1], outs[i + 1], 3, stride=2, padding=1, act=act))
-            pan_stages.append(_stage(outs[i] + outs[i + 1], outs[i], stage_num, block_num, act, False,
-                                     use_alpha))
+            pan_stages.append(
+                _stage(outs[i] + outs[i + 1], outs[i], stage_num, block_num, act, False, use_alpha)
+            )
         self.pan_stages = nn.ModuleList(pan_stages[::-1])
         self.pan_routes = nn.ModuleList(pan_routes[::-1])
         self.out_channels = outs

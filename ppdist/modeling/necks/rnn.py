@@ -1,4 +1,5 @@
 """Sequence encoder neck: feature map (B, C, 1, W) -> sequence (B, W, D)."""
+
 from __future__ import annotations
 
 import torch
@@ -21,7 +22,8 @@ class Im2Seq(nn.Module):
         if x.dim() != 4 or x.shape[2] != 1:
             raise ValueError(
                 f"Im2Seq expects a (B, C, 1, W) feature map, got shape {tuple(x.shape)}; the "
-                "backbone must reduce the height to 1 (recognition images are 32 pixels high)")
+                "backbone must reduce the height to 1 (recognition images are 32 pixels high)"
+            )
         return x.squeeze(2).transpose(1, 2)
 
 
@@ -31,8 +33,7 @@ class EncoderWithRNN(nn.Module):
     def __init__(self, in_channels: int, hidden_size: int) -> None:
         super().__init__()
         self.out_channels = hidden_size * 2
-        self.lstm = nn.LSTM(in_channels, hidden_size, num_layers=2, bidirectional=True,
-                            batch_first=True)
+        self.lstm = nn.LSTM(in_channels, hidden_size, num_layers=2, bidirectional=True, batch_first=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lstm(x)[0]
@@ -60,8 +61,10 @@ class SequenceEncoder(nn.Module):
     def __init__(self, in_channels: int, encoder_type: str = "rnn", hidden_size: int = 48) -> None:
         super().__init__()
         if encoder_type not in ENCODER_TYPES:
-            raise ValueError(f"SequenceEncoder.encoder_type must be one of {ENCODER_TYPES}, got "
-                             f"{encoder_type!r} (svtr and cascadernn are not supported yet)")
+            raise ValueError(
+                f"SequenceEncoder.encoder_type must be one of {ENCODER_TYPES}, got "
+                f"{encoder_type!r} (svtr and cascadernn are not supported yet)"
+            )
         if hidden_size < 1:
             raise ValueError(f"SequenceEncoder.hidden_size must be positive, got {hidden_size}")
         self.encoder_type = encoder_type
