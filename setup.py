@@ -26,5 +26,6 @@ setup(
         "onnxruntime>=1.18",
         "onnxscript>=0.3",  # torch.onnx's dynamo exporter (fallback for graphs the TorchScript-based one rejects)
     ],
-    extras_require={"test": ["pytest>=7.4"]},
+    # ruff pinned: its formatting changes between releases (tests/test_code_style.py runs it)
+    extras_require={"test": ["pytest>=7.4", "ruff==0.17.6"]},
 )
