@@ -17,6 +17,7 @@ import yaml
 
 from ppdist.errors import ConfigError
 from ppdist.registry import _type_matches, did_you_mean
+from ppdist.utils.atomic import write_text_atomic
 
 STAGE_PRETRAINED_KEY = "pretrained"  # Architecture.Backbone.pretrained: backbone-only weights
 SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval")
@@ -626,8 +627,4 @@ def load_config(path: str, overrides: Optional[Sequence[str]] = None) -> Dict[st
 
 def dump_config(config: Mapping[str, Any], path: str) -> None:
     """Write the resolved config as YAML (atomically)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(dict(config), handle, sort_keys=False, allow_unicode=True)
-    os.replace(tmp, path)
+    write_text_atomic(path, yaml.safe_dump(dict(config), sort_keys=False, allow_unicode=True))

@@ -16,6 +16,7 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
 from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+from ppdist.utils.atomic import write_text_atomic  # noqa: E402
 
 PARTS = ("loader", "bare", "trainer", "eval", "infer", "scaling")
 
@@ -79,11 +80,7 @@ def build_parser():
 
 
 def write_json(result, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2, default=str)
-    os.replace(temporary, path)
+    write_text_atomic(path, json.dumps(result, indent=2, default=str))
 
 
 def run_trainer_part(args, config, env, save_dir: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional
 from ppdist.convert.config_common import PADDLEDET, PADDLEOCR, PADDLESEG, Conversion
 from ppdist.convert.config_detect import PPDIST, UNKNOWN, detect_suite, suite_of
 from ppdist.errors import ConfigError
+from ppdist.utils.atomic import write_text_atomic
 
 CONVERTED_NAME = "converted_config.yml"
 
@@ -81,12 +82,8 @@ def report_conversion(
         logger.warning("not converted: %s", item)
     if not save_dir:
         return None
-    os.makedirs(save_dir, exist_ok=True)
     target = os.path.join(save_dir, CONVERTED_NAME)
-    tmp = f"{target}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(conversion.to_yaml())
-    os.replace(tmp, target)
+    write_text_atomic(target, conversion.to_yaml())
     logger.info("converted config written to %s", target)
     return target
 

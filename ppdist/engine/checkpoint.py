@@ -21,6 +21,7 @@ from ppdist.convert.pdparams import is_paddle_weights, load_pdparams
 from ppdist.convert.weights import convert_state_dict
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
 from ppdist.errors import CheckpointError, ConfigError
+from ppdist.utils.atomic import torch_save_atomic
 
 logger = logging.getLogger("ppdist")
 SUFFIX = ".pt"
@@ -42,14 +43,8 @@ def checkpoint_path(prefix_or_path: str) -> str:
 
 
 def save_atomic(obj: Mapping[str, Any], path: str) -> None:
-    """``torch.save`` to ``path.tmp``, flush to disk, then atomically replace ``path``."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as handle:
-        torch.save(dict(obj), handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """``torch.save`` to a temporary file beside ``path``, flush to disk, then atomically replace ``path``."""
+    torch_save_atomic(dict(obj), path)
 
 
 def load_file(path: str) -> Dict[str, Any]:

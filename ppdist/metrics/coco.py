@@ -18,6 +18,7 @@ import numpy as np
 
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
+from ppdist.utils.atomic import write_text_atomic
 
 logger = logging.getLogger("ppdist")
 STAT_NAMES = (
@@ -40,14 +41,6 @@ def _is_main_process() -> bool:
     import torch.distributed as dist
 
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-
-
-def write_json_atomic(data: Any, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-    os.replace(tmp, path)
 
 
 def coco_bbox_eval(
@@ -160,7 +153,7 @@ class COCOMetric(Metric):
             raise RuntimeError("COCOMetric.compute before bind_dataset: the evaluator binds the eval dataset")
         if self.output_dir and _is_main_process():
             path = os.path.join(self.output_dir, "bbox.json")
-            write_json_atomic(self.detections, path)
+            write_text_atomic(path, json.dumps(self.detections))
             logger.info("detections written to %s (COCO results format)", path)
         out = coco_bbox_eval(self.coco_gt, self.detections, self.image_ids, self.classwise)
         if self.classwise and self.label_list:

@@ -1,0 +1,1 @@
+"""Small utilities with one home each: atomic file writes (``atomic``) and RNG streams (``rng``)."""
