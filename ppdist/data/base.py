@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import random
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset, get_worker_info
+
+from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
 BAD_SAMPLES_KEY = "_bad_samples"
@@ -102,22 +102,13 @@ class BaseDataSet(Dataset):
         index, epoch, seed = (item, 0, 0) if isinstance(item, (int, np.integer)) else item
         index = int(index)
         if get_worker_info() is None:  # loading in the main process: leave its RNG streams untouched
-            saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-            try:
+            with kept_cpu_rng_streams():
                 return self._seeded_get(index, epoch, seed)
-            finally:
-                random.setstate(saved[0])
-                np.random.set_state(saved[1])
-                torch.set_rng_state(saved[2])
         return self._seeded_get(index, epoch, seed)
 
     def _seeded_get(self, index: int, epoch: int, seed: int) -> Union[Dict[str, Any], BadSample]:
         rng_seed = sample_seed(seed, epoch, index)
-        random.seed(rng_seed)
-        np.random.seed(rng_seed)
-        # the CPU generator only: torch.manual_seed would also (re)seed CUDA's generators, which
-        # is not restored after main-process loading and, in a CUDA build, costs a stack capture
-        torch.default_generator.manual_seed(rng_seed)
+        seed_cpu_rngs(rng_seed)  # the CPU generators only (see ppdist.utils.rng)
         result = self.load(index)
         if isinstance(result, dict):
             result[SAMPLE_SEED_KEY] = rng_seed

@@ -16,6 +16,7 @@ from ppdist.data.base import BAD_SAMPLES_KEY, SAMPLE_SEED_KEY, BadSample
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
+from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 
 def build_transforms(
@@ -61,17 +62,9 @@ def apply_batch_transforms(ops: Sequence[Any], samples: List[Dict[str, Any]]) ->
 def _seeded(run: Any, seeds: List[int]) -> Any:
     """Run ``run()`` with random/numpy/torch seeded from the batch's sample seeds (so a batch's
     random choices do not depend on workers or resumes), restoring the RNG states after."""
-    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    seed = zlib.crc32(np.asarray(seeds, dtype=np.int64).tobytes())
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.default_generator.manual_seed(seed)  # CPU only: see BaseDataSet._seeded_get
-    try:
+    with kept_cpu_rng_streams():
+        seed_cpu_rngs(zlib.crc32(np.asarray(seeds, dtype=np.int64).tobytes()))
         return run()
-    finally:
-        random.setstate(saved[0])
-        np.random.set_state(saved[1])
-        torch.set_rng_state(saved[2])
 
 
 def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -22,6 +20,7 @@ from ppdist.convert.weights import convert_state_dict
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
 from ppdist.errors import CheckpointError, ConfigError
 from ppdist.utils.atomic import torch_save_atomic
+from ppdist.utils.rng import capture_rng_state, restore_rng_state  # noqa: F401  (callers use ckpt.capture_rng_state)
 
 logger = logging.getLogger("ppdist")
 SUFFIX = ".pt"
@@ -113,38 +112,6 @@ def load_across_ranks(
         source_rank,
     )
     return received, f"{path} (from rank {source_rank})"
-
-
-# --------------------------------------------------------------------------- RNG states
-def capture_rng_state() -> Dict[str, Any]:
-    """This process's torch / CUDA / numpy / python RNG states as weights_only-safe values."""
-    np_state = np.random.get_state()
-    py_state = random.getstate()
-    state: Dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": [
-            np_state[0],
-            torch.from_numpy(np_state[1].astype(np.int64)),
-            int(np_state[2]),
-            int(np_state[3]),
-            float(np_state[4]),
-        ],
-        "python": [py_state[0], list(py_state[1]), py_state[2]],
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def restore_rng_state(state: Mapping[str, Any]) -> None:
-    """Inverse of ``capture_rng_state``."""
-    torch.set_rng_state(state["torch"])
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 # --------------------------------------------------------------------------- weights
