@@ -1,22 +1,19 @@
-"""ppdist: PaddleOCR / PaddleDetection / PaddleSeg training on PyTorch with one distributed trainer."""
+"""ppdist: PaddleOCR / PaddleDetection / PaddleSeg training on PyTorch with one distributed trainer.
 
-from typing import Any, Dict, Optional, Sequence
+The Python API. Importing any ``ppdist`` module runs this file first, which registers every
+component (``ppdist.components``); no module of the package imports this one.
+"""
+
+from ppdist.components import build_loss, build_metric, build_model, build_postprocess
+from ppdist.config import load_config
 
 __version__ = "0.1.0"
 
-
-def load_config(path: str, overrides: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """The resolved, validated config of ``path`` with ``-o`` style ``overrides`` applied."""
-    from ppdist.config import load_config as _load
-
-    return _load(path, overrides)
-
-
-def build_model(config: Dict[str, Any]) -> Any:
-    """The ``torch.nn.Module`` described by a (resolved) config."""
-    from ppdist.builder import build_model as _build
-
-    return _build(config)
-
-
-__all__ = ["load_config", "build_model", "__version__"]
+__all__ = [
+    "__version__",
+    "build_loss",
+    "build_metric",
+    "build_model",
+    "build_postprocess",
+    "load_config",
+]

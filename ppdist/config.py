@@ -430,18 +430,23 @@ def inject_globals(
     return out
 
 
+def component_kwargs(registry: Any, entry: Mapping[str, Any], config: Mapping[str, Any]) -> Dict[str, Any]:
+    """The keyword arguments of the component ``entry`` (``{name, **kwargs}``): its own, without the
+    name, plus the shared Global values of ``config`` that its constructor accepts (Global wins)."""
+    kwargs = {k: v for k, v in entry.items() if k != "name"}
+    return inject_globals(registry, entry["name"], kwargs, shared_global_values(config))
+
+
 def _check_component(
-    registry: Any, entry: Any, where: str, shared: Mapping[str, Any], injected: Sequence[str] = ()
+    registry: Any, entry: Any, where: str, config: Mapping[str, Any], injected: Sequence[str] = ()
 ) -> None:
     if not isinstance(entry, dict) or "name" not in entry:
         raise ConfigError(f"{where} needs a mapping with a 'name' key, got {entry!r}")
     registry.get(entry["name"], f"{where}.name")
-    kwargs = {k: v for k, v in entry.items() if k != "name"}
-    kwargs = inject_globals(registry, entry["name"], kwargs, shared)
-    registry.check(entry["name"], kwargs, where, injected=injected)
+    registry.check(entry["name"], component_kwargs(registry, entry, config), where, injected=injected)
 
 
-def _check_transforms(ops: Any, where: str, shared: Mapping[str, Any]) -> None:
+def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
     from ppdist.registry import TRANSFORMS
 
     if not isinstance(ops, list):
@@ -453,10 +458,10 @@ def _check_transforms(ops: Any, where: str, shared: Mapping[str, Any]) -> None:
         params = params or {}
         if not isinstance(params, dict):
             raise ConfigError(f"{where}[{i}].{name} parameters must be a mapping, got {params!r}")
-        _check_component(TRANSFORMS, dict(params, name=name), f"{where}[{i}].{name}", shared)
+        _check_component(TRANSFORMS, dict(params, name=name), f"{where}[{i}].{name}", config)
 
 
-def _validate_data_section(config: Dict[str, Any], section: str, shared: Mapping[str, Any]) -> None:
+def _validate_data_section(config: Dict[str, Any], section: str) -> None:
     from ppdist.registry import DATASETS
 
     part = config.get(section)
@@ -471,11 +476,11 @@ def _validate_data_section(config: Dict[str, Any], section: str, shared: Mapping
     if not isinstance(dataset, dict) or "name" not in dataset:
         raise ConfigError(f"missing required key {section}.dataset.name")
     DATASETS.get(dataset["name"], f"{section}.dataset.name")
-    kwargs = {k: v for k, v in dataset.items() if k not in ("name", "transforms", "batch_transforms")}
-    kwargs = inject_globals(DATASETS, dataset["name"], kwargs, shared)
+    own = {k: v for k, v in dataset.items() if k not in ("transforms", "batch_transforms")}
+    kwargs = component_kwargs(DATASETS, own, config)
     DATASETS.check(dataset["name"], kwargs, f"{section}.dataset", injected=("transforms", "mode", "seed"))
-    _check_transforms(dataset.get("transforms") or [], f"{section}.dataset.transforms", shared)
-    _check_transforms(dataset.get("batch_transforms") or [], f"{section}.dataset.batch_transforms", shared)
+    _check_transforms(dataset.get("transforms") or [], f"{section}.dataset.transforms", config)
+    _check_transforms(dataset.get("batch_transforms") or [], f"{section}.dataset.batch_transforms", config)
     loader = part.get("loader") or {}
     if not isinstance(loader, dict):
         raise ConfigError(f"{section}.loader must be a mapping")
@@ -550,7 +555,7 @@ def _without_stage_pretrained(entry: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in entry.items() if k != STAGE_PRETRAINED_KEY}
 
 
-def _validate_architecture(config: Dict[str, Any], shared: Mapping[str, Any]) -> None:
+def _validate_architecture(config: Dict[str, Any]) -> None:
     from ppdist.registry import BACKBONES, HEADS, NECKS
 
     arch = config.get("Architecture")
@@ -575,32 +580,30 @@ def _validate_architecture(config: Dict[str, Any], shared: Mapping[str, Any]) ->
         if key == "Backbone" and isinstance(entry, dict) and STAGE_PRETRAINED_KEY in entry:
             entry = _without_stage_pretrained(entry)
         _check_component(
-            registry, entry, f"Architecture.{key}", shared, injected=("in_channels", "out_channels")
+            registry, entry, f"Architecture.{key}", config, injected=("in_channels", "out_channels")
         )
 
 
 def validate(config: Dict[str, Any]) -> Dict[str, Any]:
     """Check every section, fill defaults; raise ``ConfigError`` on the first problem."""
-    import ppdist.components  # noqa: F401  (registers every component)
     from ppdist.registry import LOSSES, METRICS, POSTPROCESSES
 
     for key in config:
         if key not in SECTIONS:
             raise ConfigError(f"unknown section {key!r}.{did_you_mean(key, SECTIONS)}")
     _validate_global(config)
-    shared = shared_global_values(config)
-    _validate_architecture(config, shared)
+    _validate_architecture(config)
     for section, registry in (("Loss", LOSSES), ("PostProcess", POSTPROCESSES), ("Metric", METRICS)):
         if config.get(section) is None:
             raise ConfigError(f"missing required section {section}")
-        _check_component(registry, config[section], section, shared)
+        _check_component(registry, config[section], section, config)
     for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
-        _check_component(LOSSES, entry, f"Loss.types[{i}]", shared)
+        _check_component(LOSSES, entry, f"Loss.types[{i}]", config)
     _validate_optimizer(config)
     if config.get("Train") is None and config.get("Eval") is None:
         raise ConfigError("the config needs a Train and/or an Eval section")
     for section in ("Train", "Eval"):
-        _validate_data_section(config, section, shared)
+        _validate_data_section(config, section)
     return config
 
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, Mapping
 
 import torch
 
-from ppdist.builder import build_metric, build_model, build_postprocess
+from ppdist.components import build_metric, build_model, build_postprocess
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.dist import DistEnv

@@ -145,7 +145,7 @@ def test_unknown_section_and_missing_required(tmp_path, repo_root):
 
 
 def test_global_keys_reach_transforms_and_postprocess(tmp_path, repo_root):
-    from ppdist.builder import build_model, build_postprocess
+    from ppdist.components import build_model, build_postprocess
     from ppdist.data.build import build_transforms
 
     dict_path = write(tmp_path / "dict.txt", "a\nb\nc\n")

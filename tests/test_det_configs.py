@@ -6,7 +6,7 @@ import os
 import pytest
 
 from ppdist import build_model, load_config
-from ppdist.builder import build_loss, build_postprocess
+from ppdist.components import build_loss, build_postprocess
 from ppdist.engine.optim import build_optimizer
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from ppdist import build_model, load_config
-from ppdist.builder import build_loss, build_postprocess
+from ppdist.components import build_loss, build_postprocess
 from ppdist.engine.optim import build_optimizer
 from ppdist.errors import ConfigError
 
@@ -51,6 +51,6 @@ def test_global_num_classes_reaches_every_component():
     )
     model = build_model(config)
     assert model.head.seg_heads[0].conv_out.out_channels == 3
-    from ppdist.builder import build_metric
+    from ppdist.components import build_metric
 
     assert build_metric(config).num_classes == 3

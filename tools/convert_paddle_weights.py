@@ -36,7 +36,7 @@ def main() -> int:
         help="fail unless every tensor of the model is converted (evaluating a trained model)",
     )
     args = parser.parse_args()
-    from ppdist.builder import build_model
+    from ppdist.components import build_model
     from ppdist.config import load_config
     from ppdist.convert.weights import write_converted
 

@@ -122,7 +122,7 @@ def measure_bare_loop(
     steps_per_epoch: int,
 ) -> Dict[str, Any]:
     """samples/s of a plain forward/backward/step loop over pre-loaded ``batches``."""
-    from ppdist.builder import build_loss, build_model
+    from ppdist.components import build_loss, build_model
     from ppdist.engine.ema import ModelEMA
     from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping
     from ppdist.engine.trainer import make_autocast, seed_everything
@@ -185,7 +185,7 @@ def build_weighted_model(
 ) -> torch.nn.Module:
     """The config's model with the inference weights of ``weights`` (EMA when kept), or its
     initial weights when none are given."""
-    from ppdist.builder import build_model
+    from ppdist.components import build_model
     from ppdist.engine import checkpoint as ckpt
     from ppdist.engine.trainer import seed_everything
 
@@ -198,7 +198,7 @@ def build_weighted_model(
 
 def measure_eval(config: Mapping[str, Any], env: DistEnv, weights: Optional[str]) -> Dict[str, Any]:
     """One pass of the evaluator over the Eval set: samples/s and the metrics."""
-    from ppdist.builder import build_metric, build_postprocess
+    from ppdist.components import build_metric, build_postprocess
     from ppdist.data.build import build_dataloader
     from ppdist.engine.evaluator import Evaluator
     from ppdist.engine.trainer import make_autocast

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
-from ppdist.config import inject_globals, shared_global_values
+from ppdist.builder import build_component
 from ppdist.data.base import BAD_SAMPLES_KEY, SAMPLE_SEED_KEY, BadSample
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
@@ -23,12 +23,10 @@ def build_transforms(
     ops_cfg: Optional[Sequence[Mapping[str, Any]]], config: Mapping[str, Any], where: str
 ) -> List[Any]:
     """Build a list of transform ops from ``[{OpName: params}, ...]`` with Global injection."""
-    shared = shared_global_values(config)
     ops = []
     for i, entry in enumerate(ops_cfg or []):
         ((name, params),) = entry.items()
-        kwargs = inject_globals(TRANSFORMS, name, dict(params or {}), shared)
-        ops.append(TRANSFORMS.build(dict(kwargs, name=name), where=f"{where}[{i}].{name}"))
+        ops.append(build_component(TRANSFORMS, dict(params or {}, name=name), config, f"{where}[{i}].{name}"))
     return ops
 
 
@@ -40,9 +38,14 @@ def build_dataset(config: Mapping[str, Any], section: str, mode: str) -> Any:
     cfg = dict(config[section]["dataset"])
     cfg.pop("batch_transforms", None)
     ops = build_transforms(cfg.pop("transforms", None), config, f"{section}.dataset.transforms")
-    cfg = inject_globals(DATASETS, cfg["name"], cfg, shared_global_values(config))
-    return DATASETS.build(
-        cfg, where=f"{section}.dataset", transforms=ops, mode=mode, seed=int(config["Global"]["seed"])
+    return build_component(
+        DATASETS,
+        cfg,
+        config,
+        f"{section}.dataset",
+        transforms=ops,
+        mode=mode,
+        seed=int(config["Global"]["seed"]),
     )
 
 

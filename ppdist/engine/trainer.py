@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ppdist.builder import build_loss, build_metric, build_model, build_postprocess
+from ppdist.components import build_loss, build_metric, build_model, build_postprocess
 from ppdist.config import auto_scale_lr_base, compile_options, dump_config
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.data.build import build_dataloader

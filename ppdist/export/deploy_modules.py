@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
+from ppdist.components import build_postprocess
 from ppdist.errors import ConfigError
 
 TASK_BY_POSTPROCESS = {"CTCLabelDecode": "rec", "MultiClassNMS": "det", "SegPostProcess": "seg"}
@@ -130,8 +131,6 @@ def build_deploy(
         )
         return SegDeploy(model).eval(), spec
     height, width = _eval_size(config, (640, 640))
-    from ppdist.builder import build_postprocess
-
     nms = build_postprocess(config)  # MultiClassNMS with the config's settings and defaults
     outputs = DET_RAW_OUTPUTS if exclude_nms else outputs
     axes = {"image": {0: "batch", 2: "height", 3: "width"}, "scale_factor": {0: "batch"}}

@@ -14,8 +14,10 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import yaml
 
-from ppdist.config import inject_globals, shared_global_values
+from ppdist.builder import component_kwargs
+from ppdist.components import build_postprocess
 from ppdist.errors import ConfigError
+from ppdist.registry import POSTPROCESSES, TRANSFORMS
 
 FORMAT_VERSION = 1
 FILE_NAME = "inference.yml"
@@ -27,25 +29,19 @@ LABEL_ONLY_TRANSFORMS = ("CTCLabelEncode", "KeepKeys")
 
 def inference_preprocess(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """The Eval transforms minus label-only ones, with the shared Global values they take filled in."""
-    from ppdist.registry import TRANSFORMS
-
-    shared = shared_global_values(config)
     steps = []
     for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms") or []:
         ((name, args),) = entry.items()
         if name not in LABEL_ONLY_TRANSFORMS:
-            steps.append({name: inject_globals(TRANSFORMS, name, dict(args or {}), shared)})
+            steps.append({name: component_kwargs(TRANSFORMS, dict(args or {}, name=name), config)})
     return steps
 
 
 def inference_postprocess(config: Mapping[str, Any]) -> Dict[str, Any]:
     """``PostProcess`` with the shared Global values it takes (e.g. Global.character_dict_path),
     as the training build passes them."""
-    from ppdist.registry import POSTPROCESSES
-
-    entry = dict(config["PostProcess"])
-    name = entry.pop("name")
-    return {"name": name, **inject_globals(POSTPROCESSES, name, entry, shared_global_values(config))}
+    entry = config["PostProcess"]
+    return {"name": entry["name"], **component_kwargs(POSTPROCESSES, entry, config)}
 
 
 def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -90,8 +86,6 @@ def write_inference_config(
     export_info: Mapping[str, Any],
 ) -> str:
     """Write ``out_dir/inference.yml`` (and the rec dictionary); returns its path."""
-    from ppdist.builder import build_postprocess
-
     postprocess = inference_postprocess(config)
     info: Dict[str, Any] = {
         "ppdist_inference": FORMAT_VERSION,

@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
-from ppdist.builder import build_model
+from ppdist.components import build_model
 from ppdist.engine import checkpoint as ckpt
 from ppdist.errors import ConfigError, PPDistError
 from ppdist.export.deploy_modules import GraphSpec, build_deploy, task_of

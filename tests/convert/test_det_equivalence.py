@@ -28,7 +28,7 @@ import pytest
 import torch
 from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
-from ppdist.builder import build_model, build_postprocess
+from ppdist.components import build_model, build_postprocess
 from ppdist.config import load_config
 from ppdist.convert.pdparams import load_pdparams
 from ppdist.convert.weights import convert_state_dict, load_paddle_weights

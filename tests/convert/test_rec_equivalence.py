@@ -20,7 +20,7 @@ import pytest
 import torch
 from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 
-from ppdist.builder import build_model
+from ppdist.components import build_model
 from ppdist.config import load_config
 from ppdist.convert.naming import paddle_candidates, stage_renames
 from ppdist.convert.pdparams import load_pdparams

@@ -113,7 +113,7 @@ def test_backbone_pretrained_from_ppdist_file(tmp_path):
 
 def test_initial_weights_backbone_then_model(tmp_path, paddle_prefix):
     config = load_config(REC_CONFIG)
-    from ppdist.builder import build_model
+    from ppdist.components import build_model
 
     donor = build_model(config)
     path = str(tmp_path / "donor.pt")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from ppdist_testing import tiny_config, tiny_det_config, tiny_seg_config
 
-from ppdist.builder import build_model
+from ppdist.components import build_model
 from ppdist.config import load_config
 from ppdist.export.deploy_modules import build_deploy, task_of
 from ppdist.export.graph_export import example_inputs, export_onnx, export_torchscript, onnx_parity

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
 
-from ppdist.builder import build_model
+from ppdist.components import build_model
 from ppdist.config import load_config
 from ppdist.data.synthetic import GENERATORS
 from ppdist.export.inference_config import read_inference_config
