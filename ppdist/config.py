@@ -9,14 +9,15 @@ valid names.
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import re
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
 from ppdist.errors import ConfigError
-from ppdist.registry import _type_matches, did_you_mean
+from ppdist.registry import SYNTHETIC_DATA, _type_matches, did_you_mean
 from ppdist.utils.atomic import write_text_atomic
 
 STAGE_PRETRAINED_KEY = "pretrained"  # Architecture.Backbone.pretrained: backbone-only weights
@@ -377,8 +378,6 @@ def _validate_global(config: Dict[str, Any]) -> None:
     if glob["eval_batch_step"][1] <= 0:
         raise ConfigError("Global.eval_batch_step interval must be > 0")
     if glob["synthetic_data"]:
-        from ppdist.data.prepare import validate_synthetic_spec
-
         validate_synthetic_spec(glob["synthetic_data"])
     if glob["print_batch_step"] <= 0 or glob["log_smooth_window"] <= 0 or glob["save_epoch_step"] <= 0:
         raise ConfigError("Global.print_batch_step, log_smooth_window and save_epoch_step must be > 0")
@@ -388,6 +387,30 @@ def _validate_global(config: Dict[str, Any]) -> None:
         )
     if glob["auto_scale_lr"] is not None:
         _validate_auto_scale_lr(glob["auto_scale_lr"])
+
+
+def synthetic_generator(spec: Mapping[str, Any]) -> Callable[..., Dict[str, Any]]:
+    """The data set generator of ``Global.synthetic_data.kind``."""
+    kind = spec.get("kind")
+    if kind not in SYNTHETIC_DATA:
+        raise ConfigError(f"Global.synthetic_data.kind must be one of {SYNTHETIC_DATA.names()}, got {kind!r}")
+    return SYNTHETIC_DATA.get(kind)
+
+
+def validate_synthetic_spec(spec: Mapping[str, Any]) -> None:
+    """Check ``{kind, data_dir, ...generator keywords}`` against the generator's signature."""
+    generator = synthetic_generator(spec)
+    if not spec.get("data_dir"):
+        raise ConfigError("missing required key Global.synthetic_data.data_dir")
+    params = inspect.signature(generator).parameters
+    for key in spec:
+        if key in ("kind", "data_dir"):
+            continue
+        if key not in params or key == "out_dir":
+            raise ConfigError(
+                f"unknown key Global.synthetic_data.{key}."
+                f"{did_you_mean(key, [p for p in params if p != 'out_dir'])}"
+            )
 
 
 def _validate_auto_scale_lr(spec: Mapping[str, Any]) -> None:

@@ -172,3 +172,23 @@ def test_dump_config_round_trip(tmp_path, repo_root):
     dump_config(cfg, str(tmp_path / "out" / "config.yml"))
     with open(tmp_path / "out" / "config.yml") as handle:
         assert yaml.safe_load(handle) == cfg
+
+
+@pytest.mark.parametrize(
+    "spec,pattern",
+    [
+        (
+            "{kind: ocr, data_dir: d}",
+            r"Global.synthetic_data.kind must be one of \['det', 'rec', 'seg'\], got 'ocr'",
+        ),
+        ("{kind: rec}", r"missing required key Global.synthetic_data.data_dir"),
+        (
+            "{kind: rec, data_dir: d, num_trian: 3}",
+            r"unknown key Global.synthetic_data.num_trian.*'num_train'",
+        ),
+        ("{kind: rec, data_dir: d, out_dir: e}", r"unknown key Global.synthetic_data.out_dir"),
+    ],
+)
+def test_synthetic_data_spec_checked_against_the_registered_generators(repo_root, spec, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(os.path.join(repo_root, REC_CONFIG), [f"Global.synthetic_data={spec}"])

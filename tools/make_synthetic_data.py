@@ -24,7 +24,7 @@ from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ppdist.data.synthetic import GENERATORS  # noqa: E402
+from ppdist.registry import SYNTHETIC_DATA  # noqa: E402
 
 COMMON_KEYS = ("out", "num", "num_val", "seed", "task")
 
@@ -67,7 +67,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
     num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
     task_options = {k: v for k, v in vars(args).items() if k not in COMMON_KEYS}
-    summary = GENERATORS[args.task](
+    summary = SYNTHETIC_DATA.get(args.task)(
         args.out, num_train=args.num, num_val=num_val, seed=args.seed, **task_options
     )
     print(json.dumps(summary, indent=2))

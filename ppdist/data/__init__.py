@@ -3,4 +3,7 @@
 import ppdist.data.det  # noqa: F401  (registers COCODataSet)
 import ppdist.data.rec  # noqa: F401  (registers SimpleDataSet, LMDBDataSet)
 import ppdist.data.seg  # noqa: F401  (registers SegDataSet, CityscapesDataSet)
+import ppdist.data.synthetic  # noqa: F401  (registers the rec synthetic data generator)
+import ppdist.data.synthetic_det  # noqa: F401  (registers the det synthetic data generator)
+import ppdist.data.synthetic_seg  # noqa: F401  (registers the seg synthetic data generator)
 import ppdist.data.transforms  # noqa: F401  (registers the transform ops)

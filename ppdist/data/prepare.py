@@ -2,41 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from typing import Any, Mapping
 
+from ppdist.config import synthetic_generator
 from ppdist.engine.dist import DistEnv, barrier
-from ppdist.errors import ConfigError
-from ppdist.registry import did_you_mean
 
 logger = logging.getLogger("ppdist")
-
-
-def _generator(spec: Mapping[str, Any]) -> Any:
-    from ppdist.data.synthetic import GENERATORS
-
-    kind = spec.get("kind")
-    if kind not in GENERATORS:
-        raise ConfigError(f"Global.synthetic_data.kind must be one of {sorted(GENERATORS)}, got {kind!r}")
-    return GENERATORS[kind]
-
-
-def validate_synthetic_spec(spec: Mapping[str, Any]) -> None:
-    """Check ``{kind, data_dir, ...generator keywords}`` against the generator's signature."""
-    generator = _generator(spec)
-    if not spec.get("data_dir"):
-        raise ConfigError("missing required key Global.synthetic_data.data_dir")
-    params = inspect.signature(generator).parameters
-    for key in spec:
-        if key in ("kind", "data_dir"):
-            continue
-        if key not in params or key == "out_dir":
-            raise ConfigError(
-                f"unknown key Global.synthetic_data.{key}."
-                f"{did_you_mean(key, [p for p in params if p != 'out_dir'])}"
-            )
 
 
 def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
@@ -44,7 +17,7 @@ def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
     spec = config["Global"].get("synthetic_data")
     if not spec:
         return
-    generator = _generator(spec)
+    generator = synthetic_generator(spec)
     out_dir = spec["data_dir"]
     kwargs = {k: v for k, v in spec.items() if k not in ("kind", "data_dir")}
     if env.local_rank == 0:

@@ -8,23 +8,22 @@
 
 Validation strings never occur in the training set (compared case-insensitively).
 ``generate_seg_dataset`` (``ppdist.data.synthetic_seg``) draws segmentation data and
-``generate_det_dataset`` (``ppdist.data.synthetic_det``) detection data in COCO layout;
-``GENERATORS`` maps task names to all three.
+``generate_det_dataset`` (``ppdist.data.synthetic_det``) detection data in COCO layout; the three
+are registered in ``ppdist.registry.SYNTHETIC_DATA`` as ``rec``, ``seg`` and ``det``.
 """
 
 from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ppdist.data.synthetic_det import generate_det_dataset
 from ppdist.data.synthetic_io import build_atomically
-from ppdist.data.synthetic_seg import generate_seg_dataset
+from ppdist.registry import SYNTHETIC_DATA
 
 FONT_ROOT = "/usr/share/fonts"
 PREFERRED_FACES = (
@@ -178,6 +177,7 @@ def _write_split(
         handle.writelines(lines)
 
 
+@SYNTHETIC_DATA.register(name="rec")
 def generate_rec_dataset(
     out_dir: str,
     num_train: int,
@@ -215,10 +215,3 @@ def generate_rec_dataset(
         _write_split(tmp, "val", val, seed, 1, fonts, upper_prob)
 
     return build_atomically(out_dir, summary, num_train, num_val, write)
-
-
-GENERATORS: Dict[str, Callable[..., dict]] = {
-    "rec": generate_rec_dataset,
-    "seg": generate_seg_dataset,
-    "det": generate_det_dataset,
-}

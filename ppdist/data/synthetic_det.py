@@ -23,6 +23,7 @@ import numpy as np
 
 from ppdist.data.synthetic_io import build_atomically
 from ppdist.data.synthetic_seg import SHAPES, _background, _shape_fill
+from ppdist.registry import SYNTHETIC_DATA
 
 CLASS_NAMES = ("ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
 MIN_VISIBLE = 0.4  # fraction of an object's pixels that must stay visible
@@ -129,6 +130,7 @@ def _write_split(
     return len(annotations)
 
 
+@SYNTHETIC_DATA.register(name="det")
 def generate_det_dataset(
     out_dir: str,
     num_train: int,

@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 
 from ppdist.data.synthetic_io import build_atomically
+from ppdist.registry import SYNTHETIC_DATA
 
 CLASS_NAMES = ("background", "ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
 IGNORE = 255
@@ -187,6 +188,7 @@ def _write_split(
         handle.writelines(lines)
 
 
+@SYNTHETIC_DATA.register(name="seg")
 def generate_seg_dataset(
     out_dir: str,
     num_train: int,

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from ppdist.data import synthetic
-from ppdist.data.synthetic import GENERATORS, generate_rec_dataset
+from ppdist.data.synthetic import generate_rec_dataset
+from ppdist.registry import SYNTHETIC_DATA
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHARSET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -33,7 +34,7 @@ def dataset(tmp_path_factory):
 
 def test_summary_and_layout(dataset):
     root, summary = dataset
-    assert GENERATORS["rec"] is generate_rec_dataset
+    assert SYNTHETIC_DATA.get("rec") is generate_rec_dataset
     assert summary["skipped"] is False and summary["num_train"] == 80 and summary["num_val"] == 30
     assert summary["fonts"]
     assert sorted(os.listdir(root)) == ["images", "train.txt", "val.txt"]

@@ -10,9 +10,9 @@ import pytest
 from ppdist_testing import tree_digest
 
 from ppdist.data.det import COCODataSet
-from ppdist.data.synthetic import GENERATORS
 from ppdist.data.synthetic_det import generate_det_dataset, render_det_sample
 from ppdist.data.transforms import Decode
+from ppdist.registry import SYNTHETIC_DATA
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,7 +33,7 @@ def _load(root, split):
 
 def test_summary_and_layout(dataset):
     root, summary = dataset
-    assert GENERATORS["det"] is generate_det_dataset
+    assert SYNTHETIC_DATA.get("det") is generate_det_dataset
     assert summary["skipped"] is False and summary["num_train"] == 30 and summary["num_val"] == 8
     assert summary["category_ids"] == [1, 3, 5, 7]
     assert sorted(os.listdir(root)) == ["annotations", "images", "train.txt", "val.txt"]

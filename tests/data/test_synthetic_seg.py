@@ -10,9 +10,9 @@ from PIL import Image
 from ppdist_testing import tree_digest
 
 from ppdist.data.seg import SegDataSet
-from ppdist.data.synthetic import GENERATORS
 from ppdist.data.synthetic_seg import generate_seg_dataset
 from ppdist.data.transforms import Normalize
+from ppdist.registry import SYNTHETIC_DATA
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,7 +26,7 @@ def dataset(tmp_path_factory):
 
 def test_summary_and_layout(dataset):
     root, summary = dataset
-    assert GENERATORS["seg"] is generate_seg_dataset
+    assert SYNTHETIC_DATA.get("seg") is generate_seg_dataset
     assert summary["skipped"] is False and summary["num_train"] == 24 and summary["num_val"] == 8
     assert sorted(os.listdir(root)) == ["images", "labels", "labels.txt", "train.txt", "val.txt"]
     assert not [n for n in os.listdir(os.path.dirname(root)) if n.startswith(".seg.tmp")]

@@ -18,11 +18,11 @@ from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.components import build_model
 from ppdist.config import load_config
-from ppdist.data.synthetic import GENERATORS
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.inference.runners import ImageReadError, build_runner, inference_info_from_config
 from ppdist.inference.writers import pseudo_colour_palette
+from ppdist.registry import SYNTHETIC_DATA
 
 pytest.importorskip("onnxruntime")
 MAKERS = {"rec": tiny_config, "seg": tiny_seg_config, "det": tiny_det_config}
@@ -46,7 +46,7 @@ def _setup(tmp_path, task):
     """(config path, checkpoint prefix, exported dir, input folder with 4 images + one broken file)."""
     data = str(tmp_path / "data")
     cfg = MAKERS[task](str(tmp_path / "c.yml"), data, str(tmp_path / "out"))
-    GENERATORS[task](data, num_train=4, num_val=1, seed=7, **DATA_ARGS[task])
+    SYNTHETIC_DATA.get(task)(data, num_train=4, num_val=1, seed=7, **DATA_ARGS[task])
     ckpt = str(tmp_path / "ckpt")
     overrides = ["Global.synthetic_data=null", f"Global.checkpoints={ckpt}"]
     if task == "det":  # an untrained detector scores everything ~0.01: keep them all for NMS
