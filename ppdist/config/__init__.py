@@ -1,0 +1,67 @@
+"""The config: YAML in PaddleOCR's schema, read, merged, overridden and validated.
+
+The resolved config is a plain ``dict`` with the sections Global, Architecture, Loss, Optimizer,
+PostProcess, Metric, Train and Eval. ``yaml_io`` reads files (``_BASE_``), applies ``-o``
+overrides and writes the resolved config; ``schema`` holds the known keys; ``validate`` checks a
+config before any process group or data is touched; ``load`` puts the three together and names
+the file in every error. This package imports nothing from ``ppdist.convert``, ``ppdist.engine``,
+``ppdist.data`` or ``ppdist.components``.
+"""
+
+from ppdist.config.inject import component_kwargs, inject_globals, shared_global_values
+from ppdist.config.load import load_config
+from ppdist.config.schema import (
+    BASE_KEY,
+    COMPILE_KEYS,
+    GLOBAL_SCHEMA,
+    LOADER_SCHEMA,
+    SECTIONS,
+    SHARED_GLOBAL_KEYS,
+    STAGE_PRETRAINED_KEY,
+    UNSUPPORTED_GLOBAL,
+    GlobalKey,
+)
+from ppdist.config.validate import (
+    auto_scale_lr_base,
+    compile_options,
+    synthetic_generator,
+    validate,
+    validate_synthetic_spec,
+)
+from ppdist.config.yaml_io import (
+    YamlLoader,
+    apply_overrides,
+    dump_config,
+    load_yaml_with_bases,
+    merge_dicts,
+    parse_value,
+    read_yaml_mapping,
+)
+
+__all__ = [
+    "BASE_KEY",
+    "COMPILE_KEYS",
+    "GLOBAL_SCHEMA",
+    "LOADER_SCHEMA",
+    "SECTIONS",
+    "SHARED_GLOBAL_KEYS",
+    "STAGE_PRETRAINED_KEY",
+    "UNSUPPORTED_GLOBAL",
+    "GlobalKey",
+    "YamlLoader",
+    "apply_overrides",
+    "auto_scale_lr_base",
+    "compile_options",
+    "component_kwargs",
+    "dump_config",
+    "inject_globals",
+    "load_config",
+    "load_yaml_with_bases",
+    "merge_dicts",
+    "parse_value",
+    "read_yaml_mapping",
+    "shared_global_values",
+    "synthetic_generator",
+    "validate",
+    "validate_synthetic_spec",
+]

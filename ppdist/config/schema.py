@@ -1,0 +1,194 @@
+"""The config schema: the sections, the documented ``Global`` keys and the other known keys.
+
+Constants only; ``validate`` checks a config against them. Every task uses the same schema,
+PaddleOCR's sections, which a Paddle user already reads fluently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Sequence, Tuple
+
+STAGE_PRETRAINED_KEY = "pretrained"  # Architecture.Backbone.pretrained: backbone-only weights
+SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval")
+BASE_KEY = "_BASE_"
+
+# Global keys that are injected into any component (transform, post-process, ...) whose
+# constructor has a parameter of the same name; Global wins, as in PaddleOCR.
+# Unset (null) Global values are not injected.
+SHARED_GLOBAL_KEYS = (
+    "character_dict_path",
+    "max_text_length",
+    "use_space_char",
+    "infer_mode",
+    "num_classes",
+    "ignore_index",
+    "width_mult",
+    "depth_mult",
+)
+
+
+class GlobalKey:
+    """One documented ``Global`` key: accepted types, default and a one-line description."""
+
+    def __init__(self, types: Tuple[type, ...], default: Any, doc: str, choices: Sequence[Any] = ()) -> None:
+        self.types = types
+        self.default = default
+        self.doc = doc
+        self.choices = tuple(choices)
+
+
+NONE_TYPE = type(None)
+NUMBER_TYPES = (int, float)
+GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
+    "use_gpu": GlobalKey((bool,), True, "Train on CUDA when available; falls back to CPU with a warning."),
+    "epoch_num": GlobalKey((int, NONE_TYPE), None, "Number of epochs (or set max_iters)."),
+    "max_iters": GlobalKey((int, NONE_TYPE), None, "Iteration budget; replaces epoch_num when set."),
+    "log_smooth_window": GlobalKey((int,), 20, "Median window of the logged loss/metric values."),
+    "print_batch_step": GlobalKey((int,), 10, "Log every N global steps."),
+    "save_model_dir": GlobalKey((str,), "./output/run", "Where checkpoints, train.log and config.yml go."),
+    "save_epoch_step": GlobalKey((int,), 1, "Keep an iter_epoch_N checkpoint every N epochs."),
+    "save_iter_step": GlobalKey(
+        (int, NONE_TYPE),
+        None,
+        "Also write 'latest' every N global steps (mid-epoch), so a restart loses little work.",
+    ),
+    "eval_batch_step": GlobalKey(
+        (list, int), [0, 2000], "[start, interval] in global steps; an int means [0, int]."
+    ),
+    "eval_batch_epoch": GlobalKey(
+        (int, NONE_TYPE), None, "Evaluate every N epochs instead of eval_batch_step."
+    ),
+    "cal_metric_during_train": GlobalKey(
+        (bool,), False, "Compute the metric on each training batch for the log."
+    ),
+    "pretrained_model": GlobalKey(
+        (str, NONE_TYPE),
+        None,
+        "Weights to start from: a ppdist .pt or a Paddle .pdparams "
+        "(or its prefix), converted on load; shape mismatches are skipped and listed.",
+    ),
+    "checkpoints": GlobalKey(
+        (str, NONE_TYPE), None, "Checkpoint to resume from, or 'auto' for save_model_dir/latest."
+    ),
+    "save_inference_dir": GlobalKey((str, NONE_TYPE), None, "Export directory (tools/export_model.py)."),
+    "use_visualdl": GlobalKey((bool,), False, "Paddle's VisualDL switch; mapped to TensorBoard."),
+    "use_tensorboard": GlobalKey((bool,), False, "Write TensorBoard scalars to save_model_dir/tensorboard."),
+    "infer_img": GlobalKey((str, NONE_TYPE), None, "Image or folder for tools/infer.py."),
+    "character_dict_path": GlobalKey(
+        (str, NONE_TYPE), None, "Dictionary file, one character per line; none = 0-9a-z."
+    ),
+    "character_type": GlobalKey((str, NONE_TYPE), None, "Legacy PaddleOCR key; has no effect."),
+    "max_text_length": GlobalKey((int,), 25, "Longest label kept by CTCLabelEncode."),
+    "infer_mode": GlobalKey((bool,), False, "Inference resize mode for RecResizeImg."),
+    "use_space_char": GlobalKey((bool,), False, "Append a space to the dictionary."),
+    "save_res_path": GlobalKey((str, NONE_TYPE), None, "Where tools/infer.py writes its results."),
+    "seed": GlobalKey((int,), 1024, "Seed of model init, shuffling and augmentation."),
+    "use_amp": GlobalKey(
+        (bool,), False, "Automatic mixed precision on CUDA (ignored with a warning on CPU)."
+    ),
+    "amp_dtype": GlobalKey((str,), "float16", "AMP dtype.", choices=("float16", "bfloat16")),
+    "amp_level": GlobalKey(
+        (str,), "O1", "Paddle AMP level; both levels map to torch.autocast.", choices=("O1", "O2")
+    ),
+    "scale_loss": GlobalKey(NUMBER_TYPES, 65536.0, "Initial loss scale of the fp16 GradScaler."),
+    "use_dynamic_loss_scaling": GlobalKey((bool,), True, "Let the GradScaler adapt the scale."),
+    "channels_last": GlobalKey(
+        (bool,),
+        True,
+        "Run the model and 4-D inputs in channels_last memory format "
+        "(measured faster for all three models, docs/benchmarks.md).",
+    ),
+    "use_sync_bn": GlobalKey((bool,), False, "Convert BatchNorm to SyncBatchNorm under multi-GPU DDP."),
+    "find_unused_parameters": GlobalKey((bool,), False, "DDP find_unused_parameters."),
+    "gradient_as_bucket_view": GlobalKey(
+        (bool, NONE_TYPE),
+        None,
+        "DDP gradients as views of its communication buckets (saves a copy); "
+        "null: on with CUDA, off on CPU (measured faster, docs/benchmarks.md).",
+    ),
+    "bucket_cap_mb": GlobalKey(
+        NUMBER_TYPES + (NONE_TYPE,), None, "DDP all-reduce bucket size in MB (null: PyTorch's 25)."
+    ),
+    "static_graph": GlobalKey(
+        (bool,), False, "DDP static_graph: the set of used parameters never changes between steps."
+    ),
+    "compile": GlobalKey(
+        (bool, dict),
+        False,
+        "torch.compile the training forward: true, or {mode, dynamic, fullgraph, backend}.",
+    ),
+    "use_ema": GlobalKey(
+        (bool,), False, "Keep an exponential moving average of the weights for eval/saving."
+    ),
+    "ema_decay": GlobalKey(NUMBER_TYPES, 0.9998, "EMA decay."),
+    "ema_decay_type": GlobalKey(
+        (str,),
+        "constant",
+        "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)) (PaddleDetection).",
+        choices=("constant", "threshold"),
+    ),
+    "grad_clip": GlobalKey(NUMBER_TYPES + (NONE_TYPE,), None, "Clip the global gradient norm to this value."),
+    "dist_timeout": GlobalKey((int,), 1800, "Seconds before a collective that waits on a dead peer fails."),
+    "auto_scale_lr": GlobalKey(
+        (dict, NONE_TYPE),
+        None,
+        "{base_batch_size: N[, enable: true]}: scale every learning rate by global batch / N; "
+        "also allows resuming with another number of processes.",
+    ),
+    "max_bad_sample_ratio": GlobalKey(
+        NUMBER_TYPES, 0.1, "Fail the run when more than this fraction of samples is bad."
+    ),
+    "log_ranks": GlobalKey((str, int), "0", "Accepted for compatibility; only rank 0 logs."),
+    "print_mem_info": GlobalKey((bool,), True, "Append max CUDA memory to log lines."),
+    "distributed": GlobalKey((bool, NONE_TYPE), None, "Ignored: set from the launch environment."),
+    "num_classes": GlobalKey(
+        (int, NONE_TYPE),
+        None,
+        "Class count given to every component that takes num_classes (head, loss, metric, dataset).",
+    ),
+    "ignore_index": GlobalKey(
+        (int, NONE_TYPE),
+        None,
+        "Label value excluded from loss and metric, given to every component that takes it "
+        "(components default to 255).",
+    ),
+    "width_mult": GlobalKey(
+        NUMBER_TYPES + (NONE_TYPE,),
+        None,
+        "Detection: channel multiplier given to every component that takes width_mult (PP-YOLOE s/m/l/x).",
+    ),
+    "depth_mult": GlobalKey(
+        NUMBER_TYPES + (NONE_TYPE,),
+        None,
+        "Detection: block-count multiplier given to every component that takes depth_mult.",
+    ),
+    "synthetic_data": GlobalKey(
+        (dict, NONE_TYPE), None, "{kind, data_dir, num_train, num_val, seed}: generate data there if absent."
+    ),
+}
+# Paddle keys we know but do not implement: accepted only when off/empty.
+UNSUPPORTED_GLOBAL = {
+    "to_static": "Paddle dynamic-to-static compilation (use Global.compile: torch.compile)",
+    "use_wandb": "Weights & Biases logging (use use_tensorboard)",
+    "use_xpu": "XPU devices",
+    "use_npu": "NPU devices",
+    "use_mlu": "MLU devices",
+    "uniform_output_enabled": "PaddleX output layout",
+    "amp_custom_black_list": "custom AMP op lists",
+    "amp_custom_white_list": "custom AMP op lists",
+    "d2s_train_image_shape": "dynamic-to-static shapes",
+    "pdx_model_name": "PaddleX model names",
+}
+LOADER_SCHEMA: Dict[str, Tuple[Tuple[type, ...], Any]] = {
+    "batch_size_per_card": ((int,), None),
+    "shuffle": ((bool,), False),
+    "drop_last": ((bool,), False),
+    "num_workers": ((int,), 0),
+    "use_shared_memory": ((bool,), True),
+    "pin_memory": ((bool, NONE_TYPE), None),
+    "persistent_workers": ((bool, NONE_TYPE), None),
+    "prefetch_factor": ((int, NONE_TYPE), None),
+    "cv2_num_threads": ((int,), 0),
+}
+# torch.compile arguments accepted in Global.compile
+COMPILE_KEYS = ("mode", "dynamic", "fullgraph", "backend", "options")

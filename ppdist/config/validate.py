@@ -1,0 +1,309 @@
+"""Validate a resolved config before any process group or data is touched.
+
+``validate`` checks every section against the schema and the component registries (each entry's
+keywords against its constructor's signature), fills the defaults, and raises ``ConfigError``
+with the key path and the closest valid names on the first problem.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from ppdist.config.inject import component_kwargs
+from ppdist.config.schema import (
+    COMPILE_KEYS,
+    GLOBAL_SCHEMA,
+    LOADER_SCHEMA,
+    NONE_TYPE,
+    NUMBER_TYPES,
+    SECTIONS,
+    STAGE_PRETRAINED_KEY,
+    UNSUPPORTED_GLOBAL,
+)
+from ppdist.errors import ConfigError
+from ppdist.registry import SYNTHETIC_DATA, _type_matches, did_you_mean
+
+
+def _check_type(value: Any, types: Tuple[type, ...], path: str) -> None:
+    if not any(_type_matches(value, t) for t in types):
+        names = " or ".join("null" if t is NONE_TYPE else t.__name__ for t in types)
+        raise ConfigError(f"wrong type for {path}: expected {names}, got {type(value).__name__} ({value!r})")
+
+
+def compile_options(glob: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """``torch.compile`` keyword arguments from ``Global.compile`` (None when off)."""
+    setting = glob.get("compile")
+    if not setting:
+        return None
+    if setting is True:
+        return {}
+    unknown = sorted(set(setting) - set(COMPILE_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) in Global.compile: {unknown}; expected some of {list(COMPILE_KEYS)} "
+            f"(torch.compile's arguments), or true"
+        )
+    return dict(setting)
+
+
+def _validate_global(config: Dict[str, Any]) -> None:
+    glob = config.setdefault("Global", {}) or {}
+    config["Global"] = glob
+    for key, value in list(glob.items()):
+        if key in UNSUPPORTED_GLOBAL:
+            if value:
+                raise ConfigError(
+                    f"Global.{key} is not supported yet ({UNSUPPORTED_GLOBAL[key]}); "
+                    f"remove it or set it to false/empty"
+                )
+            continue
+        if key not in GLOBAL_SCHEMA:
+            raise ConfigError(f"unknown key Global.{key}.{did_you_mean(key, GLOBAL_SCHEMA)}")
+        spec = GLOBAL_SCHEMA[key]
+        if value is None and spec.default is not None and NONE_TYPE not in spec.types:
+            glob[key] = value = spec.default  # an empty YAML value means "default"
+        _check_type(value, spec.types, f"Global.{key}")
+        if spec.choices and value not in spec.choices:
+            raise ConfigError(f"Global.{key} must be one of {list(spec.choices)}, got {value!r}")
+    for key, spec in GLOBAL_SCHEMA.items():
+        glob.setdefault(key, copy.deepcopy(spec.default))
+    if glob["epoch_num"] is None and glob["max_iters"] is None:
+        raise ConfigError("missing required key Global.epoch_num (or Global.max_iters)")
+    compile_options(glob)
+    step = glob["eval_batch_step"]
+    if isinstance(step, int):
+        glob["eval_batch_step"] = [0, step]
+    elif len(step) != 2 or not all(isinstance(s, int) for s in step):
+        raise ConfigError(f"Global.eval_batch_step must be [start, interval] integers, got {step!r}")
+    if glob["eval_batch_step"][1] <= 0:
+        raise ConfigError("Global.eval_batch_step interval must be > 0")
+    if glob["synthetic_data"]:
+        validate_synthetic_spec(glob["synthetic_data"])
+    if glob["print_batch_step"] <= 0 or glob["log_smooth_window"] <= 0 or glob["save_epoch_step"] <= 0:
+        raise ConfigError("Global.print_batch_step, log_smooth_window and save_epoch_step must be > 0")
+    if glob["save_iter_step"] is not None and glob["save_iter_step"] <= 0:
+        raise ConfigError(
+            f"Global.save_iter_step must be a positive number of steps (or null), got {glob['save_iter_step']}"
+        )
+    if glob["auto_scale_lr"] is not None:
+        _validate_auto_scale_lr(glob["auto_scale_lr"])
+
+
+def synthetic_generator(spec: Mapping[str, Any]) -> Callable[..., Dict[str, Any]]:
+    """The data set generator of ``Global.synthetic_data.kind``."""
+    kind = spec.get("kind")
+    if kind not in SYNTHETIC_DATA:
+        raise ConfigError(f"Global.synthetic_data.kind must be one of {SYNTHETIC_DATA.names()}, got {kind!r}")
+    return SYNTHETIC_DATA.get(kind)
+
+
+def validate_synthetic_spec(spec: Mapping[str, Any]) -> None:
+    """Check ``{kind, data_dir, ...generator keywords}`` against the generator's signature."""
+    generator = synthetic_generator(spec)
+    if not spec.get("data_dir"):
+        raise ConfigError("missing required key Global.synthetic_data.data_dir")
+    params = inspect.signature(generator).parameters
+    for key in spec:
+        if key in ("kind", "data_dir"):
+            continue
+        if key not in params or key == "out_dir":
+            raise ConfigError(
+                f"unknown key Global.synthetic_data.{key}."
+                f"{did_you_mean(key, [p for p in params if p != 'out_dir'])}"
+            )
+
+
+def _validate_auto_scale_lr(spec: Mapping[str, Any]) -> None:
+    for key in spec:
+        if key not in ("base_batch_size", "enable"):
+            raise ConfigError(
+                f"unknown key Global.auto_scale_lr.{key}.{did_you_mean(key, ['base_batch_size', 'enable'])}"
+            )
+    base = spec.get("base_batch_size")
+    if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
+        raise ConfigError(
+            f"Global.auto_scale_lr.base_batch_size must be a positive integer (the global batch the "
+            f"learning rate was tuned for), got {base!r}"
+        )
+    if not isinstance(spec.get("enable", True), bool):
+        raise ConfigError(f"Global.auto_scale_lr.enable must be true or false, got {spec['enable']!r}")
+
+
+def auto_scale_lr_base(glob: Mapping[str, Any]) -> Optional[int]:
+    """``Global.auto_scale_lr.base_batch_size`` when LR scaling is on, else None."""
+    spec = glob.get("auto_scale_lr")
+    if not spec or not spec.get("enable", True):
+        return None
+    return int(spec["base_batch_size"])
+
+
+def _check_component(
+    registry: Any, entry: Any, where: str, config: Mapping[str, Any], injected: Sequence[str] = ()
+) -> None:
+    if not isinstance(entry, dict) or "name" not in entry:
+        raise ConfigError(f"{where} needs a mapping with a 'name' key, got {entry!r}")
+    registry.get(entry["name"], f"{where}.name")
+    registry.check(entry["name"], component_kwargs(registry, entry, config), where, injected=injected)
+
+
+def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
+    from ppdist.registry import TRANSFORMS
+
+    if not isinstance(ops, list):
+        raise ConfigError(f"{where} must be a list of {{OpName: params}} entries")
+    for i, op in enumerate(ops):
+        if not isinstance(op, dict) or len(op) != 1:
+            raise ConfigError(f"{where}[{i}] must be a one-key mapping {{OpName: params}}, got {op!r}")
+        ((name, params),) = op.items()
+        params = params or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"{where}[{i}].{name} parameters must be a mapping, got {params!r}")
+        _check_component(TRANSFORMS, dict(params, name=name), f"{where}[{i}].{name}", config)
+
+
+def _validate_data_section(config: Dict[str, Any], section: str) -> None:
+    from ppdist.registry import DATASETS
+
+    part = config.get(section)
+    if part is None:
+        return
+    if not isinstance(part, dict):
+        raise ConfigError(f"{section} must be a mapping with 'dataset' and 'loader'")
+    for key in part:
+        if key not in ("dataset", "loader"):
+            raise ConfigError(f"unknown key {section}.{key}.{did_you_mean(key, ['dataset', 'loader'])}")
+    dataset = part.get("dataset")
+    if not isinstance(dataset, dict) or "name" not in dataset:
+        raise ConfigError(f"missing required key {section}.dataset.name")
+    DATASETS.get(dataset["name"], f"{section}.dataset.name")
+    own = {k: v for k, v in dataset.items() if k not in ("transforms", "batch_transforms")}
+    kwargs = component_kwargs(DATASETS, own, config)
+    DATASETS.check(dataset["name"], kwargs, f"{section}.dataset", injected=("transforms", "mode", "seed"))
+    _check_transforms(dataset.get("transforms") or [], f"{section}.dataset.transforms", config)
+    _check_transforms(dataset.get("batch_transforms") or [], f"{section}.dataset.batch_transforms", config)
+    loader = part.get("loader") or {}
+    if not isinstance(loader, dict):
+        raise ConfigError(f"{section}.loader must be a mapping")
+    for key, value in loader.items():
+        if key not in LOADER_SCHEMA:
+            hint = (
+                " Custom samplers/collate functions are not supported yet."
+                if key in ("sampler", "collate_fn")
+                else ""
+            )
+            raise ConfigError(f"unknown key {section}.loader.{key}.{did_you_mean(key, LOADER_SCHEMA)}{hint}")
+        if value is not None:
+            _check_type(value, LOADER_SCHEMA[key][0], f"{section}.loader.{key}")
+    if loader.get("batch_size_per_card") is None:
+        raise ConfigError(f"missing required key {section}.loader.batch_size_per_card")
+    if loader["batch_size_per_card"] <= 0:
+        raise ConfigError(f"{section}.loader.batch_size_per_card must be > 0")
+    for key, (_, default) in LOADER_SCHEMA.items():
+        if loader.get(key) is None:
+            loader[key] = default
+    part["loader"] = loader
+
+
+def _validate_optimizer(config: Dict[str, Any]) -> None:
+    from ppdist.engine.optim import OPTIMIZER_COMMON_KEYS
+    from ppdist.registry import LR_SCHEDULERS, OPTIMIZERS, REGULARIZERS
+
+    opt = config.get("Optimizer")
+    if not isinstance(opt, dict) or "name" not in opt:
+        raise ConfigError("missing required key Optimizer.name")
+    kwargs = {k: v for k, v in opt.items() if k not in ("name",) + OPTIMIZER_COMMON_KEYS}
+    OPTIMIZERS.check(opt["name"], kwargs, "Optimizer", injected=("params",))
+    lr = opt.get("lr")
+    if lr is None:
+        raise ConfigError("missing required key Optimizer.lr (a number or {name, learning_rate, ...})")
+    if isinstance(lr, dict):
+        entry = dict(lr)
+        entry.setdefault("name", "Const")
+        LR_SCHEDULERS.check(
+            entry["name"],
+            {k: v for k, v in entry.items() if k != "name"},
+            "Optimizer.lr",
+            injected=("epochs", "step_each_epoch", "total_steps"),
+        )
+    else:
+        _check_type(lr, NUMBER_TYPES, "Optimizer.lr")
+    reg = opt.get("regularizer")
+    if reg:
+        if not isinstance(reg, dict) or "name" not in reg:
+            raise ConfigError("Optimizer.regularizer needs {name: L2, factor: ...}")
+        REGULARIZERS.check(
+            reg["name"], {k: v for k, v in reg.items() if k != "name"}, "Optimizer.regularizer"
+        )
+    for key in ("clip_norm", "clip_norm_global"):
+        if opt.get(key) is not None:
+            _check_type(opt[key], NUMBER_TYPES, f"Optimizer.{key}")
+
+
+def _without_stage_pretrained(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """``Architecture.Backbone`` minus its ``pretrained`` weights path (checked to be a path)."""
+    value = entry[STAGE_PRETRAINED_KEY]
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(
+            f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} must be a weights path (.pt or Paddle "
+            f".pdparams) or null, got {value!r}"
+        )
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} is a URL ({value}); ppdist does not "
+            f"download weights: download the file and give its local path"
+        )
+    return {k: v for k, v in entry.items() if k != STAGE_PRETRAINED_KEY}
+
+
+def _validate_architecture(config: Dict[str, Any]) -> None:
+    from ppdist.registry import BACKBONES, HEADS, NECKS
+
+    arch = config.get("Architecture")
+    if not isinstance(arch, dict):
+        raise ConfigError("missing required section Architecture")
+    allowed = ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels")
+    for key in arch:
+        if key not in allowed:
+            raise ConfigError(f"unknown key Architecture.{key}.{did_you_mean(key, allowed)}")
+    if arch.get("Transform"):
+        raise ConfigError("Architecture.Transform (e.g. TPS) is not supported yet; set it to null")
+    for key, registry, required in (
+        ("Backbone", BACKBONES, True),
+        ("Neck", NECKS, False),
+        ("Head", HEADS, True),
+    ):
+        entry = arch.get(key)
+        if entry is None and not required:
+            continue
+        if entry is None:
+            raise ConfigError(f"missing required key Architecture.{key}")
+        if key == "Backbone" and isinstance(entry, dict) and STAGE_PRETRAINED_KEY in entry:
+            entry = _without_stage_pretrained(entry)
+        _check_component(
+            registry, entry, f"Architecture.{key}", config, injected=("in_channels", "out_channels")
+        )
+
+
+def validate(config: Dict[str, Any]) -> Dict[str, Any]:
+    """Check every section, fill defaults; raise ``ConfigError`` on the first problem."""
+    from ppdist.registry import LOSSES, METRICS, POSTPROCESSES
+
+    for key in config:
+        if key not in SECTIONS:
+            raise ConfigError(f"unknown section {key!r}.{did_you_mean(key, SECTIONS)}")
+    _validate_global(config)
+    _validate_architecture(config)
+    for section, registry in (("Loss", LOSSES), ("PostProcess", POSTPROCESSES), ("Metric", METRICS)):
+        if config.get(section) is None:
+            raise ConfigError(f"missing required section {section}")
+        _check_component(registry, config[section], section, config)
+    for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
+        _check_component(LOSSES, entry, f"Loss.types[{i}]", config)
+    _validate_optimizer(config)
+    if config.get("Train") is None and config.get("Eval") is None:
+        raise ConfigError("the config needs a Train and/or an Eval section")
+    for section in ("Train", "Eval"):
+        _validate_data_section(config, section)
+    return config
