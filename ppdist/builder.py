@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ppdist.config import component_kwargs
+from ppdist.config.inject import component_kwargs
 from ppdist.registry import Registry
 
 __all__ = ["build_component", "component_kwargs"]

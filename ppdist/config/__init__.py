@@ -4,17 +4,19 @@ The resolved config is a plain ``dict`` with the sections Global, Architecture, 
 PostProcess, Metric, Train and Eval. ``yaml_io`` reads files (``_BASE_``), applies ``-o``
 overrides and writes the resolved config; ``schema`` holds the known keys; ``validate`` checks a
 config before any process group or data is touched; ``load`` puts the three together and names
-the file in every error. This package imports nothing from ``ppdist.convert``, ``ppdist.engine``,
-``ppdist.data`` or ``ppdist.components``.
+the file in every error; ``inject`` (the shared Global values components get) serves validation
+and ``ppdist.builder``, which is where callers find it. This package imports nothing from
+``ppdist.convert``, ``ppdist.engine``, ``ppdist.data`` or ``ppdist.components``.
 """
 
-from ppdist.config.inject import component_kwargs, inject_globals, shared_global_values
 from ppdist.config.load import load_config
 from ppdist.config.schema import (
+    ARCHITECTURE_KEYS,
     BASE_KEY,
     COMPILE_KEYS,
     GLOBAL_SCHEMA,
     LOADER_SCHEMA,
+    OPTIMIZER_COMMON_KEYS,
     SECTIONS,
     SHARED_GLOBAL_KEYS,
     STAGE_PRETRAINED_KEY,
@@ -39,10 +41,12 @@ from ppdist.config.yaml_io import (
 )
 
 __all__ = [
+    "ARCHITECTURE_KEYS",
     "BASE_KEY",
     "COMPILE_KEYS",
     "GLOBAL_SCHEMA",
     "LOADER_SCHEMA",
+    "OPTIMIZER_COMMON_KEYS",
     "SECTIONS",
     "SHARED_GLOBAL_KEYS",
     "STAGE_PRETRAINED_KEY",
@@ -52,15 +56,12 @@ __all__ = [
     "apply_overrides",
     "auto_scale_lr_base",
     "compile_options",
-    "component_kwargs",
     "dump_config",
-    "inject_globals",
     "load_config",
     "load_yaml_with_bases",
     "merge_dicts",
     "parse_value",
     "read_yaml_mapping",
-    "shared_global_values",
     "synthetic_generator",
     "validate",
     "validate_synthetic_spec",

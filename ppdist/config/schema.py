@@ -11,6 +11,9 @@ from typing import Any, Dict, Sequence, Tuple
 STAGE_PRETRAINED_KEY = "pretrained"  # Architecture.Backbone.pretrained: backbone-only weights
 SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval")
 BASE_KEY = "_BASE_"
+ARCHITECTURE_KEYS = ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels")
+# Optimizer keys ppdist handles itself; every other key is an argument of the optimizer named by ``name``
+OPTIMIZER_COMMON_KEYS = ("lr", "regularizer", "clip_norm", "clip_norm_global")
 
 # Global keys that are injected into any component (transform, post-process, ...) whose
 # constructor has a parameter of the same name; Global wins, as in PaddleOCR.

@@ -13,17 +13,34 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ppdist.config.inject import component_kwargs
 from ppdist.config.schema import (
+    ARCHITECTURE_KEYS,
     COMPILE_KEYS,
     GLOBAL_SCHEMA,
     LOADER_SCHEMA,
     NONE_TYPE,
     NUMBER_TYPES,
+    OPTIMIZER_COMMON_KEYS,
     SECTIONS,
     STAGE_PRETRAINED_KEY,
     UNSUPPORTED_GLOBAL,
 )
 from ppdist.errors import ConfigError
-from ppdist.registry import SYNTHETIC_DATA, _type_matches, did_you_mean
+from ppdist.registry import (
+    BACKBONES,
+    DATASETS,
+    HEADS,
+    LOSSES,
+    LR_SCHEDULERS,
+    METRICS,
+    NECKS,
+    OPTIMIZERS,
+    POSTPROCESSES,
+    REGULARIZERS,
+    SYNTHETIC_DATA,
+    TRANSFORMS,
+    _type_matches,
+    did_you_mean,
+)
 
 
 def _check_type(value: Any, types: Tuple[type, ...], path: str) -> None:
@@ -149,8 +166,6 @@ def _check_component(
 
 
 def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
-    from ppdist.registry import TRANSFORMS
-
     if not isinstance(ops, list):
         raise ConfigError(f"{where} must be a list of {{OpName: params}} entries")
     for i, op in enumerate(ops):
@@ -164,8 +179,6 @@ def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
 
 
 def _validate_data_section(config: Dict[str, Any], section: str) -> None:
-    from ppdist.registry import DATASETS
-
     part = config.get(section)
     if part is None:
         return
@@ -207,9 +220,6 @@ def _validate_data_section(config: Dict[str, Any], section: str) -> None:
 
 
 def _validate_optimizer(config: Dict[str, Any]) -> None:
-    from ppdist.engine.optim import OPTIMIZER_COMMON_KEYS
-    from ppdist.registry import LR_SCHEDULERS, OPTIMIZERS, REGULARIZERS
-
     opt = config.get("Optimizer")
     if not isinstance(opt, dict) or "name" not in opt:
         raise ConfigError("missing required key Optimizer.name")
@@ -258,15 +268,12 @@ def _without_stage_pretrained(entry: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _validate_architecture(config: Dict[str, Any]) -> None:
-    from ppdist.registry import BACKBONES, HEADS, NECKS
-
     arch = config.get("Architecture")
     if not isinstance(arch, dict):
         raise ConfigError("missing required section Architecture")
-    allowed = ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels")
     for key in arch:
-        if key not in allowed:
-            raise ConfigError(f"unknown key Architecture.{key}.{did_you_mean(key, allowed)}")
+        if key not in ARCHITECTURE_KEYS:
+            raise ConfigError(f"unknown key Architecture.{key}.{did_you_mean(key, ARCHITECTURE_KEYS)}")
     if arch.get("Transform"):
         raise ConfigError("Architecture.Transform (e.g. TPS) is not supported yet; set it to null")
     for key, registry, required in (
@@ -288,8 +295,6 @@ def _validate_architecture(config: Dict[str, Any]) -> None:
 
 def validate(config: Dict[str, Any]) -> Dict[str, Any]:
     """Check every section, fill defaults; raise ``ConfigError`` on the first problem."""
-    from ppdist.registry import LOSSES, METRICS, POSTPROCESSES
-
     for key in config:
         if key not in SECTIONS:
             raise ConfigError(f"unknown section {key!r}.{did_you_mean(key, SECTIONS)}")

@@ -12,8 +12,10 @@ import os
 from typing import Any, Dict, List
 
 from ppdist.config import (
+    ARCHITECTURE_KEYS,
     GLOBAL_SCHEMA,
     LOADER_SCHEMA,
+    OPTIMIZER_COMMON_KEYS,
     SECTIONS,
     STAGE_PRETRAINED_KEY,
     UNSUPPORTED_GLOBAL,
@@ -90,7 +92,7 @@ def _architecture(arch: Dict[str, Any], path: str, report: Report) -> None:
             f"ppdist (no TPS/STN)"
         )
     for key in list(arch):
-        if key not in ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels"):
+        if key not in ARCHITECTURE_KEYS:
             report.unmapped_key(f"Architecture.{key}", "no ppdist equivalent", arch.pop(key))
     for key, registry in (("Backbone", BACKBONES), ("Neck", NECKS), ("Head", HEADS)):
         if isinstance(arch.get(key), dict):
@@ -105,7 +107,6 @@ def _architecture(arch: Dict[str, Any], path: str, report: Report) -> None:
 
 
 def _optimizer(opt: Dict[str, Any], path: str, report: Report) -> None:
-    from ppdist.engine.optim import OPTIMIZER_COMMON_KEYS
     from ppdist.registry import LR_SCHEDULERS, OPTIMIZERS
 
     _component(OPTIMIZERS, opt, "Optimizer", path, report, keep=OPTIMIZER_COMMON_KEYS)

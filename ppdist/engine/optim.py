@@ -17,10 +17,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
+from ppdist.config.schema import OPTIMIZER_COMMON_KEYS
 from ppdist.errors import ConfigError
 from ppdist.registry import LR_SCHEDULERS, OPTIMIZERS, REGULARIZERS
-
-OPTIMIZER_COMMON_KEYS = ("lr", "regularizer", "clip_norm", "clip_norm_global")
 
 
 # --------------------------------------------------------------------------- regularizers

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, Union
 import torch
 from torch import nn
 
+from ppdist.config.schema import ARCHITECTURE_KEYS
 from ppdist.errors import ConfigError
 from ppdist.registry import BACKBONES, HEADS, NECKS, Registry, did_you_mean
 
@@ -23,15 +24,15 @@ Batch = Union[torch.Tensor, Mapping[str, Any]]
 class BaseModel(nn.Module):
     """A model chained from the optional stages ``Backbone``, ``Neck`` and ``Head``."""
 
-    KNOWN_KEYS = ("model_type", "algorithm", "in_channels", "Transform", "Backbone", "Neck", "Head")
-
     def __init__(self, arch: Mapping[str, Any]) -> None:
         super().__init__()
         if not isinstance(arch, Mapping):
             raise ConfigError(f"Architecture must be a mapping, got {type(arch).__name__}")
         for key in arch:
-            if key not in self.KNOWN_KEYS:
-                raise ConfigError(f"unknown key Architecture.{key}.{did_you_mean(str(key), self.KNOWN_KEYS)}")
+            if key not in ARCHITECTURE_KEYS:
+                raise ConfigError(
+                    f"unknown key Architecture.{key}.{did_you_mean(str(key), ARCHITECTURE_KEYS)}"
+                )
         if arch.get("Transform"):
             raise ConfigError("Architecture.Transform (e.g. TPS) is not supported yet; set it to null")
         self.model_type = arch.get("model_type")
