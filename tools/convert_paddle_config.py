@@ -25,7 +25,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     from ppdist.config import apply_overrides, validate
-    from ppdist.convert.config_convert import convert_config
+    from ppdist.convert.configs.convert import convert_config
     from ppdist.errors import ConfigError
 
     conversion = convert_config(args.config)

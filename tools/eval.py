@@ -31,7 +31,7 @@ def main() -> int:
         ["Metric.classwise=true"] if args.classwise else []
     )
     from ppdist.config import load_config
-    from ppdist.convert.config_convert import conversion_of, report_conversion
+    from ppdist.convert.configs.convert import conversion_of, report_conversion
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
     from ppdist.engine.logger import setup_logger

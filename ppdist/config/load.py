@@ -13,9 +13,9 @@ def load_config(path: str, overrides: Optional[Sequence[str]] = None) -> Dict[st
     """Load ``path`` with its ``_BASE_`` files, apply ``overrides`` and validate.
 
     Every ``ConfigError`` message starts with the config file it concerns. A PaddleDetection or
-    PaddleSeg config is converted to ppdist's schema first (``ppdist.convert.config_convert``).
+    PaddleSeg config is converted to ppdist's schema first (``ppdist.convert.configs.convert``).
     """
-    from ppdist.convert.config_convert import load_paddle_config
+    from ppdist.convert.configs.convert import load_paddle_config
 
     try:
         config = load_paddle_config(path)

@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from ppdist import build_model, load_config
-from ppdist.convert.config_common import ppdist_defaults
-from ppdist.convert.config_convert import convert_config
-from ppdist.convert.config_det import load_det_yaml
-from ppdist.convert.config_detect import PADDLEDET, PADDLEOCR, PADDLESEG, PPDIST, UNKNOWN, detect_suite
-from ppdist.convert.config_seg import load_seg_yaml
+from ppdist.convert.configs.common import ppdist_defaults
+from ppdist.convert.configs.convert import convert_config
+from ppdist.convert.configs.detect import PADDLEDET, PADDLEOCR, PADDLESEG, PPDIST, UNKNOWN, detect_suite
+from ppdist.convert.configs.paddledetection import load_det_yaml
+from ppdist.convert.configs.paddleseg import load_seg_yaml
 from ppdist.errors import ConfigError
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))

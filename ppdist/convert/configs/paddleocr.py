@@ -21,7 +21,7 @@ from ppdist.config import (
     UNSUPPORTED_GLOBAL,
     load_yaml_with_bases,
 )
-from ppdist.convert.config_common import PADDLEOCR, Conversion, Report, fix_path
+from ppdist.convert.configs.common import PADDLEOCR, Conversion, Report, fix_path
 from ppdist.errors import ConfigError
 
 GLOBAL_PATH_KEYS = ("character_dict_path",)

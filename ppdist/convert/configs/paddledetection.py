@@ -13,7 +13,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ppdist.config import BASE_KEY, STAGE_PRETRAINED_KEY, merge_dicts
-from ppdist.convert.config_common import (
+from ppdist.convert.configs.common import (
     PADDLEDET,
     Conversion,
     Keys,
@@ -619,7 +619,7 @@ class _DetConverter:
         return train, evaluation
 
     def section(self, name: str, dataset: Keys, reader: Keys, workers: int) -> Dict[str, Any]:
-        from ppdist.convert.config_transforms import convert_det_transforms
+        from ppdist.convert.configs.transforms import convert_det_transforms
 
         kind = dataset.get("name")
         if kind != "COCODataSet":

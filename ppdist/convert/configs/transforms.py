@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
 
-from ppdist.convert.config_common import Keys, Report, component, same_value
+from ppdist.convert.configs.common import Keys, Report, component, same_value
 
 
 class Op(NamedTuple):

@@ -14,8 +14,8 @@ import logging
 import os
 from typing import Any, Dict, Optional
 
-from ppdist.convert.config_common import PADDLEDET, PADDLEOCR, PADDLESEG, Conversion
-from ppdist.convert.config_detect import PPDIST, UNKNOWN, detect_suite, suite_of
+from ppdist.convert.configs.common import PADDLEDET, PADDLEOCR, PADDLESEG, Conversion
+from ppdist.convert.configs.detect import PPDIST, UNKNOWN, detect_suite, suite_of
 from ppdist.errors import ConfigError
 from ppdist.utils.atomic import write_text_atomic
 
@@ -26,20 +26,20 @@ def convert_config(path: str, suite: Optional[str] = None) -> Conversion:
     """Convert ``path`` (its suite detected unless given); ``ConfigError`` with one line otherwise."""
     suite = suite or detect_suite(path)
     if suite == PADDLEDET:
-        from ppdist.convert.config_det import convert_det
+        from ppdist.convert.configs.paddledetection import convert_det
 
         return convert_det(path)
     if suite == PADDLESEG:
-        from ppdist.convert.config_seg import convert_seg
+        from ppdist.convert.configs.paddleseg import convert_seg
 
         return convert_seg(path)
     if suite in (PPDIST, PADDLEOCR):
-        from ppdist.convert.config_common import read_paddle_yaml
-        from ppdist.convert.config_ocr import convert_ocr
+        from ppdist.convert.configs.common import read_paddle_yaml
+        from ppdist.convert.configs.paddleocr import convert_ocr
 
         read_paddle_yaml(path)  # a missing or unreadable file: its own one-line error
         return convert_ocr(path)
-    from ppdist.convert.config_common import read_paddle_yaml
+    from ppdist.convert.configs.common import read_paddle_yaml
 
     keys = sorted(read_paddle_yaml(path))
     raise ConfigError(

@@ -12,7 +12,7 @@ import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ppdist.config import STAGE_PRETRAINED_KEY
-from ppdist.convert.config_common import (
+from ppdist.convert.configs.common import (
     PADDLESEG,
     Conversion,
     Keys,
@@ -165,7 +165,7 @@ class _SegConverter:
 
     # ------------------------------------------------------------------ data
     def dataset(self, key: str, section: str) -> Tuple[Dict[str, Any], Optional[int], int]:
-        from ppdist.convert.config_transforms import convert_seg_transforms
+        from ppdist.convert.configs.transforms import convert_seg_transforms
 
         sec = self.top.sub(key)
         if key == "train_dataset" and not sec.data:

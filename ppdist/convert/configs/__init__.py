@@ -1,0 +1,1 @@
+"""PaddleDetection / PaddleSeg / PaddleOCR configs converted to ppdist's schema."""
