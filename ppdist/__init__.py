@@ -5,7 +5,7 @@ component (``ppdist.components``); no module of the package imports this one.
 """
 
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
-from ppdist.config import load_config
+from ppdist.convert.configs import load_config
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,9 @@ from typing import Any, Dict, List, Sequence, Union
 import cv2
 import numpy as np
 
+from ppdist.convert.configs import load_config
 from ppdist.errors import ConfigError
+from ppdist.inference.infer import from_config, from_exported
 
 Image = Union[str, np.ndarray]
 
@@ -33,13 +35,9 @@ class Predictor:
         device: str = "cpu",
         batch_size: int = 8,
     ) -> None:
-        from ppdist.inference.infer import from_config, from_exported
-
         if os.path.isdir(source):
             self.info, self.runner, self.backend = from_exported(source)
         elif os.path.isfile(source):
-            from ppdist.config import load_config
-
             extra = [f"Global.checkpoints={checkpoint}"] if checkpoint else []
             self.info, self.runner, self.backend = from_config(
                 load_config(source, extra + list(overrides)), device

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import yaml
 
-from ppdist.config import apply_overrides, load_config, merge_dicts, parse_value
+from ppdist.config import apply_overrides, load_config, load_yaml_with_bases, merge_dicts, parse_value
 from ppdist.errors import ConfigError
 
 REC_CONFIG = "configs/rec/rec_mv3_none_bilstm_ctc.yml"
@@ -192,3 +192,16 @@ def test_dump_config_round_trip(tmp_path, repo_root):
 def test_synthetic_data_spec_checked_against_the_registered_generators(repo_root, spec, pattern):
     with pytest.raises(ConfigError, match=pattern):
         load_config(os.path.join(repo_root, REC_CONFIG), [f"Global.synthetic_data={spec}"])
+
+
+def test_load_config_reads_through_the_given_reader(repo_root):
+    calls = []
+
+    def read(path):
+        calls.append(path)
+        return load_yaml_with_bases(os.path.join(repo_root, REC_CONFIG))
+
+    cfg = load_config("virtual.yml", ["Global.epoch_num=2"], read=read)
+    assert calls == ["virtual.yml"] and cfg["Global"]["epoch_num"] == 2
+    with pytest.raises(ConfigError, match=r"^virtual.yml: unknown section 'Trian'"):
+        load_config("virtual.yml", read=lambda path: {"Trian": {}})

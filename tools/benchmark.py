@@ -195,7 +195,7 @@ def main() -> int:
 
     import torch
 
-    from ppdist.config import load_config
+    from ppdist.convert.configs import load_config
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
     from ppdist.engine.logger import setup_logger

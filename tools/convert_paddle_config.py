@@ -15,7 +15,10 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.config import apply_overrides, validate
+from ppdist.convert.configs import convert_config
+from ppdist.errors import ConfigError
 
 
 def main() -> int:
@@ -24,10 +27,6 @@ def main() -> int:
         "--out", dest="output", default=None, help="where to write the ppdist config (default: stdout)"
     )
     args = parser.parse_args()
-    from ppdist.config import apply_overrides, validate
-    from ppdist.convert.configs.convert import convert_config
-    from ppdist.errors import ConfigError
-
     conversion = convert_config(args.config)
     apply_overrides(conversion.config, flat_overrides(args.opt))
     text = conversion.to_yaml()

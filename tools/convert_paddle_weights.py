@@ -16,8 +16,11 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
-from ppdist.errors import CheckpointError  # noqa: E402
+from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.components import build_model
+from ppdist.convert.configs import load_config
+from ppdist.convert.weights import write_converted
+from ppdist.errors import CheckpointError
 
 
 def main() -> int:
@@ -36,10 +39,6 @@ def main() -> int:
         help="fail unless every tensor of the model is converted (evaluating a trained model)",
     )
     args = parser.parse_args()
-    from ppdist.components import build_model
-    from ppdist.config import load_config
-    from ppdist.convert.weights import write_converted
-
     config = load_config(args.config, flat_overrides(args.opt))
     report = write_converted(build_model(config), args.pdparams, args.out, args.stage)
     print("\n".join(report.lines(limit=1000)))

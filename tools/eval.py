@@ -12,7 +12,12 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.convert.configs import conversion_of, load_config, report_conversion
+from ppdist.data.prepare import ensure_synthetic_data
+from ppdist.engine.dist import cleanup, init_distributed
+from ppdist.engine.logger import setup_logger
+from ppdist.eval_runner import evaluate_checkpoint
 
 
 def main() -> int:
@@ -30,12 +35,6 @@ def main() -> int:
     extra = ([f"Metric.output_dir={args.output_dir}"] if args.output_dir else []) + (
         ["Metric.classwise=true"] if args.classwise else []
     )
-    from ppdist.config import load_config
-    from ppdist.convert.configs.convert import conversion_of, report_conversion
-    from ppdist.data.prepare import ensure_synthetic_data
-    from ppdist.engine.dist import cleanup, init_distributed
-    from ppdist.engine.logger import setup_logger
-    from ppdist.eval_runner import evaluate_checkpoint
 
     config = load_config(args.config, flat_overrides(args.opt) + extra)
     glob = config["Global"]

@@ -12,7 +12,10 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.convert.configs import load_config
+from ppdist.engine.logger import setup_logger
+from ppdist.export.model_export import FORMATS, export_model
 
 
 def main() -> int:
@@ -35,10 +38,6 @@ def main() -> int:
         help="detection: output boxes [N, A, 4] and scores [N, C, A] without NMS in the graph",
     )
     args = parser.parse_args()
-    from ppdist.config import load_config
-    from ppdist.engine.logger import setup_logger
-    from ppdist.export.model_export import FORMATS, export_model
-
     config = load_config(args.config, flat_overrides(args.opt))
     setup_logger(None)
     stem = os.path.splitext(os.path.basename(args.config))[0]

@@ -14,7 +14,13 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.convert.configs import load_config
+from ppdist.engine.logger import setup_logger
+from ppdist.errors import ConfigError
+from ppdist.inference.infer import from_config, from_exported, infer
+from ppdist.inference.runners import build_runner, list_images
+from ppdist.inference.writers import build_writer
 
 
 def build_parser():
@@ -56,18 +62,10 @@ def test_time_overrides(args) -> dict:
 def run(argv=None) -> dict:
     """Parse ``argv`` and run inference; returns the summary of ``ppdist.inference.infer.infer``."""
     args = build_parser().parse_args(argv)
-    from ppdist.engine.logger import setup_logger
-    from ppdist.errors import ConfigError
-    from ppdist.inference.infer import from_config, from_exported, infer
-    from ppdist.inference.runners import list_images
-    from ppdist.inference.writers import build_writer
-
     setup_logger(None)
     if args.model:
         info, runner, backend = from_exported(args.model)
     elif args.config:
-        from ppdist.config import load_config
-
         info, runner, backend = from_config(load_config(args.config, flat_overrides(args.opt)), args.device)
     else:
         raise ConfigError("give -c CONFIG -o Global.checkpoints=PATH, or --model EXPORTED_DIR")
@@ -75,8 +73,6 @@ def run(argv=None) -> dict:
     if overrides:
         if info["task"] != "seg":
             raise ConfigError("--aug_eval / --is_slide apply to segmentation models only")
-        from ppdist.inference.runners import build_runner
-
         info["postprocess"] = {**info["postprocess"], **overrides}
         runner = build_runner(info)
     paths = list_images(args.input)

@@ -12,8 +12,7 @@ from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
 
 def main() -> int:
     args = base_parser(__doc__).parse_args()
-    from ppdist.config import load_config
-    from ppdist.convert.configs.convert import conversion_of, report_conversion
+    from ppdist.convert.configs import conversion_of, load_config, report_conversion
     from ppdist.data.prepare import ensure_synthetic_data
     from ppdist.engine.dist import cleanup, init_distributed
     from ppdist.engine.logger import setup_logger

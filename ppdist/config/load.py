@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from ppdist.config.validate import validate
 from ppdist.config.yaml_io import apply_overrides, load_yaml_with_bases
 from ppdist.errors import ConfigError
 
+Reader = Callable[[str], Dict[str, Any]]  # config file -> its (unvalidated) mapping in ppdist's schema
 
-def load_config(path: str, overrides: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """Load ``path`` with its ``_BASE_`` files, apply ``overrides`` and validate.
 
-    Every ``ConfigError`` message starts with the config file it concerns. A PaddleDetection or
-    PaddleSeg config is converted to ppdist's schema first (``ppdist.convert.configs.convert``).
+def load_config(
+    path: str, overrides: Optional[Sequence[str]] = None, read: Reader = load_yaml_with_bases
+) -> Dict[str, Any]:
+    """Read ``path`` with ``read`` (default: ppdist's YAML with its ``_BASE_`` files), apply
+    ``overrides`` and validate.
+
+    Every ``ConfigError`` message starts with the config file it concerns. Paddle suites' configs
+    are read through ``ppdist.convert.configs.load_config``, which passes its own reader.
     """
-    from ppdist.convert.configs.convert import load_paddle_config
-
     try:
-        config = load_paddle_config(path)
-        if config is None:
-            config = load_yaml_with_bases(path)
+        config = read(path)
         apply_overrides(config, overrides or ())
         return validate(config)
     except ConfigError as exc:

@@ -404,3 +404,14 @@ def test_unknown_suite_detected(tmp_path):
     path = tmp_path / "other.yml"
     path.write_text("foo: 1\n_BASE_: []\n")
     assert detect_suite(str(path)) == UNKNOWN
+
+
+def test_the_api_loader_converts_and_the_config_package_loader_does_not():
+    import ppdist
+    import ppdist.config
+    import ppdist.convert.configs
+
+    assert ppdist.load_config is ppdist.convert.configs.load_config
+    assert load_config(DET_S)["Architecture"]["Backbone"]["name"] == "CSPResNet"
+    with pytest.raises(ConfigError, match=r"ppyoloe_crn_s_300e_coco\.yml: unknown section"):
+        ppdist.config.load_config(DET_S)  # ppdist's schema only

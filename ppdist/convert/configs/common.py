@@ -243,8 +243,6 @@ def same_value(a: Any, b: Any) -> bool:
 
 def ppdist_defaults(registry: Any, name: str) -> Dict[str, Any]:
     """Default values of the ppdist component ``name``'s constructor."""
-    import ppdist.components  # noqa: F401  (registers every component)
-
     target = registry.get(name)
     sig = inspect.signature(target.__init__ if inspect.isclass(target) else target)
     return {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}

@@ -2,8 +2,9 @@
 
 ``convert_config(path)`` detects the suite and returns a ``Conversion`` (the ppdist config, the
 keys with no equivalent, the conversion notes); ``Conversion.to_yaml()`` is the file to write.
-``load_paddle_config(path)`` is the hook of ``ppdist.config.load_config``: the converted config of
-a PaddleDetection/PaddleSeg file, or None for a file already in ppdist's (PaddleOCR's) schema.
+``load_config(path, overrides)`` is the suite-aware loader the tools and the Python API use:
+``ppdist.config.load_config`` reading a PaddleDetection/PaddleSeg file through its conversion
+(``load_paddle_config``) and any other file as ppdist's (PaddleOCR's) YAML with ``_BASE_``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import copy
 import functools
 import logging
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
-from ppdist.convert.configs.common import PADDLEDET, PADDLEOCR, PADDLESEG, Conversion
+from ppdist.config import load_config as load_ppdist_config
+from ppdist.config import load_yaml_with_bases
+from ppdist.convert.configs.common import PADDLEDET, PADDLEOCR, PADDLESEG, Conversion, read_paddle_yaml
 from ppdist.convert.configs.detect import PPDIST, UNKNOWN, detect_suite, suite_of
+from ppdist.convert.configs.paddledetection import convert_det
+from ppdist.convert.configs.paddleocr import convert_ocr
+from ppdist.convert.configs.paddleseg import convert_seg
 from ppdist.errors import ConfigError
 from ppdist.utils.atomic import write_text_atomic
 
@@ -26,21 +32,12 @@ def convert_config(path: str, suite: Optional[str] = None) -> Conversion:
     """Convert ``path`` (its suite detected unless given); ``ConfigError`` with one line otherwise."""
     suite = suite or detect_suite(path)
     if suite == PADDLEDET:
-        from ppdist.convert.configs.paddledetection import convert_det
-
         return convert_det(path)
     if suite == PADDLESEG:
-        from ppdist.convert.configs.paddleseg import convert_seg
-
         return convert_seg(path)
     if suite in (PPDIST, PADDLEOCR):
-        from ppdist.convert.configs.common import read_paddle_yaml
-        from ppdist.convert.configs.paddleocr import convert_ocr
-
         read_paddle_yaml(path)  # a missing or unreadable file: its own one-line error
         return convert_ocr(path)
-    from ppdist.convert.configs.common import read_paddle_yaml
-
     keys = sorted(read_paddle_yaml(path))
     raise ConfigError(
         f"{path}: cannot tell which suite this config comes from: its top-level keys {keys} are not "
@@ -71,6 +68,19 @@ def load_paddle_config(path: str) -> Optional[Dict[str, Any]]:
     return copy.deepcopy(conversion.config) if conversion is not None else None
 
 
+def read_any_suite(path: str) -> Dict[str, Any]:
+    """The ppdist-schema mapping of ``path`` before overrides and validation: a PaddleDetection or
+    PaddleSeg config converted, any other file read as ppdist/PaddleOCR YAML with its ``_BASE_`` files."""
+    config = load_paddle_config(path)
+    return config if config is not None else load_yaml_with_bases(path)
+
+
+def load_config(path: str, overrides: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """``ppdist.config.load_config`` of any suite's config: a PaddleDetection or PaddleSeg file is
+    converted to ppdist's schema first; ``overrides`` use ppdist's key paths."""
+    return load_ppdist_config(path, overrides, read=read_any_suite)
+
+
 def report_conversion(
     conversion: Optional[Conversion], save_dir: Optional[str], logger: logging.Logger, is_main: bool = True
 ) -> Optional[str]:
@@ -93,7 +103,9 @@ __all__ = [
     "Conversion",
     "convert_config",
     "conversion_of",
+    "load_config",
     "load_paddle_config",
+    "read_any_suite",
     "report_conversion",
     "detect_suite",
     "suite_of",

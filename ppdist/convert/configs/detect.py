@@ -6,6 +6,7 @@ from typing import Any, Dict
 
 from ppdist.config import BASE_KEY, SECTIONS
 from ppdist.convert.configs.common import PADDLEDET, PADDLEOCR, PADDLESEG, read_paddle_yaml
+from ppdist.convert.configs.paddledetection import load_det_yaml
 from ppdist.errors import ConfigError
 
 PPDIST = "ppdist"  # ppdist's schema, which PaddleOCR's configs already use
@@ -82,8 +83,6 @@ def detect_suite(path: str) -> str:
         return PPDIST
     suite = suite_of(data)
     if suite == UNKNOWN and BASE_KEY in data:
-        from ppdist.convert.configs.paddledetection import load_det_yaml
-
         try:
             merged = load_det_yaml(path)
         except ConfigError:

@@ -26,7 +26,9 @@ from ppdist.convert.configs.common import (
     read_paddle_yaml,
     same_value,
 )
+from ppdist.convert.configs.transforms import convert_det_transforms
 from ppdist.errors import ConfigError
+from ppdist.registry import BACKBONES, HEADS, LOSSES, NECKS, POSTPROCESSES
 
 ARCHITECTURES = ("YOLOv3", "PPYOLOE")
 # PaddleDetection constructor defaults of the components ppdist implements (facts of its API).
@@ -230,8 +232,6 @@ class _DetConverter:
         return default
 
     def architecture(self) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
-        from ppdist.registry import BACKBONES, HEADS, LOSSES, NECKS, POSTPROCESSES
-
         top, report = self.top, self.report
         name = top.get("architecture")
         if name not in ARCHITECTURES:
@@ -619,8 +619,6 @@ class _DetConverter:
         return train, evaluation
 
     def section(self, name: str, dataset: Keys, reader: Keys, workers: int) -> Dict[str, Any]:
-        from ppdist.convert.configs.transforms import convert_det_transforms
-
         kind = dataset.get("name")
         if kind != "COCODataSet":
             raise ConfigError(

@@ -23,14 +23,24 @@ from ppdist.config import (
 )
 from ppdist.convert.configs.common import PADDLEOCR, Conversion, Report, fix_path
 from ppdist.errors import ConfigError
+from ppdist.registry import (
+    BACKBONES,
+    DATASETS,
+    HEADS,
+    LOSSES,
+    LR_SCHEDULERS,
+    METRICS,
+    NECKS,
+    OPTIMIZERS,
+    POSTPROCESSES,
+    TRANSFORMS,
+)
 
 GLOBAL_PATH_KEYS = ("character_dict_path",)
 
 
 def convert_ocr(path: str) -> Conversion:
     """The ppdist config of the PaddleOCR config ``path`` (sections kept, unsupported keys removed)."""
-    import ppdist.components  # noqa: F401  (registers every component)
-
     report = Report()
     config = copy.deepcopy(load_yaml_with_bases(path))
     for key in list(config):
@@ -38,8 +48,6 @@ def convert_ocr(path: str) -> Conversion:
             report.unmapped_key(key, "not a ppdist section", config.pop(key))
     _global(config.setdefault("Global", {}) or {}, path, report)
     _architecture(config.get("Architecture") or {}, path, report)
-    from ppdist.registry import LOSSES, METRICS, POSTPROCESSES
-
     for section, registry in (("Loss", LOSSES), ("PostProcess", POSTPROCESSES), ("Metric", METRICS)):
         if isinstance(config.get(section), dict):
             _component(registry, config[section], section, path, report)
@@ -84,8 +92,6 @@ def _component(
 
 
 def _architecture(arch: Dict[str, Any], path: str, report: Report) -> None:
-    from ppdist.registry import BACKBONES, HEADS, NECKS
-
     if arch.get("Transform"):
         raise ConfigError(
             f"{path}: Architecture.Transform ({arch['Transform'].get('name')}) is not supported by "
@@ -107,8 +113,6 @@ def _architecture(arch: Dict[str, Any], path: str, report: Report) -> None:
 
 
 def _optimizer(opt: Dict[str, Any], path: str, report: Report) -> None:
-    from ppdist.registry import LR_SCHEDULERS, OPTIMIZERS
-
     _component(OPTIMIZERS, opt, "Optimizer", path, report, keep=OPTIMIZER_COMMON_KEYS)
     lr = opt.get("lr")
     if isinstance(lr, dict):
@@ -117,8 +121,6 @@ def _optimizer(opt: Dict[str, Any], path: str, report: Report) -> None:
 
 
 def _data(part: Dict[str, Any], section: str, path: str, report: Report) -> None:
-    from ppdist.registry import DATASETS, TRANSFORMS
-
     for key in list(part):
         if key not in ("dataset", "loader"):
             report.unmapped_key(f"{section}.{key}", "no ppdist equivalent", part.pop(key))

@@ -24,7 +24,9 @@ from ppdist.convert.configs.common import (
     is_url,
     read_paddle_yaml,
 )
+from ppdist.convert.configs.transforms import convert_seg_transforms
 from ppdist.errors import ConfigError
+from ppdist.registry import BACKBONES, HEADS, LOSSES
 
 SEG_BASE_KEY = "_base_"
 INHERIT_KEY = "_inherited_"
@@ -165,8 +167,6 @@ class _SegConverter:
 
     # ------------------------------------------------------------------ data
     def dataset(self, key: str, section: str) -> Tuple[Dict[str, Any], Optional[int], int]:
-        from ppdist.convert.configs.transforms import convert_seg_transforms
-
         sec = self.top.sub(key)
         if key == "train_dataset" and not sec.data:
             raise ConfigError(f"{self.path}: missing required key 'train_dataset'")
@@ -225,8 +225,6 @@ class _SegConverter:
 
     # ------------------------------------------------------------------ model
     def model(self) -> Dict[str, Any]:
-        from ppdist.registry import BACKBONES, HEADS
-
         sec = self.top.sub("model")
         kind = sec.get("type")
         if kind != "PPLiteSeg":
@@ -291,8 +289,6 @@ class _SegConverter:
 
     # ------------------------------------------------------------------ loss / optimizer / eval
     def loss(self) -> Dict[str, Any]:
-        from ppdist.registry import LOSSES
-
         sec = Keys(self.require("loss"), "loss", self.report)
         types = sec.get("types")
         coef = sec.get("coef")

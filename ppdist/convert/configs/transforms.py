@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
 
 from ppdist.convert.configs.common import Keys, Report, component, same_value
+from ppdist.registry import TRANSFORMS
 
 
 class Op(NamedTuple):
@@ -88,8 +89,6 @@ SEG_OPS: Dict[str, Op] = {
 
 
 def _convert_op(op: Op, params: Keys) -> Dict[str, Any]:
-    from ppdist.registry import TRANSFORMS
-
     values = dict(op.defaults)
     explicit: List[str] = []
     for key in list(params.data):
@@ -113,8 +112,6 @@ def _one_channel_triplets(entry: Dict[str, Any]) -> Dict[str, Any]:
 
 def _det_distort(params: Keys, report: Report) -> Dict[str, Any]:
     """PaddleDetection's ``[lower, upper, prob]`` lists -> ppdist's symmetric ``*_range``/``*_prob``."""
-    from ppdist.registry import TRANSFORMS
-
     values: Dict[str, Any] = {"sharpness_prob": 0}
     defaults = {
         "hue": [-18, 18, 0.5],
