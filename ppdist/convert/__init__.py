@@ -1,3 +1,3 @@
-"""Bring Paddle artefacts to ppdist: ``.pdparams`` weights read without Paddle (``pdparams``) and
-converted per model (``naming``, ``names_*``, ``weights``); PaddleDetection / PaddleSeg / PaddleOCR
-configs converted to ppdist's schema (``configs``)."""
+"""Bring Paddle artefacts to ppdist: weights (``weights``: ``.pdparams`` read without Paddle and
+converted per model) and PaddleDetection / PaddleSeg / PaddleOCR configs (``configs``: converted to
+ppdist's schema). Depends on the config package and the models, never the reverse."""

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from ppdist.config import STAGE_PRETRAINED_KEY
-from ppdist.convert.pdparams import is_paddle_weights, load_pdparams
-from ppdist.convert.weights import convert_state_dict
+from ppdist.convert.weights.convert import convert_state_dict
+from ppdist.convert.weights.pdparams import is_paddle_weights, load_pdparams
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
 from ppdist.errors import CheckpointError, ConfigError
 from ppdist.utils.atomic import torch_save_atomic

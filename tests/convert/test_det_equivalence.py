@@ -30,8 +30,8 @@ from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fix
 
 from ppdist.components import build_model, build_postprocess
 from ppdist.config import load_config
-from ppdist.convert.pdparams import load_pdparams
 from ppdist.convert.weights import convert_state_dict, load_paddle_weights
+from ppdist.convert.weights.pdparams import load_pdparams
 from ppdist.export.deploy_modules import DetDeploy
 from ppdist.modeling.backbones.cspresnet import RepVggBlock
 from ppdist.modeling.deploy import convert_to_deploy

@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from ppdist.convert.pdparams import (
+from ppdist.convert.weights.pdparams import (
     STRUCTURED_NAMES_KEY,
     UnsafePickleError,
     is_paddle_weights,

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from ppdist.convert.pdparams import load_pdparams, read_paddle_pickle
+from ppdist.convert.weights.pdparams import load_pdparams, read_paddle_pickle
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "paddle_io")
 

@@ -22,9 +22,9 @@ from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fix
 
 from ppdist.components import build_model
 from ppdist.config import load_config
-from ppdist.convert.naming import paddle_candidates, stage_renames
-from ppdist.convert.pdparams import load_pdparams
 from ppdist.convert.weights import convert_state_dict, load_paddle_weights
+from ppdist.convert.weights.naming import paddle_candidates, stage_renames
+from ppdist.convert.weights.pdparams import load_pdparams
 from ppdist.modeling.layers import SEModule
 
 torch.set_num_threads(2)

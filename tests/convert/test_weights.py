@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from ppdist.convert.pdparams import load_pdparams
 from ppdist.convert.weights import convert_state_dict, paddle_key_table
+from ppdist.convert.weights.pdparams import load_pdparams
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "paddle_io", "tiny.pdparams")
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ppdist.config import load_config
-from ppdist.convert.pdparams import load_pdparams
+from ppdist.convert.weights.pdparams import load_pdparams
 from ppdist.engine import checkpoint as ckpt
 from ppdist.errors import CheckpointError, ConfigError
 

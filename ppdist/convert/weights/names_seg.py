@@ -13,7 +13,7 @@ The STDC backbones need no renames: PaddleSeg's ``STDCNet`` uses ``features.<i>`
 STDC files hold the same names without the ``backbone.`` prefix (``stage="backbone"``).
 """
 
-from ppdist.convert.naming import register_renames
+from ppdist.convert.weights.naming import register_renames
 
 register_renames(
     "PPLiteSegHead",

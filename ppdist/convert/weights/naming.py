@@ -105,7 +105,7 @@ def paddle_candidates(model: nn.Module, key: str, renames: Sequence[Rename]) -> 
 def _load_family_renames() -> None:
     """Import the per-family rename tables (they call ``register_renames``)."""
     for family in ("names_rec", "names_det", "names_seg"):
-        importlib.import_module(f"ppdist.convert.{family}")
+        importlib.import_module(f"ppdist.convert.weights.{family}")
 
 
 _load_family_renames()

@@ -11,7 +11,7 @@ BatchNorm statistics follow the per-layer rule. The head's frozen DFL projection
 conversion. tests/convert/test_det_equivalence.py checks this against PaddleDetection's model.
 """
 
-from ppdist.convert.naming import register_constants, register_renames
+from ppdist.convert.weights.naming import register_constants, register_renames
 
 register_renames(
     "CSPResNet",

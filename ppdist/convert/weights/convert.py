@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ppdist.convert.naming import paddle_candidates, stage_constants, stage_renames
-from ppdist.convert.pdparams import load_pdparams
+from ppdist.convert.weights.naming import paddle_candidates, stage_constants, stage_renames
+from ppdist.convert.weights.pdparams import load_pdparams
 from ppdist.errors import CheckpointError
 
 logger = logging.getLogger("ppdist")
