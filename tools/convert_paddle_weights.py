@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.components import build_model
 from ppdist.convert.configs import load_config
-from ppdist.convert.weights.convert import write_converted
+from ppdist.engine.checkpoint import write_converted
 from ppdist.errors import CheckpointError
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ppdist.config import STAGE_PRETRAINED_KEY
-from ppdist.convert.weights.convert import convert_state_dict
+from ppdist.convert.weights.convert import ConversionReport, convert_state_dict, load_paddle_weights
 from ppdist.convert.weights.pdparams import is_paddle_weights, load_pdparams
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
 from ppdist.errors import CheckpointError, ConfigError
@@ -255,3 +255,26 @@ def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:
     if model_weights:
         load_pretrained(model, model_weights)
     return bool(backbone_weights or model_weights)
+
+
+def write_converted(model: nn.Module, path: str, out: str, stage: Optional[str] = None) -> ConversionReport:
+    """Convert the Paddle file ``path`` (or prefix) for ``model`` and save it atomically as a ppdist
+    weights file ``{"model": state, "converted_from": ..., "conversion": {...}}``."""
+    source = checkpoint_path(path)
+    state, report = load_paddle_weights(model, source, stage)
+    if not report.loaded:
+        raise CheckpointError(
+            f"{source}: none of its tensors fits this model "
+            f"({len(report.unused)} unused, e.g. {', '.join(report.unused[:5])})"
+        )
+    if stage:
+        state = {f"{stage}.{key}": value for key, value in state.items()}
+    save_atomic(
+        {
+            "model": state,
+            "converted_from": os.path.abspath(source),
+            "conversion": {"skipped": report.skipped, "missing": report.missing, "unused": report.unused},
+        },
+        out,
+    )
+    return report

@@ -13,7 +13,6 @@ different, they are listed as skipped.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -23,7 +22,6 @@ from torch import nn
 
 from ppdist.convert.weights.naming import paddle_candidates, stage_constants, stage_renames
 from ppdist.convert.weights.pdparams import load_pdparams
-from ppdist.errors import CheckpointError
 
 logger = logging.getLogger("ppdist")
 NOT_IN_PADDLE = ("num_batches_tracked",)  # PyTorch-only BatchNorm counter: kept as the model has it
@@ -152,28 +150,3 @@ def paddle_key_table(model: nn.Module) -> List[Tuple[str, Sequence[str]]]:
         for key in model.state_dict()
         if key.rpartition(".")[2] not in NOT_IN_PADDLE
     ]
-
-
-def write_converted(model: nn.Module, path: str, out: str, stage: Optional[str] = None) -> ConversionReport:
-    """Convert the Paddle file ``path`` (or prefix) for ``model`` and save it atomically as a ppdist
-    weights file ``{"model": state, "converted_from": ..., "conversion": {...}}``."""
-    from ppdist.engine.checkpoint import checkpoint_path, save_atomic
-
-    source = checkpoint_path(path)
-    state, report = load_paddle_weights(model, source, stage)
-    if not report.loaded:
-        raise CheckpointError(
-            f"{source}: none of its tensors fits this model "
-            f"({len(report.unused)} unused, e.g. {', '.join(report.unused[:5])})"
-        )
-    if stage:
-        state = {f"{stage}.{key}": value for key, value in state.items()}
-    save_atomic(
-        {
-            "model": state,
-            "converted_from": os.path.abspath(source),
-            "conversion": {"skipped": report.skipped, "missing": report.missing, "unused": report.unused},
-        },
-        out,
-    )
-    return report
