@@ -5,7 +5,7 @@ into PyTorch's layout (Linear weights are stored ``[in, out]`` by Paddle) and ca
 dtype. Nothing is guessed from shapes or order: a tensor whose name is absent is reported
 missing, a tensor whose shape differs (e.g. a head trained for another class count) is skipped
 and listed, as PaddleDetection does when fine-tuning, and Paddle tensors no ppdist tensor took
-are listed as unused. Frozen constants that ppdist derives instead of storing (``naming.register_constants``,
+are listed as unused. Frozen constants that ppdist derives instead of storing (``PaddleNames.constants``,
 e.g. PP-YOLOE's DFL projection) are checked against the model's values: equal, they count as used;
 different, they are listed as skipped.
 """

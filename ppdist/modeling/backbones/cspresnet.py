@@ -22,6 +22,7 @@ from ppdist.modeling.layers import (
     make_activation,
     tag_norm_no_decay,
 )
+from ppdist.modeling.paddle_names import PaddleNames
 from ppdist.registry import BACKBONES
 
 # Paddle's ``F.hardsigmoid`` default slope 0.1666667 (a float32 attribute), not PyTorch's 1/6: 2 float32 ulp apart,
@@ -217,6 +218,18 @@ class CSPResStage(nn.Module):
 @BACKBONES.register
 class CSPResNet(NormNoDecayModule):
     """CSPResNet returning the maps of the stages in ``return_idx`` (default strides 8/16/32)."""
+
+    # PaddleDetection names the stem layers ``conv1``, ``conv2`` (, ``conv3`` with use_large_stem) where
+    # ppdist's ``stem`` is an indexed Sequential. Everything else (``stages.N.{conv_down, conv1, conv2,
+    # blocks.M.{conv1, conv2.{conv1, conv2, alpha}}, attn.fc, conv3}``) keeps PaddleDetection's names;
+    # tests/convert/test_det_equivalence.py checks them against PaddleDetection's model.
+    paddle_names = PaddleNames(
+        renames=(
+            (r"^stem\.0\.", "stem.conv1."),
+            (r"^stem\.1\.", "stem.conv2."),
+            (r"^stem\.2\.", "stem.conv3."),
+        )
+    )
 
     def __init__(
         self,

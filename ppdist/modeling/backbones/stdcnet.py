@@ -61,6 +61,10 @@ class CatBottleneck(nn.Module):
 class STDCNet(nn.Module):
     """STDC backbone returning ``[x2, x4, x8, x16, x32]``; ``out_channels`` lists their widths."""
 
+    # Paddle names: PaddleSeg's ``STDCNet`` uses ``features.<i>`` with ``conv`` / ``bn`` (``ConvBNRelu``),
+    # ``conv_list`` and ``avd_layer``, as here, so no ``paddle_names``. ImageNet STDC files hold the same
+    # names without the ``backbone.`` prefix (converted with ``stage="backbone"``).
+
     def __init__(
         self, base: int = 64, layers: Sequence[int] = (4, 5, 3), block_num: int = 4, in_channels: int = 3
     ) -> None:

@@ -15,6 +15,7 @@ from torch import nn
 
 from ppdist.modeling.heads.uafm import FUSION_MODULES
 from ppdist.modeling.layers import AdaptiveAvgPool2d, ConvBNAct, init_paddle_conv_default
+from ppdist.modeling.paddle_names import PaddleNames
 from ppdist.registry import HEADS
 
 
@@ -66,6 +67,20 @@ def _per_level(values: Sequence[int], count: int, key: str) -> List[int]:
 @HEADS.register
 class PPLiteSegHead(nn.Module):
     """Everything of PP-LiteSeg after the backbone (PaddleSeg's ``PPLiteSeg`` minus ``backbone``)."""
+
+    # PaddleSeg's ``PPLiteSeg`` keeps the context module and the decoder as ``ppseg_head`` (``cm``,
+    # ``arm_list``) and the three segmentation heads beside it as ``seg_heads``; this head holds all of
+    # them. PaddleSeg's decoder blocks (``layers.ConvBNReLU`` / ``ConvBN``) name their layers ``_conv``
+    # and ``_batch_norm`` where ppdist's ``ConvBNAct`` has ``conv`` and ``bn``; a seg head's 1x1
+    # classifier (``conv_out``) is a bare conv in both. tests/convert/test_seg_equivalence.py checks this.
+    paddle_names = PaddleNames(
+        renames=(
+            (r"^(.+)\.conv\.(weight|bias)$", r"\1._conv.\2"),  # ConvBNAct.conv -> ConvBNReLU._conv
+            (r"^(.+)\.bn\.(\w+)$", r"\1._batch_norm.\2"),  # ConvBNAct.bn -> ConvBNReLU._batch_norm
+        ),
+        prefix="ppseg_head",
+        beside_stage=("seg_heads",),
+    )
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ from torch import nn
 
 from ppdist.modeling.backbones.cspresnet import ConvBN
 from ppdist.modeling.layers import NormNoDecayModule, init_paddle_conv_default, tag_norm_no_decay
+from ppdist.modeling.paddle_names import PaddleNames
 from ppdist.registry import HEADS
 
 AnchorSet = Tuple[torch.Tensor, torch.Tensor, List[int], torch.Tensor]
@@ -90,6 +91,11 @@ class ESEAttn(nn.Module):
 @HEADS.register
 class PPYOLOEHead(NormNoDecayModule):
     """Anchor-free head with DFL box regression; see the module docstring for the outputs."""
+
+    # PaddleDetection's ``YOLOv3`` architecture calls the PP-YOLOE head ``yolo_head``; inside it the
+    # names are PaddleDetection's (``stem_cls`` / ``stem_reg`` / ``pred_cls`` / ``pred_reg``). Its frozen
+    # DFL projection ``proj_conv.weight`` (0..reg_max) is the constant ``proj`` here, checked on conversion.
+    paddle_names = PaddleNames(prefix="yolo_head", constants=(("proj_conv.weight", "proj"),))
 
     def __init__(
         self,

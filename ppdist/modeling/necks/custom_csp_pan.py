@@ -121,6 +121,9 @@ def _stage(
 class CustomCSPPAN(NormNoDecayModule):
     """PAN over the backbone maps; ``out_channels`` lists the outputs' widths, coarsest first."""
 
+    # Paddle names: PaddleDetection's own (``fpn_stages`` / ``fpn_routes`` / ``pan_stages`` /
+    # ``pan_routes`` with ``convs.{N, spp}``), so no ``paddle_names`` (see ppdist.modeling.paddle_names).
+
     def __init__(
         self,
         in_channels: Sequence[int],
