@@ -13,6 +13,7 @@ from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.trainer import make_autocast
+from ppdist.engine.weights_source import weights_source
 from ppdist.errors import ConfigError
 
 logger = logging.getLogger("ppdist")
@@ -21,7 +22,7 @@ logger = logging.getLogger("ppdist")
 def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, float]:
     """Metrics of ``Global.checkpoints`` (or ``pretrained_model``); EMA weights when saved."""
     glob = config["Global"]
-    source = glob["checkpoints"] or glob["pretrained_model"]
+    source = weights_source(glob)
     if not source or source == "auto":
         raise ConfigError("tools/eval.py needs the weights: -o Global.checkpoints=path/to/best_accuracy")
     if not config.get("Eval"):

@@ -16,6 +16,7 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
 from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+from ppdist.engine.weights_source import weights_source  # noqa: E402
 from ppdist.utils.atomic import write_text_atomic  # noqa: E402
 
 PARTS = ("loader", "bare", "trainer", "eval", "infer", "scaling")
@@ -139,7 +140,7 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
         result["trainer_overhead"] = result["trainer"]["samples_per_s"] / result["bare_loop"]["samples_per_s"]
     if "loader" in skip:
         result.pop("loader", None)
-    weights = args.weights or glob["checkpoints"] or glob["pretrained_model"]
+    weights = args.weights or weights_source(glob)
     if weights == "auto":
         weights = None
     if "eval" not in skip:

@@ -13,6 +13,7 @@ from torch import nn
 
 from ppdist.components import build_model
 from ppdist.engine import checkpoint as ckpt
+from ppdist.engine.weights_source import weights_source
 from ppdist.errors import ConfigError, PPDistError
 from ppdist.export.deploy_modules import GraphSpec, build_deploy, task_of
 from ppdist.export.graph_export import OPSET, export_onnx, export_torchscript, file_size_mb, onnx_parity
@@ -27,7 +28,7 @@ def load_deploy_model(config: Mapping[str, Any]) -> Tuple[nn.Module, Dict[str, A
     """The eval-mode model with ``Global.checkpoints`` (or ``pretrained_model``) weights, the EMA
     average when the run kept one, re-parameterised for deployment (RepVGG branches merged)."""
     glob = config["Global"]
-    source = glob["checkpoints"] or glob["pretrained_model"]
+    source = weights_source(glob)
     if not source or source == "auto":
         raise ConfigError("export needs trained weights: -o Global.checkpoints=path/to/best_accuracy")
     data = ckpt.load_file(ckpt.checkpoint_path(source))
