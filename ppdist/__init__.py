@@ -2,18 +2,37 @@
 
 The Python API. Importing any ``ppdist`` module runs this file first, which registers every
 component (``ppdist.components``); no module of the package imports this one.
+
+    config = ppdist.load_config("configs/rec/quickstart_synth.yml", ["Global.epoch_num=2"])
+    ppdist.build_trainer(config).train()           # what tools/train.py runs (one process)
+
+or the parts, run by the loop without a config file of their own (docs/architecture.md):
+
+    model = ppdist.build_model(config)
+    loader = ppdist.build_dataloader(config, "Train", "train")
+    optimizer, scheduler = ppdist.build_optimizer(config, model, steps_per_epoch=len(loader))
+    ppdist.Trainer(model, ppdist.build_loss(config), optimizer, scheduler, loader, epochs=2).train()
 """
 
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
 from ppdist.convert.configs import load_config
+from ppdist.data.build import build_dataloader
+from ppdist.engine.hooks import Hook
+from ppdist.engine.setup import build_optimizer, build_trainer
+from ppdist.engine.trainer import Trainer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Hook",
+    "Trainer",
     "__version__",
+    "build_dataloader",
     "build_loss",
     "build_metric",
     "build_model",
+    "build_optimizer",
     "build_postprocess",
+    "build_trainer",
     "load_config",
 ]

@@ -191,3 +191,4 @@ OPTIMIZERS = Registry("optimizer")
 LR_SCHEDULERS = Registry("lr schedule")
 REGULARIZERS = Registry("regularizer")
 SYNTHETIC_DATA = Registry("synthetic data kind")  # Global.synthetic_data.kind -> data set generator
+HOOKS = Registry("hook")

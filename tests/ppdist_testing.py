@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
+from ppdist.config import load_config
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 QUICKSTART = os.path.join(REPO, "configs", "rec", "quickstart_synth.yml")
 EVAL_TRANSFORMS = [
@@ -73,6 +75,21 @@ def tiny_config(
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
     return path
+
+
+def tiny_run_config(
+    tmp_path: Any, data_dir: str, save: str = "out", overrides=(), **global_extra
+) -> Dict[str, Any]:
+    """The loaded ``tiny_config`` of 2 epochs for an in-process run (no workers, a log line every 5 steps)."""
+    path = tiny_config(
+        str(tmp_path / f"{save}.yml"), data_dir, str(tmp_path / save), epochs=2, **global_extra
+    )
+    overrides = [
+        "Train.loader.num_workers=0",
+        "Global.synthetic_data=null",
+        "Global.print_batch_step=5",
+    ] + list(overrides)
+    return load_config(path, overrides)
 
 
 def child_env() -> Dict[str, str]:

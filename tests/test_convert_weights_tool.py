@@ -122,4 +122,4 @@ def test_train_starts_from_paddle_weights(tmp_path, digits_dir):
     assert f"{FIXTURE}: converted 227/229 tensors" in log
     assert "skipped (shape mismatch) (2): head.fc.weight" in log
     saved = torch.load(str(tmp_path / "out" / "latest.pt"), weights_only=True)
-    assert saved["model"]["head.fc.weight"].shape[0] == 11 and saved["global_step"] == 32
+    assert saved["model"]["head.fc.weight"].shape[0] == 11 and saved["position"]["global_step"] == 32

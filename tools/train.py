@@ -7,18 +7,17 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
+from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.convert.configs import conversion_of, load_config, report_conversion
+from ppdist.data.prepare import ensure_synthetic_data
+from ppdist.engine.dist import cleanup, init_distributed
+from ppdist.engine.logger import setup_logger
+from ppdist.engine.setup import build_trainer
+from ppdist.errors import ConfigError
 
 
 def main() -> int:
     args = base_parser(__doc__).parse_args()
-    from ppdist.convert.configs import conversion_of, load_config, report_conversion
-    from ppdist.data.prepare import ensure_synthetic_data
-    from ppdist.engine.dist import cleanup, init_distributed
-    from ppdist.engine.logger import setup_logger
-    from ppdist.engine.trainer import Trainer
-    from ppdist.errors import ConfigError
-
     config = load_config(args.config, flat_overrides(args.opt))  # validated before anything runs
     conversion = conversion_of(
         args.config
@@ -33,7 +32,7 @@ def main() -> int:
         logger.warning("-p/--profiler_options is ignored; use tools/benchmark.py")
     try:
         ensure_synthetic_data(config, env)
-        Trainer(config, env).train()
+        build_trainer(config, env).train()
     finally:
         cleanup(env)
     return 0

@@ -15,12 +15,26 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from ppdist.benchmark.steady_state import StepClock
+from ppdist.components import build_loss, build_metric, build_model, build_postprocess
 from ppdist.config import compile_options
 from ppdist.data.base import BAD_SAMPLES_KEY
+from ppdist.data.build import build_dataloader
+from ppdist.engine import checkpoint as ckpt
+from ppdist.engine.amp import make_autocast
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv
-
-EPOCH_KEY = "epoch_id"
+from ppdist.engine.ema import ModelEMA
+from ppdist.engine.evaluator import Evaluator
+from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping
+from ppdist.engine.setup import build_trainer
+from ppdist.engine.trainer import EPOCH_KEY
+from ppdist.export.deploy_modules import build_deploy
+from ppdist.inference.backends import TorchBackend
+from ppdist.inference.infer import infer
+from ppdist.inference.runners import build_runner, inference_info_from_config
+from ppdist.modeling.deploy import convert_to_deploy
+from ppdist.utils.rng import seed_everything
 
 
 def training_config(config: Mapping[str, Any], warmup: int, iters: int, save_dir: str) -> Dict[str, Any]:
@@ -46,17 +60,12 @@ def _sync(device: torch.device) -> None:
 
 def measure_trainer(config: Dict[str, Any], env: DistEnv, warmup: int, iters: int) -> Dict[str, Any]:
     """Steady-state samples/s of ``Trainer.train()`` (all processes together) and its costs."""
-    from ppdist.benchmark.steady_state import StepClock
-    from ppdist.engine.trainer import Trainer
-
-    trainer = Trainer(config, env)
     clock = StepClock(warmup, iters, env.device)
-    trainer.step_listeners.append(clock)
+    trainer = build_trainer(config, env, hooks=[clock])
     trainer.train()
-    result = clock.summary()
+    result = clock.throughput()
     result["world_size"] = env.world_size
-    ddp = trainer.ddp_model
-    ddp = getattr(ddp, "_orig_mod", ddp)  # under Global.compile
+    ddp = getattr(trainer.train_model, "_orig_mod", trainer.train_model)  # under Global.compile
     if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
         result["ddp"] = {
             "gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
@@ -73,8 +82,6 @@ def load_batches(
     """The first ``count`` training batches of a single-process run (epoch after epoch), moved to
     ``device``; also the loader's own throughput over the batches after ``warmup`` and its
     batches per epoch."""
-    from ppdist.data.build import build_dataloader
-
     glob = config["Global"]
     loader = build_dataloader(config, "Train", "train", 0, 1, device.type)
     sampler = loader.batch_sampler
@@ -122,11 +129,6 @@ def measure_bare_loop(
     steps_per_epoch: int,
 ) -> Dict[str, Any]:
     """samples/s of a plain forward/backward/step loop over pre-loaded ``batches``."""
-    from ppdist.components import build_loss, build_model
-    from ppdist.engine.ema import ModelEMA
-    from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping
-    from ppdist.engine.trainer import make_autocast, seed_everything
-
     glob = config["Global"]
     opt_cfg = config["Optimizer"]
     seed_everything(glob["seed"])
@@ -185,10 +187,6 @@ def build_weighted_model(
 ) -> torch.nn.Module:
     """The config's model with the inference weights of ``weights`` (EMA when kept), or its
     initial weights when none are given."""
-    from ppdist.components import build_model
-    from ppdist.engine import checkpoint as ckpt
-    from ppdist.engine.trainer import seed_everything
-
     seed_everything(config["Global"]["seed"])
     model = build_model(config)
     if weights:
@@ -198,11 +196,6 @@ def build_weighted_model(
 
 def measure_eval(config: Mapping[str, Any], env: DistEnv, weights: Optional[str]) -> Dict[str, Any]:
     """One pass of the evaluator over the Eval set: samples/s and the metrics."""
-    from ppdist.components import build_metric, build_postprocess
-    from ppdist.data.build import build_dataloader
-    from ppdist.engine.evaluator import Evaluator
-    from ppdist.engine.trainer import make_autocast
-
     glob = config["Global"]
     model = build_weighted_model(config, weights, env.device)
     if glob["channels_last"]:
@@ -229,12 +222,6 @@ def measure_infer(
 ) -> Dict[str, Any]:
     """images/s of the inference path (file -> preprocess -> deploy model -> post-process) with
     the PyTorch backend, after one warm-up batch."""
-    from ppdist.export.deploy_modules import build_deploy
-    from ppdist.inference.backends import TorchBackend
-    from ppdist.inference.infer import infer
-    from ppdist.inference.runners import build_runner, inference_info_from_config
-    from ppdist.modeling.deploy import convert_to_deploy
-
     model = convert_to_deploy(build_weighted_model(config, weights, device))
     module, spec = build_deploy(model, config)
     backend = TorchBackend(module, spec.output_names, spec.input_names, device.type)

@@ -7,14 +7,20 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
+from ppdist.engine.hooks.base import PRIORITY_CLOCK, Hook
 
-class StepClock:
-    """A ``Trainer.step_listeners`` entry: timestamps the steps after ``warmup`` of them.
+
+class StepClock(Hook):
+    """A trainer hook that timestamps the steps after ``warmup`` of them.
 
     The window is steps ``warmup+1 .. warmup+iters`` (by global step), timed from the end of
     step ``warmup`` to the end of the last one, so start-up (workers, first-iteration
-    allocations, compilation) stays out. On CUDA the device is synchronised at both ends.
+    allocations, compilation) stays out. On CUDA the device is synchronised at both ends. It
+    runs before every other hook, so that their work on the window's last step stays out too.
     """
+
+    name = "step_clock"
+    priority = PRIORITY_CLOCK
 
     def __init__(self, warmup: int, iters: int, device: Optional[torch.device] = None) -> None:
         self.warmup, self.iters = int(warmup), int(iters)
@@ -28,7 +34,19 @@ class StepClock:
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    def __call__(self, step: Mapping[str, float]) -> None:
+    def after_step(self) -> None:
+        step = self.trainer.last_step
+        self.record(
+            {
+                "global_step": self.trainer.position.global_step,
+                "samples": step.samples,
+                "reader_cost": step.reader_cost,
+                "batch_cost": step.batch_cost,
+            }
+        )
+
+    def record(self, step: Mapping[str, float]) -> None:
+        """Count one step: ``{global_step, samples, reader_cost, batch_cost}``."""
         global_step = int(step["global_step"])
         if global_step == self.warmup:
             self.start = self._now()
@@ -37,7 +55,7 @@ class StepClock:
             if global_step == self.warmup + self.iters:
                 self.end = self._now()
 
-    def summary(self) -> Dict[str, Any]:
+    def throughput(self) -> Dict[str, Any]:
         """samples/s over the window, and the mean reader/batch cost of its steps."""
         if self.start is None or self.end is None or not self.steps:
             raise RuntimeError(

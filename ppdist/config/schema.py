@@ -168,6 +168,16 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "synthetic_data": GlobalKey(
         (dict, NONE_TYPE), None, "{kind, data_dir, num_train, num_val, seed}: generate data there if absent."
     ),
+    "hooks": GlobalKey(
+        (list, NONE_TYPE),
+        None,
+        "More trainer hooks: [{name: <a hook registered in ppdist.registry.HOOKS>, key: value, ...}].",
+    ),
+    "custom_imports": GlobalKey(
+        (list, NONE_TYPE),
+        None,
+        "Python modules imported before the config is validated (the hooks and components they register).",
+    ),
 }
 # Paddle keys we know but do not implement: accepted only when off/empty.
 UNSUPPORTED_GLOBAL = {

@@ -8,6 +8,7 @@ with the key path and the closest valid names on the first problem.
 from __future__ import annotations
 
 import copy
+import importlib
 import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -29,6 +30,7 @@ from ppdist.registry import (
     BACKBONES,
     DATASETS,
     HEADS,
+    HOOKS,
     LOSSES,
     LR_SCHEDULERS,
     METRICS,
@@ -293,12 +295,36 @@ def _validate_architecture(config: Dict[str, Any]) -> None:
         )
 
 
+def import_custom_modules(modules: Optional[Sequence[Any]]) -> None:
+    """``Global.custom_imports``: import the user's modules, so that what they register (hooks,
+    components) can be named in the config."""
+    for i, name in enumerate(modules or ()):
+        if not isinstance(name, str) or not name:
+            raise ConfigError(
+                f"Global.custom_imports[{i}] must be a module name such as my_project.hooks, got {name!r}"
+            )
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # the user's module failing to import, whatever the reason
+            raise ConfigError(
+                f"Global.custom_imports[{i}]: cannot import {name!r} ({type(exc).__name__}: {exc}); it must be "
+                f"importable by every process (on PYTHONPATH)"
+            ) from None
+
+
+def _validate_hooks(config: Dict[str, Any]) -> None:
+    for i, entry in enumerate(config["Global"]["hooks"] or []):
+        _check_component(HOOKS, entry, f"Global.hooks[{i}]", config)
+
+
 def validate(config: Dict[str, Any]) -> Dict[str, Any]:
     """Check every section, fill defaults; raise ``ConfigError`` on the first problem."""
     for key in config:
         if key not in SECTIONS:
             raise ConfigError(f"unknown section {key!r}.{did_you_mean(key, SECTIONS)}")
     _validate_global(config)
+    import_custom_modules(config["Global"]["custom_imports"])
+    _validate_hooks(config)
     _validate_architecture(config)
     for section, registry in (("Loss", LOSSES), ("PostProcess", POSTPROCESSES), ("Metric", METRICS)):
         if config.get(section) is None:

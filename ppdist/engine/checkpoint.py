@@ -20,7 +20,6 @@ from ppdist.convert.weights.pdparams import is_paddle_weights, load_pdparams
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
 from ppdist.errors import CheckpointError, ConfigError
 from ppdist.utils.atomic import torch_save_atomic
-from ppdist.utils.rng import capture_rng_state, restore_rng_state  # noqa: F401  (callers use ckpt.capture_rng_state)
 
 logger = logging.getLogger("ppdist")
 SUFFIX = ".pt"
@@ -65,6 +64,12 @@ def load_file(path: str) -> Dict[str, Any]:
     return data
 
 
+def saved_global_step(state: Mapping[str, Any]) -> int:
+    """The global step a checkpoint was written at (-1 for weights only), in today's layout or
+    in that of ppdist 0.1 (position at the top level)."""
+    return int((state.get("position") or state).get("global_step", -1))
+
+
 def load_across_ranks(
     path: str, env: DistEnv, missing_ok: bool = False
 ) -> Optional[Tuple[Dict[str, Any], str]]:
@@ -87,7 +92,7 @@ def load_across_ranks(
             state = load_file(resolved)
         except CheckpointError as exc:
             error = str(exc)
-    step = int(state.get("global_step", -1)) if state is not None else None
+    step = saved_global_step(state) if state is not None else None
     views = all_gather_object((step, error, missing), env)
     errors = [(rank, view[1]) for rank, view in enumerate(views) if view[1]]
     if errors:

@@ -52,6 +52,20 @@ class SmoothedValues:
         return {k: statistics.median(float(x) for x in v) for k, v in self.values.items() if v}
 
 
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in value) + "]"
+    return str(value)
+
+
+def format_metrics(values: Mapping[str, Any]) -> str:
+    """``acc: 0.960000, norm_edit_dis: 0.991587, best_epoch: 6`` (floats to 6 decimals,
+    per-class lists to 4)."""
+    return ", ".join(f"{k}: {_format_value(v)}" for k, v in values.items())
+
+
 def format_eta(seconds: float) -> str:
     return str(datetime.timedelta(seconds=int(max(0.0, seconds))))
 

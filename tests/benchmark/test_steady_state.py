@@ -13,9 +13,9 @@ def step(n, samples=8, reader=0.01, batch=0.1):
 def test_window_is_the_steps_after_warmup():
     clock = StepClock(warmup=2, iters=3)
     for n in range(1, 8):  # steps 6 and 7 come after the window and are ignored
-        clock(step(n, samples=100 if n <= 2 else 8, reader=0.02 if n == 4 else 0.01))
+        clock.record(step(n, samples=100 if n <= 2 else 8, reader=0.02 if n == 4 else 0.01))
     assert [s["global_step"] for s in clock.steps] == [3, 4, 5]
-    summary = clock.summary()
+    summary = clock.throughput()
     assert summary["steps"] == 3 and summary["samples"] == 24
     assert summary["seconds"] > 0
     assert summary["samples_per_s"] == pytest.approx(24 / summary["seconds"])
@@ -26,9 +26,9 @@ def test_window_is_the_steps_after_warmup():
 def test_a_run_shorter_than_the_window_is_an_error():
     clock = StepClock(warmup=2, iters=5)
     for n in range(1, 5):
-        clock(step(n))
+        clock.record(step(n))
     with pytest.raises(RuntimeError, match="ended before step 7"):
-        clock.summary()
+        clock.throughput()
 
 
 def test_window_summary_and_best_run():

@@ -11,6 +11,7 @@ from torch import nn
 
 from ppdist.engine import checkpoint as ckpt
 from ppdist.errors import CheckpointError
+from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
 
 def test_atomic_save_replaces_and_leaves_no_tmp(tmp_path):
@@ -56,12 +57,12 @@ def test_checkpoint_path_resolution(tmp_path):
 
 def test_rng_state_round_trip_through_weights_only_file(tmp_path):
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
-    state = ckpt.capture_rng_state()
+    state = capture_rng_state()
     path = str(tmp_path / "rng.pt")
     ckpt.save_atomic({"rng": [state]}, path)
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
-    ckpt.restore_rng_state(ckpt.load_file(path)["rng"][0])
+    restore_rng_state(ckpt.load_file(path)["rng"][0])
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
 
 

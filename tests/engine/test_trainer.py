@@ -8,37 +8,28 @@ import shutil
 
 import pytest
 import torch
-from ppdist_testing import tiny_config
+from ppdist_testing import tiny_run_config as config_for
 
-from ppdist.config import load_config
+from ppdist.engine import setup
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.logger import setup_logger
-from ppdist.engine.trainer import Trainer
+from ppdist.engine.setup import build_trainer
 from ppdist.errors import DataError
 
 
-def config_for(tmp_path, data_dir, save="out", overrides=(), **global_extra):
-    path = tiny_config(
-        str(tmp_path / f"{save}.yml"), data_dir, str(tmp_path / save), epochs=2, **global_extra
-    )
-    overrides = [
-        "Train.loader.num_workers=0",
-        "Global.synthetic_data=null",
-        "Global.print_batch_step=5",
-    ] + list(overrides)
-    return load_config(path, overrides)
+def snapshot_first_best(trainer):
+    """Makes ``trainer`` copy best_accuracy.pt to snapshot.pt the first time it is written (a
+    mid-epoch checkpoint here); returns the snapshot's path."""
+    snapshot = os.path.join(trainer.save_dir, "snapshot.pt")
+    save = trainer.save
 
+    def save_and_copy(name, extra=None):
+        save(name, extra)
+        if name == "best_accuracy" and not os.path.exists(snapshot):
+            shutil.copy(os.path.join(trainer.save_dir, "best_accuracy.pt"), snapshot)
 
-class SnapshotTrainer(Trainer):
-    """Copies best_accuracy.pt the first time it is written (a mid-epoch checkpoint here)."""
-
-    snapshot = None
-
-    def save(self, name, extra=None):
-        super().save(name, extra)
-        if name == "best_accuracy" and SnapshotTrainer.snapshot is None:
-            SnapshotTrainer.snapshot = os.path.join(self.save_dir, "snapshot.pt")
-            shutil.copy(os.path.join(self.save_dir, "best_accuracy.pt"), SnapshotTrainer.snapshot)
+    trainer.save = save_and_copy
+    return snapshot
 
 
 def test_mid_epoch_resume_matches_uninterrupted_run(tmp_path, digits_dir):
@@ -47,10 +38,10 @@ def test_mid_epoch_resume_matches_uninterrupted_run(tmp_path, digits_dir):
     cfg = config_for(
         tmp_path, digits_dir, "full", ["Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,12]"]
     )
-    SnapshotTrainer.snapshot = None
-    full = SnapshotTrainer(cfg, DistEnv())
+    full = build_trainer(cfg, DistEnv())
+    snapshot = snapshot_first_best(full)
     full.train()
-    snap = torch.load(SnapshotTrainer.snapshot, weights_only=True)
+    snap = torch.load(snapshot, weights_only=True)["position"]
     assert (snap["next_epoch"], snap["next_batch"], snap["global_step"]) == (1, 12, 12)
 
     cfg2 = config_for(
@@ -60,24 +51,24 @@ def test_mid_epoch_resume_matches_uninterrupted_run(tmp_path, digits_dir):
         [
             "Global.eval_batch_epoch=null",
             "Global.eval_batch_step=[0,12]",
-            f"Global.checkpoints={SnapshotTrainer.snapshot}",
+            f"Global.checkpoints={snapshot}",
         ],
     )
-    resumed = Trainer(cfg2, DistEnv())
-    assert resumed.global_step == 12 and resumed.scheduler.last_step == 12
+    resumed = build_trainer(cfg2, DistEnv())
+    assert resumed.position.global_step == 12 and resumed.scheduler.last_step == 12
     resumed.train()
-    assert resumed.global_step == full.global_step == 64
+    assert resumed.position.global_step == full.position.global_step == 64
     for key, value in full.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[key]), key
-    assert resumed.best == full.best
+    assert resumed.hook("evaluation").best == full.hook("evaluation").best
 
 
 def test_auto_checkpoint_ema_and_tensorboard(tmp_path, digits_dir):
     setup_logger(None)
     extra = dict(checkpoints="auto", use_ema=True, ema_decay=0.9, use_tensorboard=True)
     cfg = config_for(tmp_path, digits_dir, "auto", ["Global.epoch_num=1"], **extra)
-    first = Trainer(cfg, DistEnv())
-    assert first.global_step == 0
+    first = build_trainer(cfg, DistEnv())
+    assert first.position.global_step == 0
     first.train()
     latest = torch.load(tmp_path / "auto" / "latest.pt", weights_only=True)
     assert latest["ema"]["step"] == 32
@@ -86,10 +77,12 @@ def test_auto_checkpoint_ema_and_tensorboard(tmp_path, digits_dir):
     assert any(
         name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "auto" / "tensorboard")
     )
-    again = Trainer(config_for(tmp_path, digits_dir, "auto", ["Global.epoch_num=1"], **extra), DistEnv())
-    assert again.global_step == 32 and again.next_epoch == 2 and again.ema.step == 32
+    again = build_trainer(
+        config_for(tmp_path, digits_dir, "auto", ["Global.epoch_num=1"], **extra), DistEnv()
+    )
+    assert again.position.global_step == 32 and again.position.next_epoch == 2 and again.ema.step == 32
     again.train()  # nothing left to do: returns at once
-    assert again.global_step == 32
+    assert again.position.global_step == 32
 
 
 def test_bad_samples_are_named_counted_and_limited(tmp_path, digits_dir, caplog):
@@ -105,7 +98,7 @@ def test_bad_samples_are_named_counted_and_limited(tmp_path, digits_dir, caplog)
     logging.getLogger("ppdist").propagate = True
     cfg = config_for(tmp_path, str(data), "badrun", ["Global.epoch_num=1", "Global.eval_batch_epoch=null"])
     with caplog.at_level(logging.WARNING, logger="ppdist"):
-        Trainer(cfg, DistEnv()).train()
+        build_trainer(cfg, DistEnv()).train()
     text = caplog.text
     assert "train.txt:4" in text and "missing.jpg" in text
     assert "train.txt:8" in text
@@ -116,7 +109,7 @@ def test_bad_samples_are_named_counted_and_limited(tmp_path, digits_dir, caplog)
     with pytest.raises(
         DataError, match=r"2 of \d+ training samples this epoch were bad .*max_bad_sample_ratio"
     ):
-        Trainer(cfg, DistEnv()).train()
+        build_trainer(cfg, DistEnv()).train()
     logging.getLogger("ppdist").propagate = False
 
 
@@ -127,16 +120,16 @@ def test_missing_label_file_names_the_path(tmp_path, digits_dir):
         tmp_path, digits_dir, "nolabel", [f"Train.dataset.label_file_list=[{tmp_path}/nope.txt]"]
     )
     with pytest.raises(PPDistError, match="nope.txt"):
-        Trainer(cfg, DistEnv())
+        build_trainer(cfg, DistEnv())
 
 
 def test_pretrained_weights_seed_the_model_and_its_ema(tmp_path, digits_dir):
     from ppdist.engine.checkpoint import save_atomic
 
     setup_logger(None)
-    source = Trainer(config_for(tmp_path, digits_dir, "src", ["Global.seed=5"]), DistEnv())
+    source = build_trainer(config_for(tmp_path, digits_dir, "src", ["Global.seed=5"]), DistEnv())
     save_atomic({"model": source.model.state_dict()}, str(tmp_path / "weights.pt"))
-    target = Trainer(
+    target = build_trainer(
         config_for(
             tmp_path, digits_dir, "dst", [f"Global.pretrained_model={tmp_path}/weights"], use_ema=True
         ),
@@ -145,17 +138,23 @@ def test_pretrained_weights_seed_the_model_and_its_ema(tmp_path, digits_dir):
     for key, value in source.model.state_dict().items():
         assert torch.equal(target.model.state_dict()[key], value), key
         assert torch.equal(target.ema.module.state_dict()[key], value), key
-    assert target.global_step == 0 and target.scheduler.last_step == 0  # weights only, no resume
+    assert target.position.global_step == 0 and target.scheduler.last_step == 0  # weights only, no resume
 
 
-class SaveRecorder(Trainer):
-    """Records (name, global_step, position) of every checkpoint written."""
+def record_saves(trainer):
+    """Makes ``trainer`` record (name, global_step, position) of every checkpoint it writes."""
+    saves = []
+    save = trainer.save
 
-    def save(self, name, extra=None):
-        super().save(name, extra)
-        self.saves = getattr(self, "saves", []) + [
-            (name, self.global_step, self.next_epoch, self.next_batch, self.epoch_consumed)
-        ]
+    def save_and_record(name, extra=None):
+        save(name, extra)
+        position = trainer.position
+        saves.append(
+            (name, position.global_step, position.next_epoch, position.next_batch, position.epoch_consumed)
+        )
+
+    trainer.save = save_and_record
+    return saves
 
 
 def test_save_iter_step_writes_latest_mid_epoch(tmp_path, digits_dir):
@@ -167,9 +166,10 @@ def test_save_iter_step_writes_latest_mid_epoch(tmp_path, digits_dir):
         ["Global.epoch_num=1", "Global.eval_batch_epoch=null"],
         save_iter_step=10,
     )
-    trainer = SaveRecorder(cfg, DistEnv())
+    trainer = build_trainer(cfg, DistEnv())
+    saves = record_saves(trainer)
     trainer.train()
-    latest = [s for s in trainer.saves if s[0] == "latest"]
+    latest = [s for s in saves if s[0] == "latest"]
     # every 10 steps mid-epoch with the sample position, then the end of the 32-step epoch
     assert latest[:4] == [
         ("latest", 10, 1, 10, 160),
@@ -177,7 +177,7 @@ def test_save_iter_step_writes_latest_mid_epoch(tmp_path, digits_dir):
         ("latest", 30, 1, 30, 480),
         ("latest", 32, 2, 0, 0),
     ]
-    stored = torch.load(tmp_path / "iters" / "latest.pt", weights_only=True)
+    stored = torch.load(tmp_path / "iters" / "latest.pt", weights_only=True)["position"]
     assert (stored["dataset_len"], stored["batch_size_per_card"], stored["epoch_consumed"]) == (512, 16, 0)
 
 
@@ -188,23 +188,26 @@ def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_
     cfg = config_for(
         tmp_path, digits_dir, "first", ["Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,12]"]
     )
-    SnapshotTrainer.snapshot = None
-    SnapshotTrainer(cfg, DistEnv()).train()  # snapshot at step 12: epoch 1, 12 x 16 = 192 samples used
+    first = build_trainer(cfg, DistEnv())
+    snapshot = snapshot_first_best(first)
+    first.train()  # snapshot at step 12: epoch 1, 12 x 16 = 192 samples used
     resume = [
         "Global.eval_batch_epoch=null",
-        f"Global.checkpoints={SnapshotTrainer.snapshot}",
+        f"Global.checkpoints={snapshot}",
         "Train.loader.batch_size_per_card=8",
     ]
     with pytest.raises(CheckpointError, match=r"Global.auto_scale_lr: \{base_batch_size: N\}"):
-        Trainer(config_for(tmp_path, digits_dir, "refused", resume), DistEnv())
+        build_trainer(config_for(tmp_path, digits_dir, "refused", resume), DistEnv())
 
     scaled = config_for(
         tmp_path, digits_dir, "scaled", resume + ["Global.auto_scale_lr={base_batch_size: 16}"]
     )
-    trainer = Trainer(scaled, DistEnv())
-    assert trainer.lr_factor == 0.5 and trainer.scheduler.schedule.base_lr == pytest.approx(0.001)
+    trainer = build_trainer(scaled, DistEnv())
+    lr_factor = setup.lr_factor(scaled["Global"], trainer.sampler.samples_per_step)
+    assert lr_factor == 0.5 and trainer.scheduler.schedule.base_lr == pytest.approx(0.001)
     # 512 - 192 = 320 samples left in epoch 1 = 40 batches of 8; the epoch has 64 such batches
-    assert (trainer.next_epoch, trainer.epoch_consumed, trainer.next_batch, trainer.global_step) == (
+    position = trainer.position
+    assert (position.next_epoch, position.epoch_consumed, position.next_batch, position.global_step) == (
         1,
         192,
         24,
@@ -212,7 +215,7 @@ def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_
     )
     assert trainer.scheduler.last_step == 24
     trainer.train()
-    assert trainer.global_step == 2 * 64
+    assert trainer.position.global_step == 2 * 64
 
 
 def test_auto_scale_lr_scales_every_learning_rate_of_the_schedule():
@@ -244,23 +247,15 @@ def test_compile_trains_like_eager_and_saves_plain_weights(tmp_path, digits_dir)
     generation, which keeps the test fast; inductor is measured in docs/benchmarks.md.)"""
     setup_logger(None)
     common = ["Global.max_iters=4", "Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,1000]"]
-    eager = Trainer(config_for(tmp_path, digits_dir, "eager", common), DistEnv())
+    eager = build_trainer(config_for(tmp_path, digits_dir, "eager", common), DistEnv())
     eager.train()
     compiled_cfg = config_for(
         tmp_path, digits_dir, "compiled", common + ["Global.compile={backend: aot_eager}"]
     )
-    compiled = Trainer(compiled_cfg, DistEnv())
-    assert compiled.ddp_model is not compiled.model and hasattr(compiled.ddp_model, "_orig_mod")
+    compiled = build_trainer(compiled_cfg, DistEnv())
+    assert compiled.train_model is not compiled.model and hasattr(compiled.train_model, "_orig_mod")
     compiled.train()
     saved = torch.load(tmp_path / "compiled" / "latest.pt", weights_only=True)["model"]
     assert set(saved) == set(eager.model.state_dict())
     for name, tensor in eager.model.state_dict().items():
         torch.testing.assert_close(saved[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
-
-
-def test_gradient_as_bucket_view_defaults_per_device():
-    from ppdist.engine.trainer import gradient_as_bucket_view
-
-    assert gradient_as_bucket_view({"gradient_as_bucket_view": None}, torch.device("cpu")) is False
-    assert gradient_as_bucket_view({"gradient_as_bucket_view": None}, torch.device("cuda", 0)) is True
-    assert gradient_as_bucket_view({"gradient_as_bucket_view": True}, torch.device("cpu")) is True

@@ -33,7 +33,7 @@ def test_two_process_training_learns(trained):
         log,
     ), log[-2000:]
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
-    assert best["world_size"] == 2 and best["ema"] is not None
+    assert best["position"]["world_size"] == 2 and best["ema"] is not None
     assert best["metrics"]["ap50"] > 0.1, best["metrics"]  # an untrained model scores ~0
 
 

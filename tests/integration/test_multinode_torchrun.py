@@ -92,7 +92,7 @@ def weights(path: str):
 
 
 def assert_same_weights(expected: dict, got: dict) -> None:
-    assert got["global_step"] == expected["global_step"]
+    assert got["position"]["global_step"] == expected["position"]["global_step"]
     for key, value in expected["model"].items():
         assert torch.equal(value, got["model"][key]), key
 
@@ -200,9 +200,9 @@ def test_killed_worker_is_restarted_and_the_run_ends_with_the_same_weights(singl
         for r in (0, 1)
         if (tmp_path / f"node{r}" / "latest.pt").exists()
     ]
-    newest = max(finals, key=lambda state: state["global_step"])
+    newest = max(finals, key=lambda state: state["position"]["global_step"])
     assert_same_weights(single_node["latest"], newest)
-    assert newest["global_step"] == 64
+    assert newest["position"]["global_step"] == 64
     for r in (0, 1):  # whatever a kill interrupted, every checkpoint on disk is complete
         folder = tmp_path / f"node{r}"
         for name in os.listdir(folder) if folder.exists() else []:
@@ -330,13 +330,13 @@ def test_resume_on_more_processes_with_auto_scale_lr_continues_the_epoch(tmp_pat
     """1 process stops mid-epoch (latest at step 12 of 32); 2 processes continue the same epoch."""
     from ppdist.config import load_config
     from ppdist.engine.dist import DistEnv
+    from ppdist.engine.hooks import Hook
     from ppdist.engine.logger import setup_logger
-    from ppdist.engine.trainer import Trainer
+    from ppdist.engine.setup import build_trainer
 
-    class StopAfterSave(Trainer):
-        def save(self, name, extra=None):
-            super().save(name, extra)
-            if name == "latest" and self.global_step == 12:
+    class StopAfterSave(Hook):
+        def after_step(self):
+            if self.trainer.position.global_step == 12:  # the checkpoint hook has just written latest
                 raise _StopAfterMidEpochSave
 
     setup_logger(None)
@@ -350,7 +350,7 @@ def test_resume_on_more_processes_with_auto_scale_lr_continues_the_epoch(tmp_pat
         auto_scale_lr={"base_batch_size": 16},
     )
     with pytest.raises(_StopAfterMidEpochSave):
-        StopAfterSave(load_config(cfg, ["Train.loader.num_workers=0"]), DistEnv()).train()
+        build_trainer(load_config(cfg, ["Train.loader.num_workers=0"]), DistEnv(), [StopAfterSave()]).train()
     result = check_ok(
         subprocess.run(
             [
@@ -378,4 +378,4 @@ def test_resume_on_more_processes_with_auto_scale_lr_continues_the_epoch(tmp_pat
     ) in result.stdout
     assert "learning rates x2 (peak 0.002 -> 0.004)" in result.stdout
     final = weights(str(tmp_path / "out" / "latest.pt"))
-    assert final["global_step"] == 2 * 16 and final["world_size"] == 2
+    assert final["position"]["global_step"] == 2 * 16 and final["position"]["world_size"] == 2

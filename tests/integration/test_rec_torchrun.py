@@ -38,7 +38,7 @@ def test_two_process_training_learns_and_logs_paddle_lines(trained):
     assert "trainable parameters:" in log and "2 process(es)" in log
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
     assert best["metrics"]["acc"] > 0.7, best["metrics"]  # unseen 3-5 digit strings: chance is ~1e-4
-    assert best["world_size"] == 2 and len(best["rng"]) == 2
+    assert best["position"]["world_size"] == 2 and len(best["rng"]) == 2
     assert os.path.isfile(os.path.join(trained["out"], "config.yml"))
     for epoch in range(1, EPOCHS + 1):
         assert os.path.isfile(os.path.join(trained["out"], f"iter_epoch_{epoch}.pt"))
@@ -78,10 +78,10 @@ def test_resume_after_epoch_gives_identical_final_weights(trained, tmp_path):
     assert "resumed from" in result.stdout and "epoch 4, batch 0" in result.stdout
     expected = torch.load(os.path.join(trained["out"], "latest.pt"), weights_only=True)
     got = torch.load(os.path.join(resumed_out, "latest.pt"), weights_only=True)
-    assert got["global_step"] == expected["global_step"]
+    assert got["position"]["global_step"] == expected["position"]["global_step"]
     for key, value in expected["model"].items():
         assert torch.equal(value, got["model"][key]), key
-    assert got["best"] == expected["best"]
+    assert got["hooks"]["evaluation"]["best"] == expected["hooks"]["evaluation"]["best"]
 
 
 def _data_dir(trained) -> str:

@@ -29,7 +29,7 @@ def test_two_process_training_learns_iteration_based(trained):
         log,
     ), log[-2000:]
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
-    assert best["global_step"] == 150 and best["world_size"] == 2
+    assert best["position"]["global_step"] == 150 and best["position"]["world_size"] == 2
     metrics = best["metrics"]
     # chance level: mIoU of a constant "background" prediction is about 0.2 on this data
     assert metrics["miou"] > 0.6, metrics

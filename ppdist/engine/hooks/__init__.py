@@ -1,0 +1,9 @@
+"""Hooks of the training loop: the interface (``base``) and the built-in hooks, each owning its state."""
+
+from ppdist.engine.hooks.bad_samples import BadSampleCheck
+from ppdist.engine.hooks.base import Hook
+from ppdist.engine.hooks.checkpointing import Checkpointer
+from ppdist.engine.hooks.evaluation import Evaluation
+from ppdist.engine.hooks.train_log import TrainLogger
+
+__all__ = ["BadSampleCheck", "Checkpointer", "Evaluation", "Hook", "TrainLogger"]

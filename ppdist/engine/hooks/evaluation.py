@@ -1,0 +1,91 @@
+"""The evaluation hook: when to evaluate, and the best model so far."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from ppdist.engine.evaluator import Evaluator
+from ppdist.engine.hooks.base import PRIORITY_EVALUATION, Hook
+from ppdist.engine.hooks.checkpointing import LATEST_NAME
+from ppdist.engine.logger import format_metrics
+
+logger = logging.getLogger("ppdist")
+BEST_NAME = "best_accuracy"
+
+
+class Evaluation(Hook):
+    """Evaluates the trainer's eval model (the EMA average when kept) on every process together
+    (``Evaluator``: exact unpadded shards) every ``eval_batch_step = [start, interval]`` global
+    steps after ``start``, or instead every ``eval_batch_epoch`` epochs at their end; once more
+    after the last step unless that step was just evaluated. A result whose ``main_indicator``
+    is at least the best so far becomes the best and is saved as ``best_accuracy`` (collective).
+
+    State: the best metrics (with ``best_epoch`` / ``best_step``) and the step last evaluated.
+    """
+
+    name = "evaluation"
+    priority = PRIORITY_EVALUATION
+
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        main_indicator: str,
+        eval_batch_step: Sequence[int] = (0, 2000),
+        eval_batch_epoch: Optional[int] = None,
+    ) -> None:
+        self.evaluator = evaluator
+        self.main_indicator = main_indicator
+        self.start, self.interval = (int(v) for v in eval_batch_step)
+        self.every_epochs = eval_batch_epoch
+        self.best: Dict[str, Any] = {}
+        self.last_eval_step = -1
+
+    def after_step(self) -> None:
+        if self._due(epoch_end=False):
+            self.evaluate(self.trainer.epoch)
+
+    def after_epoch(self) -> None:
+        if self._due(epoch_end=True):
+            self.evaluate(self.trainer.epoch)
+
+    def _due(self, epoch_end: bool) -> bool:
+        step = self.trainer.position.global_step
+        if self.last_eval_step == step:
+            return False
+        if self.every_epochs:
+            return epoch_end and self.trainer.epoch % self.every_epochs == 0
+        return step > self.start and (step - self.start) % self.interval == 0
+
+    def after_train(self) -> None:
+        """The schedule ended between two evaluations: evaluate the final model, and save
+        ``latest`` again so that it holds the updated best."""
+        position = self.trainer.position
+        if self.last_eval_step != position.global_step:
+            self.evaluate(position.completed_epoch)
+            self.trainer.save(LATEST_NAME)
+
+    def evaluate(self, epoch: int) -> Dict[str, float]:
+        trainer = self.trainer
+        step = trainer.position.global_step
+        trainer.sync_buffers()
+        metrics = self.evaluator.run(trainer.eval_model(), desc=f"eval step {step}")
+        self.last_eval_step = step
+        logger.info("cur metric, %s, fps: %.2f", format_metrics(metrics), self.evaluator.last_fps)
+        trainer.writer.add_scalars("eval", metrics, step)
+        current = metrics[self.main_indicator]
+        if not self.best or current >= self.best[self.main_indicator]:
+            self.best = dict(metrics, best_epoch=epoch, best_step=step)
+            trainer.save(BEST_NAME, {"metrics": metrics})
+        logger.info("best metric, %s", format_metrics(self.best))
+        return metrics
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"best": dict(self.best), "last_eval_step": self.last_eval_step}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.best = dict(state.get("best") or {})
+        self.last_eval_step = int(state.get("last_eval_step", -1))
+
+    def summary(self) -> Dict[str, Any]:
+        return dict(self.best)

@@ -1,0 +1,217 @@
+"""Build the parts of a training run from a validated config, and the trainer that runs them.
+
+``build_trainer(config, env)`` is what ``tools/train.py`` runs: data loaders, the model placed on
+the device (channels_last, SyncBatchNorm), loss, optimizer and LR schedule (``auto_scale_lr``),
+AMP, EMA, the evaluator, DDP and ``torch.compile``, the hooks of the ``Global`` keys and of
+``Global.hooks``, then the starting point: a checkpoint to resume or the initial weights. Each
+part has its own function, usable without the others (tests, the benchmark, notebooks).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ppdist.builder import build_component
+from ppdist.components import build_loss, build_metric, build_model, build_postprocess
+from ppdist.config import auto_scale_lr_base, compile_options
+from ppdist.data.build import build_dataloader
+from ppdist.engine import optim
+from ppdist.engine.amp import make_autocast, make_grad_scaler
+from ppdist.engine.dist import DistEnv, init_distributed
+from ppdist.engine.ema import ModelEMA
+from ppdist.engine.evaluator import Evaluator
+from ppdist.engine.hooks import BadSampleCheck, Checkpointer, Evaluation, Hook, TrainLogger
+from ppdist.engine.logger import ScalarWriter
+from ppdist.engine.position import run_length
+from ppdist.engine.resume import resume_or_initialize
+from ppdist.engine.trainer import Trainer
+from ppdist.registry import HOOKS
+from ppdist.utils.rng import seed_everything
+
+logger = logging.getLogger("ppdist")
+
+
+def gradient_as_bucket_view(glob: Mapping[str, Any], device: torch.device) -> bool:
+    """``Global.gradient_as_bucket_view``; unset: on with CUDA, off on CPU, where gloo DDP steps
+    measured slower with it (docs/benchmarks.md)."""
+    setting = glob["gradient_as_bucket_view"]
+    return device.type == "cuda" if setting is None else bool(setting)
+
+
+def place_model(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.Module:
+    """``model`` on the device, in channels_last when asked, with SyncBatchNorm under multi-GPU DDP."""
+    model = model.to(env.device)
+    if glob["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    if glob["use_sync_bn"] and env.distributed:
+        if env.device.type == "cuda":
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        else:
+            logger.warning("Global.use_sync_bn needs CUDA; BatchNorm stays per-process on CPU")
+    return model
+
+
+def wrap_for_training(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.Module:
+    """What the training forward calls: DDP over several processes, then ``torch.compile`` when
+    ``Global.compile`` asks (checkpoints and evaluation use ``model`` itself)."""
+    wrapped: nn.Module = model
+    if env.distributed:
+        wrapped = DistributedDataParallel(
+            model,
+            device_ids=[env.device.index] if env.device.type == "cuda" else None,
+            gradient_as_bucket_view=gradient_as_bucket_view(glob, env.device),
+            static_graph=glob["static_graph"],
+            bucket_cap_mb=glob["bucket_cap_mb"],
+            find_unused_parameters=glob["find_unused_parameters"],
+        )
+    options = compile_options(glob)
+    if options is not None:
+        logger.info("Global.compile: torch.compile(%s)", ", ".join(f"{k}={v!r}" for k, v in options.items()))
+        wrapped = torch.compile(wrapped, **options)
+    return wrapped
+
+
+def lr_factor(glob: Mapping[str, Any], global_batch_size: Optional[int]) -> float:
+    """``Global.auto_scale_lr``: global batch / base_batch_size (1 when off or not known)."""
+    base = auto_scale_lr_base(glob)
+    return global_batch_size / base if base and global_batch_size else 1.0
+
+
+def build_optimizer(
+    config: Mapping[str, Any],
+    model: nn.Module,
+    steps_per_epoch: int,
+    global_batch_size: Optional[int] = None,
+) -> Tuple[torch.optim.Optimizer, optim.IterScheduler]:
+    """The ``Optimizer`` section's optimizer and per-iteration LR schedule for a run of
+    ``steps_per_epoch`` steps per epoch (the schedule's length from ``Global.epoch_num`` or
+    ``max_iters``); with ``Global.auto_scale_lr`` and ``global_batch_size`` every learning rate
+    is scaled by global batch / base batch."""
+    glob = config["Global"]
+    epochs, total_steps = run_length(glob["epoch_num"], glob["max_iters"], steps_per_epoch)
+    section = config["Optimizer"]
+    factor = lr_factor(glob, global_batch_size)
+    if auto_scale_lr_base(glob):
+        section = dict(section, lr=optim.scale_learning_rates(section["lr"], factor))
+    return optim.build_optimizer(section, model, epochs, steps_per_epoch, total_steps)
+
+
+def build_ema(model: nn.Module, glob: Mapping[str, Any]) -> Optional[ModelEMA]:
+    if not glob["use_ema"]:
+        return None
+    return ModelEMA(model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
+
+
+def gradient_clipper(config: Mapping[str, Any]) -> Optional[Callable[[nn.Module], Any]]:
+    """``clip(model)`` for ``Optimizer.clip_norm`` / ``clip_norm_global`` / ``Global.grad_clip``; None when off."""
+    section, global_clip = config["Optimizer"], config["Global"]["grad_clip"]
+    if not optim.needs_clipping(section, global_clip):
+        return None
+    return functools.partial(optim.clip_gradients, opt_cfg=section, global_clip=global_clip)
+
+
+def default_hooks(
+    config: Mapping[str, Any], evaluator: Optional[Evaluator], main_indicator: str
+) -> List[Hook]:
+    """The hooks every run has, configured by ``Global`` keys (evaluation only with an Eval set)."""
+    glob = config["Global"]
+    hooks: List[Hook] = [
+        BadSampleCheck(glob["max_bad_sample_ratio"], period=glob["print_batch_step"]),
+        TrainLogger(glob["print_batch_step"], glob["log_smooth_window"], memory_info=glob["print_mem_info"]),
+        Checkpointer(glob["save_epoch_step"], glob["save_iter_step"]),
+    ]
+    if evaluator is not None:
+        hooks.append(Evaluation(evaluator, main_indicator, glob["eval_batch_step"], glob["eval_batch_epoch"]))
+    return hooks
+
+
+def config_hooks(config: Mapping[str, Any]) -> List[Hook]:
+    """The user's hooks of ``Global.hooks: [{name: ..., key: value}, ...]`` (the ``HOOKS`` registry)."""
+    entries = config["Global"]["hooks"] or []
+    return [build_component(HOOKS, entry, config, f"Global.hooks[{i}]") for i, entry in enumerate(entries)]
+
+
+def build_trainer(
+    config: Dict[str, Any], env: Optional[DistEnv] = None, hooks: Sequence[Hook] = ()
+) -> Trainer:
+    """The trainer of a validated config, with ``hooks`` added to its own, resumed or initialised.
+    ``env``: where this process sits (default: from the launch environment, ``init_distributed``)."""
+    glob = config["Global"]
+    env = env or init_distributed(glob["use_gpu"], glob["dist_timeout"])
+    device = env.device.type
+    train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, device)
+    eval_loader = (
+        build_dataloader(config, "Eval", "eval", env.rank, env.world_size, device)
+        if config.get("Eval")
+        else None
+    )
+    sampler = train_loader.batch_sampler
+    steps_per_epoch = len(train_loader)
+    seed_everything(glob["seed"])  # identical initial weights on every rank
+    model = place_model(build_model(config), glob, env)
+    loss_fn, postprocess, metric = build_loss(config), build_postprocess(config), build_metric(config)
+    train_metric = (postprocess, build_metric(config)) if glob["cal_metric_during_train"] else None
+    optimizer, scheduler = build_optimizer(config, model, steps_per_epoch, sampler.samples_per_step)
+    autocast, use_scaler = make_autocast(glob, env.device)
+    ema = build_ema(model, glob)
+    evaluator = (
+        Evaluator(eval_loader, postprocess, metric, env, autocast, glob["channels_last"])
+        if eval_loader
+        else None
+    )
+    writer = ScalarWriter(
+        os.path.join(glob["save_model_dir"], "tensorboard")
+        if env.is_main and (glob["use_tensorboard"] or glob["use_visualdl"])
+        else None
+    )
+    trainer = Trainer(
+        model,
+        loss_fn,
+        optimizer,
+        scheduler,
+        train_loader,
+        total_steps=glob["max_iters"] or None,
+        epochs=None if glob["max_iters"] else glob["epoch_num"],
+        env=env,
+        train_model=wrap_for_training(model, glob, env),
+        hooks=[*default_hooks(config, evaluator, metric.main_indicator), *config_hooks(config), *hooks],
+        autocast=autocast,
+        scaler=make_grad_scaler(glob, use_scaler),
+        ema=ema,
+        clip_gradients=gradient_clipper(config),
+        channels_last=glob["channels_last"],
+        train_metric=train_metric,
+        writer=writer,
+        save_dir=glob["save_model_dir"],
+        config=config,
+    )
+    log_lr_scaling(glob, trainer, sampler)
+    seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own
+    resume_or_initialize(trainer, config)
+    return trainer
+
+
+def log_lr_scaling(glob: Mapping[str, Any], trainer: Trainer, sampler: Any) -> None:
+    base = auto_scale_lr_base(glob)
+    if base is None:
+        return
+    factor = lr_factor(glob, sampler.samples_per_step)
+    peak = trainer.scheduler.schedule.base_lr
+    logger.info(
+        "Global.auto_scale_lr: global batch %d (%d per process x %d) / base_batch_size %d -> learning "
+        "rates x%.4g (peak %.6g -> %.6g)",
+        sampler.samples_per_step,
+        sampler.batch_size,
+        trainer.env.world_size,
+        base,
+        factor,
+        peak / factor,
+        peak,
+    )

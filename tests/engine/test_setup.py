@@ -1,0 +1,118 @@
+"""Building a run from its config: DDP options, and the user's hooks of Global.hooks."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from ppdist_testing import tiny_run_config
+
+from ppdist.engine.dist import DistEnv
+from ppdist.engine.logger import setup_logger
+from ppdist.engine.setup import build_trainer, gradient_as_bucket_view
+from ppdist.errors import ConfigError
+
+HOOK_MODULE = "ppdist_test_user_hooks"
+HOOK_SOURCE = '''
+from ppdist.engine.hooks import Hook
+from ppdist.registry import HOOKS
+
+
+@HOOKS.register
+class StepsSeen(Hook):
+    """Remembers every ``every``-th global step; its list survives a resume."""
+
+    name = "steps_seen"
+
+    def __init__(self, every: int = 2) -> None:
+        self.every = every
+        self.seen = []
+
+    def after_step(self) -> None:
+        step = self.trainer.position.global_step
+        if step % self.every == 0:
+            self.seen.append(step)
+
+    def state_dict(self):
+        return {"seen": list(self.seen)}
+
+    def load_state_dict(self, state):
+        self.seen = list(state["seen"])
+'''
+
+
+@pytest.fixture
+def user_hooks_on_path(tmp_path, monkeypatch):
+    (tmp_path / f"{HOOK_MODULE}.py").write_text(textwrap.dedent(HOOK_SOURCE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return HOOK_MODULE
+
+
+def test_gradient_as_bucket_view_defaults_per_device():
+    assert gradient_as_bucket_view({"gradient_as_bucket_view": None}, torch.device("cpu")) is False
+    assert gradient_as_bucket_view({"gradient_as_bucket_view": None}, torch.device("cuda", 0)) is True
+    assert gradient_as_bucket_view({"gradient_as_bucket_view": True}, torch.device("cpu")) is True
+
+
+def test_a_hook_named_in_the_config_is_built_run_saved_and_resumed(tmp_path, digits_dir, user_hooks_on_path):
+    setup_logger(None)
+    hooks = [f"Global.custom_imports=[{user_hooks_on_path}]", "Global.hooks=[{name: StepsSeen, every: 4}]"]
+    common = ["Global.eval_batch_epoch=null", "Global.save_iter_step=6", *hooks]
+    trainer = build_trainer(
+        tiny_run_config(tmp_path, digits_dir, "run", common + ["Global.max_iters=8"]), DistEnv()
+    )
+    names = [hook.hook_name for hook in trainer.hooks]
+    assert names == ["bad_samples", "log", "evaluation", "checkpoint", "steps_seen"]  # by priority
+    assert trainer.hook("steps_seen").every == 4
+    trainer.train()
+    assert trainer.hook("steps_seen").seen == [4, 8]
+    saved = torch.load(tmp_path / "run" / "latest.pt", weights_only=True)
+    assert saved["hooks"]["steps_seen"] == {"seen": [4, 8]}
+
+    mid_run = str(tmp_path / "run" / "mid.pt")
+    torch.save(dict(saved, hooks=dict(saved["hooks"], steps_seen={"seen": [4]})), mid_run)
+    resumed = build_trainer(
+        tiny_run_config(
+            tmp_path, digits_dir, "again", common + ["Global.max_iters=12", f"Global.checkpoints={mid_run}"]
+        ),
+        DistEnv(),
+    )
+    assert resumed.hook("steps_seen").seen == [4]  # the hook's state came back from the checkpoint
+    resumed.train()
+    assert resumed.hook("steps_seen").seen == [4, 12]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "Global.hooks=[{name: StepSeen}]",
+            r"unknown hook name 'StepSeen' at Global.hooks\[0\].name. Did you mean: 'StepsSeen'",
+        ),
+        (
+            "Global.hooks=[{name: StepsSeen, evry: 3}]",
+            r"unknown key Global.hooks\[0\].evry for hook 'StepsSeen'. Did you mean: 'every'",
+        ),
+        (
+            "Global.hooks=[{name: StepsSeen, every: three}]",
+            r"wrong type for Global.hooks\[0\].every: expected int",
+        ),
+        ("Global.hooks=[StepsSeen]", r"Global.hooks\[0\] needs a mapping with a 'name' key"),
+    ],
+)
+def test_config_hooks_are_checked_before_anything_runs(
+    tmp_path, digits_dir, user_hooks_on_path, override, message
+):
+    with pytest.raises(ConfigError, match=message):
+        tiny_run_config(
+            tmp_path, digits_dir, "bad", [f"Global.custom_imports=[{user_hooks_on_path}]", override]
+        )
+
+
+def test_a_custom_import_that_fails_names_the_module(tmp_path, digits_dir):
+    with pytest.raises(
+        ConfigError,
+        match=r"Global.custom_imports\[0\]: cannot import 'no_such_module_here' \(ModuleNotFoundError",
+    ):
+        tiny_run_config(tmp_path, digits_dir, "bad", ["Global.custom_imports=[no_such_module_here]"])
