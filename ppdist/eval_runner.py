@@ -11,9 +11,9 @@ from ppdist.components import build_metric, build_model, build_postprocess
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.amp import make_autocast
+from ppdist.engine.checkpoint import weights_source
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.evaluator import Evaluator
-from ppdist.engine.weights_source import weights_source
 from ppdist.errors import ConfigError
 
 logger = logging.getLogger("ppdist")

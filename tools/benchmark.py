@@ -16,7 +16,7 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
 from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
-from ppdist.engine.weights_source import weights_source  # noqa: E402
+from ppdist.engine.checkpoint import weights_source  # noqa: E402
 from ppdist.utils.atomic import write_text_atomic  # noqa: E402
 
 PARTS = ("loader", "bare", "trainer", "eval", "infer", "scaling")

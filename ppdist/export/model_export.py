@@ -13,7 +13,7 @@ from torch import nn
 
 from ppdist.components import build_model
 from ppdist.engine import checkpoint as ckpt
-from ppdist.engine.weights_source import weights_source
+from ppdist.engine.checkpoint import weights_source
 from ppdist.errors import ConfigError, PPDistError
 from ppdist.export.deploy_modules import GraphSpec, build_deploy, task_of
 from ppdist.export.graph_export import OPSET, export_onnx, export_torchscript, file_size_mb, onnx_parity

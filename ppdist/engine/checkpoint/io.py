@@ -1,0 +1,121 @@
+"""Checkpoint files: where they are, writing them atomically, reading them safely, and finding the
+newest copy among the processes of a job.
+
+A checkpoint is one ``<name>.pt`` file written by global rank 0 through a unique temporary file
+beside it and ``os.replace``, so a kill at any moment leaves either the old or the new file. Files
+are read with ``torch.load(weights_only=True)``: only tensors and plain Python containers; a
+Paddle weights file is read by the restricted unpickler of ``ppdist.convert.weights.pdparams``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import torch
+
+from ppdist.convert.weights.pdparams import is_paddle_weights, load_pdparams
+from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
+from ppdist.errors import CheckpointError
+from ppdist.utils.atomic import torch_save_atomic
+
+logger = logging.getLogger("ppdist")
+SUFFIX = ".pt"
+PADDLE_SUFFIX = ".pdparams"
+PADDLE_KEY = "paddle_state_dict"  # load_file's wrapper of a Paddle file's arrays
+
+
+def checkpoint_path(prefix_or_path: str) -> str:
+    """``output/x/best_accuracy`` or ``.../best_accuracy.pt`` -> the existing ``.pt`` path; a Paddle
+    prefix (``.../best_accuracy`` with ``best_accuracy.pdparams`` beside it) -> the ``.pdparams``."""
+    if prefix_or_path.endswith(SUFFIX) or is_paddle_weights(prefix_or_path):
+        candidates = [prefix_or_path]
+    else:
+        candidates = [prefix_or_path + SUFFIX, prefix_or_path, prefix_or_path + PADDLE_SUFFIX]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise CheckpointError(f"checkpoint not found: {prefix_or_path} (looked for {', '.join(candidates)})")
+
+
+def save_atomic(obj: Mapping[str, Any], path: str) -> None:
+    """``torch.save`` to a temporary file beside ``path``, flush to disk, then atomically replace ``path``."""
+    torch_save_atomic(dict(obj), path)
+
+
+def load_file(path: str) -> Dict[str, Any]:
+    """Load a checkpoint or state dict safely (``weights_only=True``) onto the CPU.
+
+    A Paddle weights file (``.pdparams`` / ``.pdema``) is read without running code and returned
+    as ``{PADDLE_KEY: {paddle name: array}}``; ``weights_for`` converts it for a given model.
+    """
+    if is_paddle_weights(path):
+        return {PADDLE_KEY: load_pdparams(path)}
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(
+            f"cannot load {path}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a dict (got {type(data).__name__})")
+    return data
+
+
+def saved_global_step(state: Mapping[str, Any]) -> int:
+    """The global step a checkpoint was written at (-1 for weights only), in today's layout or
+    in that of ppdist 0.1 (position at the top level)."""
+    return int((state.get("position") or state).get("global_step", -1))
+
+
+def load_across_ranks(
+    path: str, env: DistEnv, missing_ok: bool = False
+) -> Optional[Tuple[Dict[str, Any], str]]:
+    """``(state, source)`` of ``path`` on every process, whichever of them have the file.
+
+    Checkpoints are written to global rank 0's disk only, and after a restart rank 0 may sit on
+    another node (c10d rendezvous), so without a shared filesystem some processes have no copy or
+    an older one. Every process reads its own; the newest (highest ``global_step``) wins and is
+    broadcast to the processes that lack it. All processes take the same decision: the same
+    error, or None when no process has the file and ``missing_ok``.
+    """
+    state: Optional[Dict[str, Any]] = None
+    missing = error = None
+    try:
+        resolved = checkpoint_path(path)
+    except CheckpointError as exc:
+        missing = str(exc)
+    else:
+        try:
+            state = load_file(resolved)
+        except CheckpointError as exc:
+            error = str(exc)
+    step = saved_global_step(state) if state is not None else None
+    views = all_gather_object((step, error, missing), env)
+    errors = [(rank, view[1]) for rank, view in enumerate(views) if view[1]]
+    if errors:
+        rank, message = errors[0]
+        raise CheckpointError(message if not env.distributed else f"rank {rank}: {message}")
+    steps = [view[0] for view in views]
+    if all(s is None for s in steps):
+        if missing_ok:
+            return None
+        raise CheckpointError(views[0][2])
+    newest = max(s for s in steps if s is not None)
+    if all(s == newest for s in steps):
+        return state, path
+    source_rank = steps.index(newest)
+    received = broadcast_object(state if env.rank == source_rank else None, env, src=source_rank)
+    logger.info(
+        "checkpoint %s (global_step %d) found on %d of %d processes; sent from rank %d to the others",
+        path,
+        newest,
+        sum(s == newest for s in steps),
+        env.world_size,
+        source_rank,
+    )
+    return received, f"{path} (from rank {source_rank})"
+
+
+# --------------------------------------------------------------------------- weights
