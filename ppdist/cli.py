@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, Callable, List, Sequence
 
+from ppdist.engine.dist import peer_failure_message
 from ppdist.errors import ConfigError, PPDistError
 
 EXIT_CONFIG_ERROR = 2
@@ -70,14 +71,6 @@ def merge_stderr_into_stdout() -> None:
         reconfigure(line_buffering=True)
 
 
-def _peer_failure(exc: BaseException) -> Any:
-    if "torch" not in sys.modules:
-        return None
-    from ppdist.engine.dist import peer_failure_message
-
-    return peer_failure_message(exc)
-
-
 def run_main(main: Callable[[], Any]) -> None:
     """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback."""
     if os.environ.get("PPDIST_STDERR_TO_STDOUT") == "1":
@@ -99,7 +92,7 @@ def run_main(main: Callable[[], Any]) -> None:
         print("ppdist: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:  # a peer that died or hung surfaces here as a torch.distributed error
-        message = _peer_failure(exc)
+        message = peer_failure_message(exc)
         if message is None:
             raise
         logging.getLogger("ppdist").error("%s", message)

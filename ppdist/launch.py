@@ -18,7 +18,12 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 import torch
+from torch.distributed import DistError, DistNetworkError
+from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousError
+from torch.distributed.launcher.api import elastic_launch
 
 
 def is_local_address(address: str) -> bool:
@@ -264,9 +269,6 @@ class WorkerLogSpecs(LogsSpecs):
 
 def rendezvous_error_message(ns: argparse.Namespace, exc: BaseException) -> str:
     """Why the nodes did not meet, with what to check, for an error raised by the rendezvous."""
-    from torch.distributed import DistNetworkError
-    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
-
     endpoint = f"{ns.ip_list[0]}:{ns.master_port}"
     texts = [" ".join(str(error).split()) for error in (exc, exc.__cause__) if error is not None]
     details = ": ".join(dict.fromkeys(text for text in texts if text)) or type(exc).__name__
@@ -291,9 +293,6 @@ def rendezvous_error_message(ns: argparse.Namespace, exc: BaseException) -> str:
 
 def run_torchrun(args: List[str], log_dir: Optional[str]) -> None:
     """What ``torch.distributed.run.run`` does, with our logs spec when ``log_dir`` is given."""
-    from torch.distributed import run as torchrun
-    from torch.distributed.launcher.api import elastic_launch
-
     getattr(torch.multiprocessing, "_set_thread_name", lambda name: None)("pt_elastic")
     config, entrypoint, cmd_args = torchrun.config_from_args(torchrun.parse_args(args))
     if log_dir:
@@ -303,10 +302,6 @@ def run_torchrun(args: List[str], log_dir: Optional[str]) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse, print the torchrun command, run it; 0 on success, 1 when the nodes or the workers fail."""
-    from torch.distributed import DistError
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
-
     ns = parse_args(argv)
     args, env = torchrun_args(ns), launch_env(ns)
     if ns.gpus is not None and ns.visible_devices is None:

@@ -10,14 +10,28 @@ loader alone against the model's consumption rate, 1 vs K processes under torchr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main  # noqa: E402
-from ppdist.engine.checkpoint import weights_source  # noqa: E402
-from ppdist.utils.atomic import write_text_atomic  # noqa: E402
+import torch
+
+from ppdist.benchmark import measurements as m
+from ppdist.benchmark.environment import describe_environment
+from ppdist.benchmark.measurements import measure_trainer, training_config
+from ppdist.benchmark.report import best_run, format_report
+from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
+from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.convert.configs import load_config
+from ppdist.data.prepare import ensure_synthetic_data
+from ppdist.engine.checkpoint import weights_source
+from ppdist.engine.dist import cleanup, init_distributed
+from ppdist.engine.logger import setup_logger
+from ppdist.errors import ConfigError
+from ppdist.inference.runners import list_images
+from ppdist.utils.atomic import write_text_atomic
 
 PARTS = ("loader", "bare", "trainer", "eval", "infer", "scaling")
 
@@ -86,8 +100,6 @@ def write_json(result, path: str) -> None:
 
 def run_trainer_part(args, config, env, save_dir: str) -> None:
     """Under torchrun: the trainer measurement, written by rank 0."""
-    from ppdist.benchmark.measurements import measure_trainer, training_config
-
     trainer = measure_trainer(
         training_config(config, args.warmup, args.iters, save_dir), env, args.warmup, args.iters
     )
@@ -96,15 +108,6 @@ def run_trainer_part(args, config, env, save_dir: str) -> None:
 
 
 def run_all(args, config, env, overrides, output_dir: str) -> dict:
-    import torch
-
-    from ppdist.benchmark import measurements as m
-    from ppdist.benchmark.environment import describe_environment
-    from ppdist.benchmark.report import best_run, format_report
-    from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
-    from ppdist.errors import ConfigError
-    from ppdist.inference.runners import list_images
-
     glob = config["Global"]
     skip = set(args.skip)
     result = {
@@ -192,16 +195,6 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
 
 def main() -> int:
     args = build_parser().parse_args()
-    import logging
-
-    import torch
-
-    from ppdist.convert.configs import load_config
-    from ppdist.data.prepare import ensure_synthetic_data
-    from ppdist.engine.dist import cleanup, init_distributed
-    from ppdist.engine.logger import setup_logger
-    from ppdist.errors import ConfigError
-
     if args.iters < 1 or args.warmup < 1:
         raise ConfigError("--iters and --warmup must be at least 1")
     if args.threads:

@@ -24,7 +24,7 @@ from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ppdist.registry import SYNTHETIC_DATA  # noqa: E402
+from ppdist.registry import SYNTHETIC_DATA
 
 COMMON_KEYS = ("out", "num", "num_val", "seed", "task")
 

@@ -6,6 +6,7 @@ import random
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -129,8 +130,6 @@ class WorkerInit:
         self.cv2_num_threads = cv2_num_threads
 
     def __call__(self, worker_id: int) -> None:
-        import cv2
-
         cv2.setNumThreads(int(self.cv2_num_threads))
         torch.set_num_threads(1)
         # torch gives every worker a fresh base seed each time the workers (re)start

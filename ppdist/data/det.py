@@ -17,6 +17,7 @@ import os
 from typing import Any, Dict, List, NamedTuple, Tuple
 
 import numpy as np
+from pycocotools.coco import COCO
 
 from ppdist.data.base import BaseDataSet
 from ppdist.errors import ConfigError, DataError
@@ -55,8 +56,6 @@ def _section(mode: str) -> str:
 
 def load_coco(path: str) -> Any:
     """A pycocotools ``COCO`` of ``path`` (its progress prints silenced)."""
-    from pycocotools.coco import COCO
-
     with contextlib.redirect_stdout(io.StringIO()):
         return COCO(path)
 

@@ -8,6 +8,7 @@ import os
 import random
 from typing import Any, Dict, List, NamedTuple, Optional, Union
 
+import lmdb
 import numpy as np
 
 from ppdist.data.base import BaseDataSet
@@ -146,8 +147,6 @@ def find_lmdb_dirs(root: str) -> List[str]:
 
 
 def _open_lmdb(path: str):
-    import lmdb
-
     return lmdb.open(path, max_readers=32, readonly=True, lock=False, readahead=False, meminit=False)
 
 

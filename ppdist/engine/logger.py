@@ -103,7 +103,7 @@ class ScalarWriter:
     def __init__(self, log_dir: Optional[str]) -> None:
         self.writer: Any = None
         if log_dir:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415  (heavy; loaded when a run asks)
 
             self.writer = SummaryWriter(log_dir=log_dir)
 

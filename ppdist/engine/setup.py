@@ -163,7 +163,7 @@ def build_trainer(
     ema = build_ema(model, glob)
     evaluator = (
         Evaluator(eval_loader, postprocess, metric, env, autocast, glob["channels_last"])
-        if eval_loader
+        if eval_loader is not None
         else None
     )
     writer = ScalarWriter(

@@ -111,7 +111,7 @@ class Trainer:
                 f"per process x {layout.world_size} process(es) with drop_last"
             )
         if (total_steps is None) == (epochs is None):
-            raise ValueError("give the schedule's length as total_steps or as epochs (not both)")
+            raise ValueError("give the length of the schedule: total_steps or epochs (one of the two)")
         self.epoch_num, self.total_steps = run_length(epochs, total_steps, layout.steps_per_epoch)
         self.position = RunPosition(layout, iteration_based=total_steps is not None)
         self.epoch, self.epoch_done = self.position.next_epoch, False

@@ -22,7 +22,7 @@ class OnnxBackend:
 
     def __init__(self, path: str, providers: Sequence[str] = ("CPUExecutionProvider",)) -> None:
         try:
-            import onnxruntime as ort
+            import onnxruntime as ort  # noqa: PLC0415  (heavy; loaded for exported models only)
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError("running an exported model needs onnxruntime: pip install onnxruntime") from exc
         self.path = path

@@ -6,6 +6,12 @@ import logging
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tqdm import tqdm
+
+from ppdist.errors import ConfigError
+from ppdist.export.deploy_modules import build_deploy
+from ppdist.export.inference_config import read_inference_config
+from ppdist.export.model_export import load_deploy_model
 from ppdist.inference.backends import OnnxBackend, TorchBackend
 from ppdist.inference.runners import ImageReadError, Runner, build_runner, inference_info_from_config
 
@@ -14,9 +20,6 @@ logger = logging.getLogger("ppdist")
 
 def from_exported(model_dir: str) -> Tuple[Dict[str, Any], Runner, OnnxBackend]:
     """Info, runner and ONNX Runtime backend of an exported model directory."""
-    from ppdist.errors import ConfigError
-    from ppdist.export.inference_config import read_inference_config
-
     info = read_inference_config(model_dir)
     if "onnx" not in info["files"]:
         raise ConfigError(f"{model_dir} has no ONNX model (export with --format onnx or both)")
@@ -27,8 +30,6 @@ def from_exported(model_dir: str) -> Tuple[Dict[str, Any], Runner, OnnxBackend]:
 
 def check_graph_matches(info: Mapping[str, Any], backend: OnnxBackend) -> None:
     """The ONNX graph's input and output names and ranks must be those ``inference.yml`` declares."""
-    from ppdist.errors import ConfigError
-
     declared_inputs = [row["name"] for row in info["inputs"]]
     problems = []
     if backend.input_names != declared_inputs:
@@ -52,9 +53,6 @@ def from_config(
     config: Mapping[str, Any], device: str = "cpu"
 ) -> Tuple[Dict[str, Any], Runner, TorchBackend]:
     """Info, runner and PyTorch backend of a training config with ``Global.checkpoints``."""
-    from ppdist.export.deploy_modules import build_deploy
-    from ppdist.export.model_export import load_deploy_model
-
     info = inference_info_from_config(config)
     model, _ = load_deploy_model(config)
     module, spec = build_deploy(model, config)
@@ -75,8 +73,6 @@ def infer(
 ) -> Dict[str, Any]:
     """Predict every file of ``paths``; unreadable files are skipped and listed in ``skipped``.
     Returns ``{results, skipped: [(path, why)], images, seconds, images_per_s}``."""
-    from tqdm import tqdm
-
     results: List[Dict[str, Any]] = []
     skipped: List[Tuple[str, str]] = []
     start = time.perf_counter()

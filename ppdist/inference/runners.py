@@ -16,7 +16,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ppdist.data.build import build_transforms
 from ppdist.errors import ConfigError, PPDistError
+from ppdist.export.deploy_modules import GRAPH_IO, task_of
+from ppdist.export.inference_config import (
+    detection_labels,
+    inference_postprocess,
+    inference_preprocess,
+    segmentation_labels,
+)
+from ppdist.registry import POSTPROCESSES
 
 Sample = Dict[str, Any]
 Result = Dict[str, Any]
@@ -38,14 +47,6 @@ def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     """The inference info of ``config`` as ``read_inference_config`` would return it after an
     export (task, inputs, outputs, preprocess, postprocess, labels), without writing files; the rec
     dictionary stays the config's ``character_dict_path``."""
-    from ppdist.export.deploy_modules import GRAPH_IO, task_of
-    from ppdist.export.inference_config import (
-        detection_labels,
-        inference_postprocess,
-        inference_preprocess,
-        segmentation_labels,
-    )
-
     task = task_of(config)
     inputs, outputs = GRAPH_IO[task]
     info: Dict[str, Any] = {
@@ -65,9 +66,6 @@ def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
 
 def build_postprocess_of(info: Mapping[str, Any]) -> Any:
     """The post-process object ``info["postprocess"]`` describes (registry build, as in training)."""
-    import ppdist.components  # noqa: F401  (registers the post-processes; no config was loaded for --model)
-    from ppdist.registry import POSTPROCESSES
-
     return POSTPROCESSES.build(
         dict(info["postprocess"]), where=f"{info.get('path', 'inference info')}: postprocess"
     )
@@ -108,8 +106,6 @@ class Runner:
     task = ""
 
     def __init__(self, info: Mapping[str, Any]) -> None:
-        from ppdist.data.build import build_transforms
-
         self.info = info
         self.input_names: List[str] = [row["name"] for row in info["inputs"]]
         self.output_names: List[str] = list(info["outputs"])

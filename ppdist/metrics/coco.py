@@ -15,6 +15,8 @@ import os
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
+import torch.distributed as dist
+from pycocotools.cocoeval import COCOeval
 
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
@@ -38,8 +40,6 @@ STAT_NAMES = (
 
 
 def _is_main_process() -> bool:
-    import torch.distributed as dist
-
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
@@ -47,8 +47,6 @@ def coco_bbox_eval(
     coco_gt: Any, detections: List[Dict[str, Any]], image_ids: List[int], classwise: bool = False
 ) -> Dict[str, Any]:
     """The 12 COCO stats (and per-class AP) of ``detections`` on ``image_ids``."""
-    from pycocotools.cocoeval import COCOeval
-
     if not detections:
         out: Dict[str, Any] = {name: 0.0 for name in STAT_NAMES}
         if classwise:

@@ -18,6 +18,11 @@ from typing import Any, Callable, Dict, Mapping, Tuple
 
 import numpy as np
 
+try:  # numpy >= 2; files written with numpy 1 name numpy.core.multiarray
+    from numpy._core import multiarray
+except ImportError:  # pragma: no cover - numpy 1
+    from numpy.core import multiarray
+
 from ppdist.errors import CheckpointError
 
 STRUCTURED_NAMES_KEY = "StructuredToParameterName@@"
@@ -53,11 +58,6 @@ def _latin1_encode(text: Any, encoding: str = "latin1", errors: str = "strict") 
 
 
 def _numpy_globals() -> Dict[Tuple[str, str], Any]:
-    try:  # numpy >= 2; files written with numpy 1 name numpy.core.multiarray
-        from numpy._core import multiarray
-    except ImportError:  # pragma: no cover - numpy 1
-        from numpy.core import multiarray
-
     allowed: Dict[Tuple[str, str], Any] = {}
     for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
         allowed[(module, "_reconstruct")] = multiarray._reconstruct

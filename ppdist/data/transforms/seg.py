@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageEnhance
 
+from ppdist.data.transforms.det import resize_detection
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 
@@ -244,8 +245,6 @@ class Resize:
     def __call__(self, data: Sample) -> Sample:
         name = random.choice(list(INTERPOLATIONS)) if self.interp == "RANDOM" else self.interp
         if "im_shape" in data:  # a detection sample: PaddleDetection's [h, w] semantics
-            from ppdist.data.transforms.det import resize_detection
-
             # the first entry was stored as target_w: for detection it is the height
             return resize_detection(
                 data, (self.target_w, self.target_h), self.keep_ratio, INTERPOLATIONS[name]
