@@ -11,6 +11,8 @@ import torch
 
 from ppdist.config import compile_options
 from ppdist.data.build import loader_options
+from ppdist.engine.device_settings import channels_last
+from ppdist.engine.optim import use_fused
 
 
 def git_commit(path: str) -> str:
@@ -38,7 +40,7 @@ def cpu_model() -> str:
 def describe_environment(config: Mapping[str, Any], device: torch.device) -> Dict[str, Any]:
     glob = config["Global"]
     train_loader = config["Train"]["loader"]
-    amp = f"{glob['amp_dtype']}" if glob["use_amp"] and device.type == "cuda" else "off"
+    amp = f"{glob['amp_dtype']}" if glob["use_amp"] else "off"
     options = compile_options(glob)
     loading = loader_options(train_loader, device.type)
     return {
@@ -54,7 +56,8 @@ def describe_environment(config: Mapping[str, Any], device: torch.device) -> Dic
         "train_workers": int(train_loader["num_workers"]),
         "train_batch_size_per_card": int(train_loader["batch_size_per_card"]),
         "amp": amp,
-        "channels_last": bool(glob["channels_last"]),
+        "channels_last": channels_last(glob, device),
+        "fused_optimizer": use_fused(config["Optimizer"].get("fused"), device),
         "compile": "off" if options is None else (options or "default"),
         "pin_memory": loading["pin_memory"],
         "persistent_workers": loading.get("persistent_workers", False),

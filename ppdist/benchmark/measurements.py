@@ -21,8 +21,9 @@ from ppdist.config import compile_options
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
-from ppdist.engine.amp import make_autocast
+from ppdist.engine.amp import make_autocast, make_grad_scaler
 from ppdist.engine.batch import batch_size_of, move_to_device
+from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.evaluator import Evaluator
@@ -82,7 +83,6 @@ def load_batches(
     """The first ``count`` training batches of a single-process run (epoch after epoch), moved to
     ``device``; also the loader's own throughput over the batches after ``warmup`` and its
     batches per epoch."""
-    glob = config["Global"]
     loader = build_dataloader(config, "Train", "train", 0, 1, device.type)
     sampler = loader.batch_sampler
     raw: List[Tuple[int, Dict[str, Any]]] = []
@@ -105,9 +105,8 @@ def load_batches(
     seconds = time.perf_counter() - start if start is not None else 0.0
     steps_per_epoch = len(loader)
     del loader  # stop the workers before the model runs
-    batches = []
+    batches = []  # kept on the host: the bare loop moves them to the device for its own run only
     for epoch_of_batch, batch in raw:
-        batch = move_to_device(batch, device, glob["channels_last"])
         batch[EPOCH_KEY] = epoch_of_batch - 1
         batches.append(batch)
     loader_result = {
@@ -128,23 +127,30 @@ def measure_bare_loop(
     warmup: int,
     steps_per_epoch: int,
 ) -> Dict[str, Any]:
-    """samples/s of a plain forward/backward/step loop over pre-loaded ``batches``."""
+    """samples/s of a plain forward/backward/step loop over pre-loaded ``batches`` (moved to the
+    device before the clock starts and freed after)."""
     glob = config["Global"]
     opt_cfg = config["Optimizer"]
     seed_everything(glob["seed"])
+    apply_backend_settings(glob, device)
+    nhwc = channels_last(glob, device)
     model = build_model(config).to(device)
-    if glob["channels_last"]:
+    if nhwc:
         model = model.to(memory_format=torch.channels_last)
     model.train()
     options = compile_options(glob)
     network = torch.compile(model, **options) if options is not None else model
     loss_fn = build_loss(config)
+    if isinstance(loss_fn, torch.nn.Module):
+        loss_fn.to(device)
+    host_keys = tuple(getattr(loss_fn, "host_keys", ()))
+    batches = [move_to_device(batch, device, nhwc, keep_on_host=host_keys) for batch in batches]
     total = len(batches)
     optimizer, scheduler = build_optimizer(
         opt_cfg, model, math.ceil(total / steps_per_epoch), steps_per_epoch, total
     )
     autocast, use_scaler = make_autocast(glob, device)
-    scaler = torch.amp.GradScaler("cuda", enabled=use_scaler, init_scale=float(glob["scale_loss"]))
+    scaler = make_grad_scaler(glob, use_scaler, device)
     ema = (
         ModelEMA(model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
         if glob["use_ema"]
@@ -159,7 +165,7 @@ def measure_bare_loop(
             start = time.perf_counter()
         with autocast():
             preds = network(dict(batch))
-            loss = loss_fn(preds, dict(batch))["loss"]
+        loss = loss_fn(preds, dict(batch))["loss"]
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         if clip:
@@ -197,13 +203,15 @@ def build_weighted_model(
 def measure_eval(config: Mapping[str, Any], env: DistEnv, weights: Optional[str]) -> Dict[str, Any]:
     """One pass of the evaluator over the Eval set: samples/s and the metrics."""
     glob = config["Global"]
+    apply_backend_settings(glob, env.device)
+    nhwc = channels_last(glob, env.device)
     model = build_weighted_model(config, weights, env.device)
-    if glob["channels_last"]:
+    if nhwc:
         model = model.to(memory_format=torch.channels_last)
     loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
     autocast, _ = make_autocast(glob, env.device)
     metric = build_metric(config)
-    evaluator = Evaluator(loader, build_postprocess(config), metric, env, autocast, glob["channels_last"])
+    evaluator = Evaluator(loader, build_postprocess(config), metric, env, autocast, nhwc)
     start = time.perf_counter()
     metrics = evaluator.run(model, desc="benchmark eval")
     seconds = time.perf_counter() - start

@@ -13,7 +13,7 @@ SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metri
 BASE_KEY = "_BASE_"
 ARCHITECTURE_KEYS = ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels")
 # Optimizer keys ppdist handles itself; every other key is an argument of the optimizer named by ``name``
-OPTIMIZER_COMMON_KEYS = ("lr", "regularizer", "clip_norm", "clip_norm_global")
+OPTIMIZER_COMMON_KEYS = ("lr", "regularizer", "clip_norm", "clip_norm_global", "fused")
 
 # Global keys that are injected into any component (transform, post-process, ...) whose
 # constructor has a parameter of the same name; Global wins, as in PaddleOCR.
@@ -86,9 +86,7 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "use_space_char": GlobalKey((bool,), False, "Append a space to the dictionary."),
     "save_res_path": GlobalKey((str, NONE_TYPE), None, "Where tools/infer.py writes its results."),
     "seed": GlobalKey((int,), 1024, "Seed of model init, shuffling and augmentation."),
-    "use_amp": GlobalKey(
-        (bool,), False, "Automatic mixed precision on CUDA (ignored with a warning on CPU)."
-    ),
+    "use_amp": GlobalKey((bool,), False, "Automatic mixed precision (torch.autocast on CUDA, and on CPU)."),
     "amp_dtype": GlobalKey((str,), "float16", "AMP dtype.", choices=("float16", "bfloat16")),
     "amp_level": GlobalKey(
         (str,), "O1", "Paddle AMP level; both levels map to torch.autocast.", choices=("O1", "O2")
@@ -96,10 +94,26 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "scale_loss": GlobalKey(NUMBER_TYPES, 65536.0, "Initial loss scale of the fp16 GradScaler."),
     "use_dynamic_loss_scaling": GlobalKey((bool,), True, "Let the GradScaler adapt the scale."),
     "channels_last": GlobalKey(
-        (bool,),
-        True,
-        "Run the model and 4-D inputs in channels_last memory format "
-        "(measured faster for all three models, docs/benchmarks.md).",
+        (bool, NONE_TYPE),
+        None,
+        "Run the model and 4-D inputs in channels_last memory format; null: on with CPU (measured "
+        "faster for all three models) and with CUDA AMP, off with CUDA fp32 (docs/benchmarks.md).",
+    ),
+    "cudnn_benchmark": GlobalKey(
+        (bool,), True, "Let cuDNN time its algorithms once per input shape and keep the fastest (CUDA)."
+    ),
+    "float32_matmul_precision": GlobalKey(
+        (str,),
+        "high",
+        "torch.set_float32_matmul_precision: 'high' uses TF32 for fp32 matmuls/convolutions on "
+        "Ampere+ GPUs (Paddle's default); 'highest' keeps full fp32.",
+        choices=("highest", "high", "medium"),
+    ),
+    "broadcast_buffers": GlobalKey(
+        (bool, NONE_TYPE),
+        None,
+        "DDP broadcast_buffers (rank 0's BatchNorm statistics before every forward); null: off with "
+        "SyncBatchNorm, on otherwise.",
     ),
     "use_sync_bn": GlobalKey((bool,), False, "Convert BatchNorm to SyncBatchNorm under multi-GPU DDP."),
     "find_unused_parameters": GlobalKey((bool,), False, "DDP find_unused_parameters."),

@@ -226,7 +226,8 @@ def _validate_optimizer(config: Dict[str, Any]) -> None:
     if not isinstance(opt, dict) or "name" not in opt:
         raise ConfigError("missing required key Optimizer.name")
     kwargs = {k: v for k, v in opt.items() if k not in ("name",) + OPTIMIZER_COMMON_KEYS}
-    OPTIMIZERS.check(opt["name"], kwargs, "Optimizer", injected=("params",))
+    OPTIMIZERS.check(opt["name"], kwargs, "Optimizer", injected=("params", "fused"))
+    _check_type(opt.get("fused"), (bool, NONE_TYPE), "Optimizer.fused")
     lr = opt.get("lr")
     if lr is None:
         raise ConfigError("missing required key Optimizer.lr (a number or {name, learning_rate, ...})")

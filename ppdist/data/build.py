@@ -114,6 +114,13 @@ class Collate:
         return collate(samples, self.batch_ops)
 
 
+def input_size_count(loader: Any) -> int:
+    """How many input sizes ``loader``'s batches come in: the number of ``sizes`` of its
+    multi-scale batch transform (PP-YOLOE's ``BatchRandomResize``), else 1."""
+    ops = getattr(getattr(loader, "collate_fn", None), "batch_ops", ())
+    return max([len(getattr(op, "sizes", ())) for op in ops] + [1])
+
+
 class WorkerInit:
     """Seeds ``random``/``numpy``/``torch`` in each worker differently per rank and worker, and
     limits each worker to one torch thread and ``cv2_num_threads`` OpenCV threads (0: OpenCV

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Collection, Dict, Mapping
 
 import torch
+from torch.utils._pytree import tree_map
 
 
 def move_to_device(
-    batch: Mapping[str, Any], device: torch.device, channels_last: bool = False
+    batch: Mapping[str, Any],
+    device: torch.device,
+    channels_last: bool = False,
+    keep_on_host: Collection[str] = (),
 ) -> Dict[str, Any]:
-    """Tensors of ``batch`` on ``device`` (non-blocking); 4-D float tensors optionally channels_last."""
+    """Tensors of ``batch`` on ``device`` (non-blocking), but those named in ``keep_on_host``
+    (values a loss needs on the host, e.g. CTC lengths); 4-D float tensors optionally channels_last."""
     non_blocking = device.type == "cuda"
     out: Dict[str, Any] = {}
     for key, value in batch.items():
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and key not in keep_on_host:
             value = value.to(device, non_blocking=non_blocking)
             if channels_last and value.ndim == 4 and value.is_floating_point():
                 value = value.contiguous(memory_format=torch.channels_last)
@@ -27,3 +32,8 @@ def batch_size_of(batch: Mapping[str, Any]) -> int:
         if isinstance(value, torch.Tensor) and value.ndim > 0 and not key.startswith("_"):
             return int(value.shape[0])
     return 0
+
+
+def detach(tree: Any) -> Any:
+    """``tree`` (a tensor, or lists/tuples/dicts of them) with every tensor detached."""
+    return tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, tree)

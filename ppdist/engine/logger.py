@@ -10,6 +10,8 @@ import statistics
 import sys
 from typing import Any, Dict, Mapping, Optional
 
+import torch
+
 LOGGER_NAME = "ppdist"
 
 
@@ -36,8 +38,8 @@ def setup_logger(log_file: Optional[str] = None, rank: int = 0) -> logging.Logge
 class SmoothedValues:
     """Median over the last ``window`` values of each named scalar (PaddleOCR's log style).
 
-    Values may be numbers or 0-d tensors; tensors are read (one device sync) only when the
-    medians are asked for, so the training loop never waits for the device to log.
+    Values may be numbers or 0-d tensors; tensors are read only when the medians are asked for,
+    all of them in one stacked transfer, so the training loop never waits for the device to log.
     """
 
     def __init__(self, window: int = 20) -> None:
@@ -49,7 +51,24 @@ class SmoothedValues:
             self.values.setdefault(key, collections.deque(maxlen=self.window)).append(value)
 
     def medians(self) -> Dict[str, float]:
-        return {k: statistics.median(float(x) for x in v) for k, v in self.values.items() if v}
+        self._read_tensors()
+        return {k: statistics.median(v) for k, v in self.values.items() if v}
+
+    def _read_tensors(self) -> None:
+        """Replace the tensors still held by their values: one host transfer for all of them."""
+        places = [
+            (values, i)
+            for values in self.values.values()
+            for i, value in enumerate(values)
+            if isinstance(value, torch.Tensor)
+        ]
+        if not places:
+            return
+        tensors = [values[i].detach().reshape(()).float() for values, i in places]
+        device = tensors[0].device
+        numbers = torch.stack([t.to(device) for t in tensors]).tolist()
+        for (values, i), number in zip(places, numbers):
+            values[i] = number
 
 
 def _format_value(value: Any) -> str:

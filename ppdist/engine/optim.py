@@ -32,6 +32,17 @@ class L2Decay:
 
 
 # --------------------------------------------------------------------------- optimizers
+def _impl(fused: bool) -> Dict[str, bool]:
+    """torch's fused kernel (one launch per step; with fp16 AMP the scaler's overflow check stays
+    on the device), or torch's default implementation (multi-tensor on CUDA)."""
+    return {"fused": True} if fused else {}
+
+
+def use_fused(setting: Optional[bool], device: torch.device) -> bool:
+    """``Optimizer.fused``; unset: on with CUDA, off on CPU (docs/benchmarks.md)."""
+    return device.type == "cuda" if setting is None else bool(setting)
+
+
 @OPTIMIZERS.register(name="Adam")
 def adam(
     params: List[Dict[str, Any]],
@@ -39,9 +50,12 @@ def adam(
     beta2: float = 0.999,
     epsilon: float = 1e-8,
     amsgrad: bool = False,
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
     """Adam with coupled L2 (the regularizer's factor becomes each group's ``weight_decay``)."""
-    return torch.optim.Adam(params, lr=0.0, betas=(beta1, beta2), eps=epsilon, amsgrad=amsgrad)
+    return torch.optim.Adam(
+        params, lr=0.0, betas=(beta1, beta2), eps=epsilon, amsgrad=amsgrad, **_impl(fused)
+    )
 
 
 @OPTIMIZERS.register(name="AdamW")
@@ -53,6 +67,7 @@ def adamw(
     weight_decay: float = 0.01,
     no_weight_decay_name: Optional[str] = None,
     one_dim_param_no_weight_decay: bool = False,
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
     """AdamW with decoupled weight decay; names listed in ``no_weight_decay_name`` (space
     separated substrings) and, optionally, 1-D parameters get none (PaddleOCR's options)."""
@@ -70,11 +85,15 @@ def adamw(
                 out.append(
                     {"params": [p for _, p in members], "names": [n for n, _ in members], "weight_decay": wd}
                 )
-    return torch.optim.AdamW(out, lr=0.0, betas=(beta1, beta2), eps=epsilon)
+    return torch.optim.AdamW(out, lr=0.0, betas=(beta1, beta2), eps=epsilon, **_impl(fused))
 
 
 def _sgd(
-    params: List[Dict[str, Any]], momentum: float, use_nesterov: bool, weight_decay: Optional[float]
+    params: List[Dict[str, Any]],
+    momentum: float,
+    use_nesterov: bool,
+    weight_decay: Optional[float],
+    fused: bool,
 ) -> torch.optim.Optimizer:
     if weight_decay is not None:  # PaddleSeg's key: coupled L2 on every parameter
         if any(g.get("custom_decay") for g in params) or any(g["weight_decay"] for g in params):
@@ -83,7 +102,9 @@ def _sgd(
             )
         for group in params:
             group["weight_decay"] = float(weight_decay)
-    return torch.optim.SGD(params, lr=0.0, momentum=momentum, nesterov=use_nesterov and momentum > 0)
+    return torch.optim.SGD(
+        params, lr=0.0, momentum=momentum, nesterov=use_nesterov and momentum > 0, **_impl(fused)
+    )
 
 
 @OPTIMIZERS.register(name="Momentum")
@@ -92,11 +113,12 @@ def momentum_sgd(
     momentum: float = 0.9,
     use_nesterov: bool = False,
     weight_decay: Optional[float] = None,
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
     """Paddle's Momentum: v = m*v + g; p -= lr*v (torch SGD without dampening).
 
     ``weight_decay`` (PaddleSeg) is coupled L2 on all parameters, BN and biases included."""
-    return _sgd(params, momentum, use_nesterov, weight_decay)
+    return _sgd(params, momentum, use_nesterov, weight_decay, fused)
 
 
 @OPTIMIZERS.register(name="SGD")
@@ -105,9 +127,10 @@ def sgd(
     momentum: float = 0.0,
     use_nesterov: bool = False,
     weight_decay: Optional[float] = None,
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
     """SGD (optionally with momentum; PaddleSeg's ``type: SGD, momentum: 0.9`` is Momentum)."""
-    return _sgd(params, momentum, use_nesterov, weight_decay)
+    return _sgd(params, momentum, use_nesterov, weight_decay, fused)
 
 
 # --------------------------------------------------------------------------- LR schedules
@@ -376,24 +399,32 @@ def build_optimizer(
     if not groups:
         raise ConfigError("the model has no trainable parameters")
     kwargs = {k: v for k, v in opt_cfg.items() if k not in OPTIMIZER_COMMON_KEYS}
-    optimizer = OPTIMIZERS.build(kwargs, where="Optimizer", params=groups)
+    fused = use_fused(opt_cfg.get("fused"), groups[0]["params"][0].device)
+    optimizer = OPTIMIZERS.build(kwargs, where="Optimizer", params=groups, fused=fused)
     schedule = build_lr_schedule(opt_cfg["lr"], epochs, step_each_epoch, total_steps)
     return optimizer, IterScheduler(optimizer, schedule)
 
 
 def clip_gradients(
     model: nn.Module, opt_cfg: Mapping[str, Any], global_clip: Optional[float]
-) -> Optional[float]:
-    """Apply ``clip_norm`` (per tensor) and the global-norm clip; return the global norm if clipped."""
+) -> Optional[torch.Tensor]:
+    """Apply ``clip_norm`` (per tensor) and the global-norm clip in a few foreach kernels, reading
+    nothing on the host; return the global norm (a device tensor) when clipped globally."""
     params = [p for p in model.parameters() if p.grad is not None]
+    grads = [p.grad for p in params]
+    if not grads:
+        return None
     per_tensor = opt_cfg.get("clip_norm")
-    if per_tensor:
-        for p in params:
-            torch.nn.utils.clip_grad_norm_([p], float(per_tensor))
+    if per_tensor:  # each gradient times min(1, max_norm / (its norm + 1e-6)), as clip_grad_norm_ does
+        norms = torch.stack(torch._foreach_norm(grads))
+        coefs = (float(per_tensor) / (norms + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_(grads, list(coefs.unbind()))
     max_norm = opt_cfg.get("clip_norm_global") or global_clip
-    if max_norm:
-        return float(torch.nn.utils.clip_grad_norm_(params, float(max_norm)))
-    return None
+    if not max_norm:
+        return None
+    total = torch.nn.utils.get_total_norm(grads, foreach=True)
+    torch.nn.utils.clip_grads_with_norm_(params, float(max_norm), total, foreach=True)
+    return total
 
 
 def needs_clipping(opt_cfg: Mapping[str, Any], global_clip: Optional[float]) -> bool:

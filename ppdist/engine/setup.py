@@ -21,9 +21,10 @@ from torch.nn.parallel import DistributedDataParallel
 from ppdist.builder import build_component
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
 from ppdist.config import auto_scale_lr_base, compile_options
-from ppdist.data.build import build_dataloader
+from ppdist.data.build import build_dataloader, input_size_count
 from ppdist.engine import optim
 from ppdist.engine.amp import make_autocast, make_grad_scaler
+from ppdist.engine.device_settings import apply_backend_settings, broadcast_buffers, channels_last
 from ppdist.engine.dist import DistEnv, init_distributed
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.evaluator import Evaluator
@@ -45,22 +46,29 @@ def gradient_as_bucket_view(glob: Mapping[str, Any], device: torch.device) -> bo
     return device.type == "cuda" if setting is None else bool(setting)
 
 
+def uses_sync_bn(glob: Mapping[str, Any], env: DistEnv) -> bool:
+    """SyncBatchNorm only where it can run: CUDA with several processes."""
+    return bool(glob["use_sync_bn"]) and env.distributed and env.device.type == "cuda"
+
+
 def place_model(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.Module:
-    """``model`` on the device, in channels_last when asked, with SyncBatchNorm under multi-GPU DDP."""
+    """``model`` on the device, in channels_last when it applies, with SyncBatchNorm under multi-GPU DDP."""
     model = model.to(env.device)
-    if glob["channels_last"]:
+    if channels_last(glob, env.device):
         model = model.to(memory_format=torch.channels_last)
-    if glob["use_sync_bn"] and env.distributed:
-        if env.device.type == "cuda":
-            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        else:
-            logger.warning("Global.use_sync_bn needs CUDA; BatchNorm stays per-process on CPU")
+    if uses_sync_bn(glob, env):
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    elif glob["use_sync_bn"] and env.distributed:
+        logger.warning("Global.use_sync_bn needs CUDA; BatchNorm stays per-process on CPU")
     return model
 
 
-def wrap_for_training(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.Module:
+def wrap_for_training(
+    model: nn.Module, glob: Mapping[str, Any], env: DistEnv, input_sizes: int = 1
+) -> nn.Module:
     """What the training forward calls: DDP over several processes, then ``torch.compile`` when
-    ``Global.compile`` asks (checkpoints and evaluation use ``model`` itself)."""
+    ``Global.compile`` asks (checkpoints and evaluation use ``model`` itself). ``input_sizes``:
+    how many input shapes training sees (multi-scale training), for the recompile limit."""
     wrapped: nn.Module = model
     if env.distributed:
         wrapped = DistributedDataParallel(
@@ -70,12 +78,30 @@ def wrap_for_training(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -
             static_graph=glob["static_graph"],
             bucket_cap_mb=glob["bucket_cap_mb"],
             find_unused_parameters=glob["find_unused_parameters"],
+            broadcast_buffers=broadcast_buffers(glob, uses_sync_bn(glob, env)),
         )
     options = compile_options(glob)
     if options is not None:
-        logger.info("Global.compile: torch.compile(%s)", ", ".join(f"{k}={v!r}" for k, v in options.items()))
-        wrapped = torch.compile(wrapped, **options)
+        wrapped = compile_for_training(wrapped, options, input_sizes)
     return wrapped
+
+
+def compile_for_training(module: nn.Module, options: Mapping[str, Any], input_sizes: int) -> nn.Module:
+    """``torch.compile(module, **options)`` with a recompile limit that fits every training input
+    size (one graph per size and a few for the automatic switch to dynamic shapes); going past it
+    is an error, never a silent fall back to eager."""
+    dynamo = torch._dynamo.config
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 2 * input_sizes + 2)
+    dynamo.fail_on_recompile_limit_hit = True
+    logger.info(
+        "Global.compile: torch.compile(%s); %d training input size(s), dynamic=%s, recompile limit %d "
+        "(past it training stops with an error instead of running eager)",
+        ", ".join(f"{k}={v!r}" for k, v in options.items()),
+        input_sizes,
+        options.get("dynamic", "automatic"),
+        dynamo.recompile_limit,
+    )
+    return torch.compile(module, **options)
 
 
 def lr_factor(glob: Mapping[str, Any], global_batch_size: Optional[int]) -> float:
@@ -155,14 +181,18 @@ def build_trainer(
     sampler = train_loader.batch_sampler
     steps_per_epoch = len(train_loader)
     seed_everything(glob["seed"])  # identical initial weights on every rank
+    apply_backend_settings(glob, env.device)
     model = place_model(build_model(config), glob, env)
-    loss_fn, postprocess, metric = build_loss(config), build_postprocess(config), build_metric(config)
+    loss_fn = build_loss(config)
+    if isinstance(loss_fn, nn.Module):
+        loss_fn.to(env.device)  # its buffers (class weights) live on the device
+    postprocess, metric = build_postprocess(config), build_metric(config)
     train_metric = (postprocess, build_metric(config)) if glob["cal_metric_during_train"] else None
     optimizer, scheduler = build_optimizer(config, model, steps_per_epoch, sampler.samples_per_step)
     autocast, use_scaler = make_autocast(glob, env.device)
     ema = build_ema(model, glob)
     evaluator = (
-        Evaluator(eval_loader, postprocess, metric, env, autocast, glob["channels_last"])
+        Evaluator(eval_loader, postprocess, metric, env, autocast, channels_last(glob, env.device))
         if eval_loader is not None
         else None
     )
@@ -180,13 +210,13 @@ def build_trainer(
         total_steps=glob["max_iters"] or None,
         epochs=None if glob["max_iters"] else glob["epoch_num"],
         env=env,
-        train_model=wrap_for_training(model, glob, env),
+        train_model=wrap_for_training(model, glob, env, input_size_count(train_loader)),
         hooks=[*default_hooks(config, evaluator, metric.main_indicator), *config_hooks(config), *hooks],
         autocast=autocast,
-        scaler=make_grad_scaler(glob, use_scaler),
+        scaler=make_grad_scaler(glob, use_scaler, env.device),
         ema=ema,
         clip_gradients=gradient_clipper(config),
-        channels_last=glob["channels_last"],
+        channels_last=channels_last(glob, env.device),
         train_metric=train_metric,
         writer=writer,
         save_dir=glob["save_model_dir"],

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -21,7 +21,8 @@ from torch import nn
 
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.engine import checkpoint as ckpt
-from ppdist.engine.batch import batch_size_of, move_to_device
+from ppdist.engine.amp import load_scaler_state
+from ppdist.engine.batch import batch_size_of, detach, move_to_device
 from ppdist.engine.dist import DistEnv, all_gather_object
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.hooks.base import Hook
@@ -38,7 +39,8 @@ EPOCH_KEY = "epoch_id"  # 0-based epoch in the batch, for epoch-dependent losses
 class StepRecord:
     """What one step did, for the hooks: loss terms (detached tensors, read only when logged),
     samples of all processes and of this one, the wait for data and the whole step (seconds),
-    and the bad samples that were replaced in this process's batch."""
+    and the bad samples that were replaced in this process's batch. With a training metric,
+    also the step's (detached) predictions and batch, for the log steps that compute it."""
 
     values: Dict[str, Any]
     samples: int
@@ -46,6 +48,8 @@ class StepRecord:
     reader_cost: float
     batch_cost: float
     bad_samples: List[str] = field(default_factory=list)
+    preds: Any = None
+    batch: Optional[Dict[str, Any]] = None
 
 
 class Trainer:
@@ -59,8 +63,13 @@ class Trainer:
 
     ``train_model`` is what the forward pass calls (the DDP and/or compiled wrapper of ``model``;
     ``model`` itself is what is saved and evaluated). ``autocast`` is a zero-argument context
-    factory, ``scaler`` a ``GradScaler``, ``clip_gradients(model)`` clips in place.
-    ``train_metric`` = (post-process, metric) computes the metric of each training batch for the log.
+    factory for the forward pass (the loss always runs outside it, in fp32), ``scaler`` a
+    ``GradScaler``, ``clip_gradients(model)`` clips in place. ``train_metric`` = (post-process,
+    metric) computes the metric of a training batch for the log lines (``train_metric_values``).
+    Batch entries named in the loss's ``host_keys`` (e.g. CTC's label lengths) stay on the host.
+
+    A step reads no value on the host (the GPU never waits): loss terms stay tensors until a hook
+    logs them.
     """
 
     def __init__(
@@ -102,6 +111,7 @@ class Trainer:
         self.autocast, self.ema, self.clip_gradients = autocast, ema, clip_gradients
         self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu", enabled=False)
         self.channels_last, self.train_metric = channels_last, train_metric
+        self.host_keys = tuple(getattr(loss_fn, "host_keys", ()))
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
         layout = Layout.of(self.sampler)
@@ -148,19 +158,23 @@ class Trainer:
         """Move ``batch`` to the device, take one optimizer step, advance the position."""
         bad = batch.pop(BAD_SAMPLES_KEY, [])
         size = batch_size_of(batch)
-        batch = move_to_device(batch, self.env.device, self.channels_last)
+        batch = move_to_device(batch, self.env.device, self.channels_last, keep_on_host=self.host_keys)
         batch[EPOCH_KEY] = self.epoch - 1
-        values = self.step(batch)
+        values, preds = self.step(batch)
         self.epoch_done = self.position.advance()
-        return StepRecord(
+        record = StepRecord(
             values, size * self.env.world_size, size, reader_cost, time.perf_counter() - tick, bad
         )
+        if self.train_metric is not None:
+            record.preds, record.batch = preds, batch
+        return record
 
-    def step(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        """Forward, loss, backward, optimizer and LR schedule, EMA; the loss terms as detached tensors."""
+    def step(self, batch: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
+        """Forward, loss, backward, optimizer and LR schedule, EMA: the loss terms as detached
+        tensors (read only when logged) and the detached predictions."""
         with self.autocast():
             preds = self.train_model(batch)
-            losses = self.loss_fn(preds, batch)
+        losses = self.loss_fn(preds, batch)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(losses["loss"]).backward()
         if self.clip_gradients is not None:
@@ -171,16 +185,18 @@ class Trainer:
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
-        # detached tensors, turned into floats only when logged (no device sync per step)
         values = {k: v.detach() for k, v in losses.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
-        if self.train_metric is not None and self.env.is_main:
-            postprocess, metric = self.train_metric
-            metric.reset()
-            metric.update(
-                postprocess(preds.detach() if isinstance(preds, torch.Tensor) else preds, batch), batch
-            )
-            values.update(metric.compute())
-        return values
+        return values, detach(preds)
+
+    def train_metric_values(self, record: StepRecord) -> Dict[str, Any]:
+        """The training metric of ``record``'s batch (empty without ``train_metric`` or its
+        predictions); called by the log hook on its log steps only, as it reads the device."""
+        if self.train_metric is None or record.preds is None or record.batch is None:
+            return {}
+        postprocess, metric = self.train_metric
+        metric.reset()
+        metric.update(postprocess(record.preds, record.batch), record.batch)
+        return dict(metric.compute())
 
     @property
     def finished(self) -> bool:
@@ -227,9 +243,13 @@ class Trainer:
         return self.ema.module if self.ema is not None else self.model
 
     def sync_buffers(self) -> None:
-        """Rank 0's BatchNorm statistics everywhere, so evaluated == saved model."""
-        if self.env.distributed:
-            for buffer in self.model.buffers():
+        """Rank 0's BatchNorm statistics (of the model and of its EMA) everywhere, so the model
+        every rank evaluates is the one rank 0 saves."""
+        if not self.env.distributed:
+            return
+        modules = [self.model] + ([self.ema.module] if self.ema is not None else [])
+        for module in modules:
+            for buffer in module.buffers():
                 dist.broadcast(buffer.data, src=0)
 
     # ------------------------------------------------------------------ checkpoints
@@ -285,7 +305,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
+        load_scaler_state(self.scaler, state.get("scaler") or {}, source)
         if self.ema is not None and state.get("ema"):
             self.ema.load_state_dict(state["ema"])
         self.position.load_state_dict(state["position"])

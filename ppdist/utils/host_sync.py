@@ -2,8 +2,8 @@
 
 ``HostSyncCounter`` is a ``TorchDispatchMode`` plus a few patched ``Tensor`` readers. Inside it,
 every tensor is a *device* tensor unless it is declared a *host* tensor (``host=``) or was made on
-the host: a factory call without a ``device`` argument, ``torch.tensor`` of Python data without
-one, or any op whose tensor inputs are all host tensors. Reading a device tensor's value on the
+the host: a factory call without a ``device`` argument (or with the string "cpu"), ``torch.tensor``
+of Python data likewise, or any op whose tensor inputs are all host tensors. Reading a device tensor's value on the
 host is a synchronisation on a GPU, so it is recorded as an ``Event`` even when the run is on CPU:
 
 * ``aten._local_scalar_dense`` (``.item()``, ``float(t)``, ``int(t)``, ``bool(t)``, ``if t:``),
@@ -81,6 +81,12 @@ def _caller() -> str:
         if "/torch/" not in frame.filename:
             return f"{frame.filename}:{frame.lineno} ({frame.name})"
     return "?"
+
+
+def _names_device(device: Any) -> bool:
+    """Whether a ``device`` argument places a tensor on the device: any device but the string
+    "cpu" (code that says "cpu" means the host; a ``torch.device`` usually comes from ``x.device``)."""
+    return device is not None and not (isinstance(device, str) and device.startswith("cpu"))
 
 
 def _tensors(tree: Any) -> List[torch.Tensor]:
@@ -210,7 +216,8 @@ class HostSyncCounter(TorchDispatchMode):
             def move(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
                 out = original(tensor, *args, **kwargs)
                 targets_device = original is torch.Tensor.cuda or any(
-                    isinstance(a, (torch.device, str)) for a in (*args, kwargs.get("device"))
+                    isinstance(a, (torch.device, str)) and _names_device(a)
+                    for a in (*args, kwargs.get("device"))
                 )
                 if counter.is_host(tensor) and targets_device:
                     if not kwargs.get("non_blocking", False):
@@ -227,7 +234,7 @@ class HostSyncCounter(TorchDispatchMode):
         def from_data(original: Any) -> Any:
             def make(data: Any, *args: Any, **kwargs: Any) -> Any:
                 out = original(data, *args, **kwargs)
-                to_device = kwargs.get("device") is not None
+                to_device = _names_device(kwargs.get("device"))
                 if isinstance(data, torch.Tensor):
                     if counter.is_host(data) and to_device and out is not data:
                         counter._record("blocking host-to-device copy")
@@ -243,7 +250,7 @@ class HostSyncCounter(TorchDispatchMode):
         def factory(original: Any) -> Any:
             def make(*args: Any, **kwargs: Any) -> Any:
                 out = original(*args, **kwargs)
-                if kwargs.get("device") is None:
+                if not _names_device(kwargs.get("device")):
                     counter.mark_host(out)
                 return out
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ppdist.engine.ema import ModelEMA
 
@@ -26,3 +27,47 @@ def test_threshold_decay_ramps_and_state_round_trip():
     other = ModelEMA(nn.Linear(1, 1), decay=0.9998, use_thres_step=True)
     other.load_state_dict(ema.state_dict())
     assert other.step == 1 and torch.equal(other.module.weight, ema.module.weight)
+
+
+def test_foreach_update_equals_the_per_tensor_formula_bit_for_bit():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1))
+    ema = ModelEMA(model, decay=0.9, use_thres_step=True)
+    reference = {k: v.clone() for k, v in ema.module.state_dict().items()}
+    for _ in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+            model(torch.randn(2, 3, 8, 8))  # moves BN statistics and num_batches_tracked
+        decay = ema.current_decay()
+        for name, value in model.state_dict().items():
+            if value.dtype.is_floating_point:
+                reference[name].mul_(decay).add_(value, alpha=1.0 - decay)
+            else:
+                reference[name].copy_(value)
+        ema.update(model)
+    for name, value in ema.module.state_dict().items():
+        assert torch.equal(value, reference[name]), name
+
+
+def test_update_is_a_few_foreach_kernels_not_a_loop_over_tensors():
+    model = nn.Sequential(*[nn.BatchNorm1d(4) for _ in range(50)])  # 50 x 5 state tensors
+    ema = ModelEMA(model)
+    ema.update(model)  # builds the cached lists
+    with TorchDispatchCounter() as ops:
+        ema.update(model)
+    assert ops.count <= 3, ops.names
+
+
+class TorchDispatchCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names = []
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))

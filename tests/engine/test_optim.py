@@ -13,7 +13,9 @@ from ppdist.engine.optim import (
     PiecewiseLR,
     build_optimizer,
     clip_gradients,
+    use_fused,
 )
+from ppdist.utils.host_sync import count_host_syncs
 
 
 class Tiny(nn.Module):
@@ -133,3 +135,32 @@ def test_momentum_weight_decay_covers_every_parameter_and_total_steps_reach_sche
     assert scheduler.schedule.decay_steps == 20
     with pytest.raises(Exception, match="not both"):
         build_optimizer(dict(opt_cfg, regularizer={"name": "L2", "factor": 1e-4}), model, 3, 7, 20)
+
+
+def test_clipping_reads_nothing_on_the_host_and_equals_torch():
+    torch.manual_seed(0)
+    model, reference = Tiny(), Tiny()
+    reference.load_state_dict(model.state_dict())
+    for p, q in zip(model.parameters(), reference.parameters()):
+        p.grad = torch.randn_like(p) * 5
+        q.grad = p.grad.clone()
+    counter = count_host_syncs(
+        lambda: clip_gradients(model, {"clip_norm": 1.0, "clip_norm_global": 2.0}, None)
+    )
+    assert counter.count == 0, counter.report()
+    for q in reference.parameters():
+        torch.nn.utils.clip_grad_norm_([q], 1.0)
+    torch.nn.utils.clip_grad_norm_(list(reference.parameters()), 2.0)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "Momentum"])
+def test_fused_optimizer_follows_the_config_and_the_device(name):
+    model = Tiny()
+    section = {"name": name, "lr": 0.1}
+    optimizer, _ = build_optimizer(section, model, 1, 10)
+    assert not optimizer.defaults.get("fused")  # CPU default: torch's default implementation
+    optimizer, _ = build_optimizer(dict(section, fused=True), model, 1, 10)
+    assert optimizer.defaults["fused"] and optimizer._step_supports_amp_scaling
+    assert use_fused(None, torch.device("cuda", 0)) and not use_fused(None, torch.device("cpu"))

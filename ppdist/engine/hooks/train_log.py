@@ -27,7 +27,8 @@ class TrainLogger(Hook):
     """Every ``period`` steps (and at the end of each epoch and of the run): one line with the
     epoch, global step, LR, the medians of the loss terms over the last ``smooth_window`` steps,
     the mean reader and batch costs and samples of the steps since the previous line, ips and the
-    ETA (``format_train_line``); the same values as TensorBoard scalars ``train/*`` when the
+    ETA (``format_train_line``), and the training metric of the log step's batch when the
+    trainer computes one; the same values as TensorBoard scalars ``train/*`` when the
     trainer has a writer. Also the run's summary at the start and its end."""
 
     name = "log"
@@ -81,6 +82,8 @@ class TrainLogger(Hook):
         global_step = trainer.position.global_step
         mean_cost = (time.perf_counter() - self.run_start) / self.steps_run
         medians, lr = self.smoothed.medians(), trainer.current_lr()
+        if trainer.env.is_main:  # the metric of this log step's batch (it reads the device)
+            medians.update(trainer.train_metric_values(step))
         line = format_train_line(
             trainer.epoch,
             trainer.epoch_num,

@@ -1,0 +1,40 @@
+"""The device-dependent switches of ``Global``: memory format, cuDNN autotuning, TF32 and DDP's
+buffer broadcast. Unset (null) keys take per-device defaults; docs/benchmarks.md has the
+measurements behind them and how to re-measure on your hardware."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import torch
+
+logger = logging.getLogger("ppdist")
+
+
+def channels_last(glob: Mapping[str, Any], device: torch.device) -> bool:
+    """``Global.channels_last``; unset: on with CPU (measured faster for all three models) and on
+    CUDA with AMP (cuDNN's NHWC tensor-core convolutions), off on CUDA in fp32 (NHWC fp32 with
+    depthwise convolutions can be slower; measure with tools/benchmark.py)."""
+    setting = glob["channels_last"]
+    if setting is not None:
+        return bool(setting)
+    return device.type != "cuda" or bool(glob["use_amp"])
+
+
+def apply_backend_settings(glob: Mapping[str, Any], device: torch.device) -> None:
+    """``Global.cudnn_benchmark`` and ``Global.float32_matmul_precision`` for this process
+    ('high' lets fp32 matmuls and convolutions use TF32 on Ampere and newer GPUs, as Paddle does
+    by default; 'highest' keeps full fp32)."""
+    precision = glob["float32_matmul_precision"]
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.allow_tf32 = precision != "highest"
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = bool(glob["cudnn_benchmark"])
+
+
+def broadcast_buffers(glob: Mapping[str, Any], sync_bn: bool) -> bool:
+    """``Global.broadcast_buffers`` (DDP re-sends rank 0's buffers before every forward);
+    unset: off with SyncBatchNorm, whose statistics are already the same everywhere, on otherwise."""
+    setting = glob["broadcast_buffers"]
+    return (not sync_bn) if setting is None else bool(setting)

@@ -1,0 +1,80 @@
+"""A training step never makes the host wait for the device (DESIGN.md, "The GPU never waits").
+
+One full step (forward, loss, backward, gradient clipping, optimizer, LR schedule, EMA) of each
+recipe and quick start, counted with ``HostSyncCounter`` after two warm-up steps run under the
+same counter (so it sees where the optimizer state and the loss scaler are created: torch keeps
+a non-fused optimizer's step counts on the host). The expected counts are pinned: 0 everywhere,
+except fp16 with torch's non-fused optimizers, whose ``GradScaler.step`` reads the overflow flag
+(one sync, which is why ``Optimizer.fused`` is on by default with CUDA).
+"""
+
+import os
+
+import pytest
+from ppdist_testing import REPO
+from step_testing import device_batch, step_trainer
+
+from ppdist.config import load_config
+from ppdist.utils.host_sync import HostSyncCounter
+
+
+def config_path(*parts):
+    return os.path.join(REPO, "configs", *parts)
+
+
+RECIPES = {
+    "crnn": (config_path("rec", "rec_mv3_none_bilstm_ctc.yml"), 8, (32, 100)),
+    "ppyoloe": (config_path("det", "ppyoloe_crn_s_300e_coco.yml"), 2, (320, 320)),
+    "pp_liteseg": (
+        config_path("seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml"),
+        2,
+        (128, 256),
+    ),
+}
+QUICKSTARTS = {
+    "crnn": (config_path("rec", "quickstart_synth.yml"), 8, (32, 100)),
+    "ppyoloe": (config_path("det", "quickstart_synth.yml"), 4, (128, 128)),
+    "pp_liteseg": (config_path("seg", "quickstart_synth.yml"), 4, (128, 128)),
+}
+AMP = {
+    "fp32": [],
+    "bf16": ["Global.use_amp=true", "Global.amp_dtype=bfloat16"],
+    "fp16_fused": ["Global.use_amp=true", "Global.amp_dtype=float16", "Optimizer.fused=true"],
+    "fp16": ["Global.use_amp=true", "Global.amp_dtype=float16", "Optimizer.fused=false"],
+}
+EXPECTED = {"fp32": 0, "bf16": 0, "fp16_fused": 0, "fp16": 1}
+
+
+def counted_step(path, batch_size, size, overrides=(), epoch=1):
+    config = load_config(path, ["Global.synthetic_data=null", *overrides])
+    trainer = step_trainer(config, batch_size, size)
+    batches = [device_batch(trainer, batch, epoch) for batch, _ in zip(trainer.train_loader, range(3))]
+    host = [batch[key] for batch in batches for key in trainer.host_keys]
+    with HostSyncCounter(host=host) as counter:
+        for batch in batches[:2]:
+            trainer.step(batch)
+        counter.events.clear()
+        values, _ = trainer.step(batches[2])
+    return counter, values
+
+
+@pytest.mark.parametrize("task", sorted(RECIPES))
+def test_recipe_steps_read_nothing_on_the_host(task):
+    counter, values = counted_step(*RECIPES[task])
+    assert counter.count == 0, counter.report()
+    assert float(values["loss"]) > 0
+
+
+def test_ppyoloe_step_after_the_assigner_switch_reads_nothing_on_the_host():
+    path, batch_size, size = RECIPES["ppyoloe"]
+    epoch = load_config(path)["Loss"].get("static_assigner_epoch", 100) + 1
+    counter, _ = counted_step(path, batch_size, size, epoch=epoch)
+    assert counter.count == 0, counter.report()
+
+
+@pytest.mark.parametrize("amp", sorted(AMP))
+@pytest.mark.parametrize("task", sorted(QUICKSTARTS))
+def test_quickstart_steps_read_nothing_on_the_host_at_every_precision(task, amp):
+    counter, values = counted_step(*QUICKSTARTS[task], overrides=AMP[amp])
+    assert counter.count == EXPECTED[amp], counter.report()
+    assert float(values["loss"]) > 0
