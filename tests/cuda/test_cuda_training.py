@@ -1,0 +1,102 @@
+"""One training step per task on CUDA at every precision and memory format, with the device
+checking that nothing synchronises (``torch.cuda.set_sync_debug_mode("error")``), and resuming
+across AMP settings on the GPU."""
+
+import contextlib
+import os
+
+import pytest
+import torch
+from ppdist_testing import REPO
+from step_testing import device_batch, step_trainer
+
+from ppdist.config import load_config
+from ppdist.engine.dist import DistEnv
+from ppdist.utils.host_sync import HostSyncCounter
+
+
+def config_path(*parts):
+    return os.path.join(REPO, "configs", *parts)
+
+
+QUICKSTARTS = {
+    "crnn": (config_path("rec", "quickstart_synth.yml"), 32, (32, 100)),
+    "ppyoloe": (config_path("det", "quickstart_synth.yml"), 16, (160, 160)),
+    "pp_liteseg": (config_path("seg", "quickstart_synth.yml"), 8, (128, 128)),
+}
+RECIPES = {  # the recipes' real training input sizes, a few samples per batch
+    "crnn": (config_path("rec", "rec_mv3_none_bilstm_ctc.yml"), 256, (32, 100)),
+    "ppyoloe": (config_path("det", "ppyoloe_crn_s_300e_coco.yml"), 8, (640, 640)),
+    "pp_liteseg": (
+        config_path("seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml"),
+        4,
+        (512, 1024),
+    ),
+}
+PRECISIONS = {
+    "fp32": ["Global.use_amp=false"],
+    "fp16": ["Global.use_amp=true", "Global.amp_dtype=float16", "Global.scale_loss=1024"],
+    "bf16": ["Global.use_amp=true", "Global.amp_dtype=bfloat16"],
+}
+
+
+@contextlib.contextmanager
+def no_device_sync():
+    """The device raises on any synchronising call; the host-sync counter must count none either."""
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+
+
+def cuda_trainer(path, batch_size, size, overrides=()):
+    config = load_config(path, ["Global.synthetic_data=null", *overrides])
+    env = DistEnv(device=torch.device("cuda", torch.cuda.current_device()))
+    return step_trainer(config, batch_size, size, env=env)
+
+
+def run_steps(trainer, count=3):
+    """``count`` steps; the last one under the device's sync check and the host-sync counter."""
+    batches = [device_batch(trainer, batch) for batch, _ in zip(trainer.train_loader, range(count))]
+    host = [batch[key] for batch in batches for key in trainer.host_keys]
+    with HostSyncCounter(host=host) as counter:
+        for batch in batches[:-1]:
+            trainer.step(batch)
+        counter.events.clear()
+        with no_device_sync():
+            values, _ = trainer.step(batches[-1])
+    assert counter.count == 0, counter.report()
+    torch.cuda.synchronize()
+    assert torch.isfinite(values["loss"]).item()
+    return values
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("precision", sorted(PRECISIONS))
+@pytest.mark.parametrize("task", sorted(QUICKSTARTS))
+def test_quickstart_step_on_cuda(task, precision, channels_last):
+    overrides = [*PRECISIONS[precision], f"Global.channels_last={str(channels_last).lower()}"]
+    trainer = cuda_trainer(*QUICKSTARTS[task], overrides)
+    assert trainer.channels_last == channels_last and trainer.optimizer.defaults.get("fused")
+    run_steps(trainer)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("task", sorted(RECIPES))
+def test_recipe_step_at_its_real_input_size_on_cuda(task, precision):
+    run_steps(cuda_trainer(*RECIPES[task], PRECISIONS[precision]))
+
+
+@pytest.mark.parametrize("saved", sorted(PRECISIONS))
+@pytest.mark.parametrize("resumed", sorted(PRECISIONS))
+def test_every_amp_setting_resumes_from_every_other_on_cuda(saved, resumed):
+    first = cuda_trainer(*QUICKSTARTS["crnn"], PRECISIONS[saved])
+    run_steps(first, count=2)
+    second = cuda_trainer(*QUICKSTARTS["crnn"], PRECISIONS[resumed])
+    second.load_state_dict(first.state_dict())
+    for name, value in first.model.state_dict().items():
+        assert torch.equal(second.model.state_dict()[name], value), name
+    run_steps(second, count=2)
