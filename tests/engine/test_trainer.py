@@ -259,3 +259,23 @@ def test_compile_trains_like_eager_and_saves_plain_weights(tmp_path, digits_dir)
     assert set(saved) == set(eager.model.state_dict())
     for name, tensor in eager.model.state_dict().items():
         torch.testing.assert_close(saved[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_training_metric_is_computed_on_log_steps_only(tmp_path, digits_dir, caplog):
+    config = config_for(
+        tmp_path, digits_dir, overrides=["Global.cal_metric_during_train=true", "Global.max_iters=20"]
+    )
+    trainer = build_trainer(config)
+    postprocess, metric = trainer.train_metric
+    calls = []
+
+    def counting_postprocess(preds, batch):
+        calls.append(trainer.position.global_step)
+        return postprocess(preds, batch)
+
+    trainer.train_metric = (counting_postprocess, metric)
+    with caplog.at_level("INFO", logger="ppdist"):
+        trainer.train()
+    lines = [r.getMessage() for r in caplog.records if "global_step:" in r.getMessage()]
+    assert calls == [5, 10, 15, 20] and len(lines) == 4, (calls, lines)
+    assert all("acc: " in line and "norm_edit_dis: " in line for line in lines)
