@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ppdist.losses.precision import full_precision
 from ppdist.registry import LOSSES
 
 Preds = Union[torch.Tensor, Sequence[torch.Tensor]]
@@ -22,23 +23,36 @@ class CTCLoss(nn.Module):
     Every sample uses all T frames. Impossible alignments (label too long for T) give
     zero loss instead of ``inf``. ``use_focal_loss`` weights each sample by
     ``(1 - exp(-loss)) ** 2``.
+
+    The lengths are needed on the host (ATen's CTC reads them there): ``host_keys`` asks the
+    trainer to leave ``batch["length"]`` on the host, so a step copies nothing back.
     """
+
+    host_keys = ("length",)
 
     def __init__(self, use_focal_loss: bool = False) -> None:
         super().__init__()
         self.use_focal_loss = use_focal_loss
 
+    @full_precision
     def forward(self, preds: Preds, batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         if isinstance(preds, (list, tuple)):
             preds = preds[-1]
         batch_size, frames, _ = preds.shape
         log_probs = F.log_softmax(preds.float(), dim=2).transpose(0, 1)  # (T, B, C)
         labels = torch.as_tensor(batch["label"], device=preds.device).long()
-        label_lengths = torch.as_tensor(batch["length"], device=preds.device).long().reshape(-1)
-        input_lengths = torch.full((batch_size,), frames, dtype=torch.long, device=preds.device)
+        label_lengths = host_lengths(batch["length"])
+        input_lengths = torch.full((batch_size,), frames, dtype=torch.long)
         per_sample = F.ctc_loss(
             log_probs, labels, input_lengths, label_lengths, blank=0, reduction="none", zero_infinity=True
         )
         if self.use_focal_loss:
             per_sample = per_sample * (1.0 - torch.exp(-per_sample)).square()
         return {"loss": per_sample.mean()}
+
+
+def host_lengths(lengths: Any) -> torch.Tensor:
+    """Label lengths as a flat int64 host tensor (a device tensor is copied back: one sync)."""
+    if isinstance(lengths, torch.Tensor) and lengths.device.type != "cpu":
+        lengths = lengths.cpu()
+    return torch.as_tensor(lengths).long().reshape(-1)

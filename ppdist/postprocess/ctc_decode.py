@@ -28,6 +28,18 @@ def to_numpy(value: ArrayLike) -> np.ndarray:
     return np.asarray(value)
 
 
+def best_path(preds: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
+    """Per frame, the first most probable class and its probability, (B, T) each. A tensor is
+    reduced where it lives and only the two (B, T) results cross to the host, in one transfer."""
+    if not isinstance(preds, torch.Tensor):
+        probs = to_numpy(preds)
+        return probs.argmax(axis=2), probs.max(axis=2)
+    probs = preds.detach().float()
+    indices = probs.argmax(dim=2)  # the first maximum, as numpy's argmax
+    both = torch.stack([indices.to(torch.float64), probs.amax(dim=2).to(torch.float64)]).cpu().numpy()
+    return both[0].astype(np.int64), both[1].astype(np.float32)
+
+
 def reverse_rtl(text: str) -> str:
     """Reverse a right-to-left text, keeping runs of Latin letters, digits and ' :*./%+-'."""
     return "".join(reversed(_LTR_RUN.findall(text)))
@@ -51,20 +63,22 @@ class CTCLabelDecode:
     ) -> Dict[str, Any]:
         if isinstance(preds, (list, tuple)):
             preds = preds[-1]
-        probs = to_numpy(preds)
-        if probs.ndim != 3 or probs.shape[2] != self.num_classes:
+        shape = tuple(preds.shape) if hasattr(preds, "shape") else np.shape(preds)
+        if len(shape) != 3 or shape[2] != self.num_classes:
             raise ValueError(
-                f"CTCLabelDecode expects predictions (B, T, {self.num_classes}), got shape {probs.shape}"
+                f"CTCLabelDecode expects predictions (B, T, {self.num_classes}), got shape {shape}"
             )
-        results: Dict[str, Any] = {"preds": self.decode_predictions(probs)}
+        results: Dict[str, Any] = {"preds": self.decode_best_path(*best_path(preds))}
         if batch is not None and "label" in batch:
             results["labels"] = self.decode_labels(to_numpy(batch["label"]))
         return results
 
     def decode_predictions(self, probs: np.ndarray) -> List[Tuple[str, float]]:
         """``(text, score)`` for each row of ``probs`` (B, T, C)."""
-        indices = probs.argmax(axis=2)
-        max_probs = probs.max(axis=2)
+        return self.decode_best_path(probs.argmax(axis=2), probs.max(axis=2))
+
+    def decode_best_path(self, indices: np.ndarray, max_probs: np.ndarray) -> List[Tuple[str, float]]:
+        """``(text, score)`` for each row of the per-frame best classes and their probabilities (B, T)."""
         keep = indices != 0
         keep[:, 1:] &= indices[:, 1:] != indices[:, :-1]
         decoded = []

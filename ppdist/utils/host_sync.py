@@ -199,9 +199,9 @@ class HostSyncCounter(TorchDispatchMode):
                     if not counter.is_host(tensor):
                         counter._record(kind)
                     out = original(tensor, *args, **kwargs)
-                    if (
-                        isinstance(out, torch.Tensor) and out is not tensor
-                    ):  # .cpu() of a CPU tensor is itself
+                    if isinstance(out, torch.Tensor):
+                        if out is tensor:  # .cpu() of a CPU tensor is itself: an alias stands for the copy
+                            out = out.view_as(out)
                         counter.mark_host(out)
                     return out
 

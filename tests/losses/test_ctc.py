@@ -8,6 +8,7 @@ import torch
 
 from ppdist.losses import CTCLoss
 from ppdist.registry import LOSSES
+from ppdist.utils.host_sync import HostSyncCounter
 
 
 def brute_force_ctc(logits: torch.Tensor, label: list) -> float:
@@ -96,3 +97,41 @@ def test_gradient_flows_and_half_precision_logits():
     half = CTCLoss()(logits.detach().half(), {"label": labels, "length": lengths})["loss"]
     assert half.dtype == torch.float32
     assert math.isclose(half.item(), loss.item(), rel_tol=1e-2)
+
+
+def test_host_lengths_make_the_loss_and_its_gradient_sync_free():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 10, 6, requires_grad=True)
+    batch = {
+        "label": torch.tensor([[1, 2, 0], [3, 0, 0], [4, 5, 1], [2, 2, 0]]),
+        "length": torch.tensor([2, 1, 3, 2]),
+    }
+    for focal in (False, True):
+        with HostSyncCounter(host=[batch["length"]]) as counter:
+            loss = CTCLoss(use_focal_loss=focal)(logits, batch)["loss"]
+            loss.backward()
+        assert counter.count == 0, counter.report()
+        reference = torch.nn.functional.ctc_loss(
+            logits.detach().log_softmax(2).transpose(0, 1),
+            batch["label"],
+            torch.full((4,), 10),
+            batch["length"],
+            reduction="none",
+            zero_infinity=True,
+        )
+        if focal:
+            reference = reference * (1 - torch.exp(-reference)).square()
+        assert torch.allclose(loss.detach(), reference.mean())
+    assert CTCLoss.host_keys == ("length",)
+    with HostSyncCounter() as counter:  # lengths left on the device: the one copy back is counted
+        CTCLoss()(logits, batch)
+    assert counter.count == 1, counter.report()
+
+
+def test_loss_is_fp32_under_autocast():
+    logits = torch.randn(2, 8, 5)
+    batch = {"label": torch.tensor([[1, 2], [3, 0]]), "length": torch.tensor([2, 1])}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = CTCLoss()(logits.bfloat16(), batch)["loss"]
+    outside = CTCLoss()(logits.bfloat16(), batch)["loss"]
+    assert inside.dtype == torch.float32 and torch.equal(inside, outside)

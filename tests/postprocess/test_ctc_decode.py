@@ -7,6 +7,7 @@ import torch
 from ppdist.postprocess import CTCLabelDecode
 from ppdist.postprocess.ctc_decode import reverse_rtl
 from ppdist.registry import POSTPROCESSES
+from ppdist.utils.host_sync import HostSyncCounter
 
 
 def one_hot_probs(frames, num_classes, peak=0.9):
@@ -82,3 +83,15 @@ def test_arabic_dictionary_reverses_text(tmp_path):
     decode = CTCLabelDecode(character_dict_path=str(path))
     assert decode.reverse
     assert decode(one_hot_probs([1, 2, 3], 4))["preds"][0][0] == "a\u0631\u0645"
+
+
+def test_tensor_predictions_cross_to_the_host_once_and_decode_as_numpy_does():
+    torch.manual_seed(0)
+    decoder = CTCLabelDecode()
+    logits = torch.randn(6, 20, decoder.num_classes)
+    logits[0, :, 3] = 9.0  # a long run of one class
+    probs = logits.softmax(dim=2)
+    with HostSyncCounter() as counter:
+        from_tensor = decoder(probs)["preds"]
+    assert counter.count == 1, counter.report()
+    assert from_tensor == decoder.decode_predictions(probs.numpy())
