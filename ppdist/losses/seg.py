@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ppdist.losses.precision import full_precision
 from ppdist.registry import LOSSES
 
 
@@ -69,6 +70,7 @@ class CrossEntropyLoss(PixelLoss):
         self.avg_non_ignore = avg_non_ignore
         self.eps = 1e-8
 
+    @full_precision
     def forward(self, logit: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         logit = logit.float()
         weight = _check_weight(self.weight, logit)
@@ -114,17 +116,18 @@ class OhemCrossEntropyLoss(PixelLoss):
 
     @torch.no_grad()
     def kept_mask(self, logit: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        """Boolean mask (N, H, W) of the pixels that enter the loss."""
+        """Boolean mask (N, H, W) of the pixels that enter the loss, decided on the device with
+        fixed shapes (no host read): every valid pixel when at most ``min_kept`` are valid."""
         valid = label != self.ignore_index
-        num_valid = int(valid.sum())
-        if not (self.min_kept < num_valid and num_valid > 0) or self.min_kept <= 0:
+        if self.min_kept <= 0:
             return valid
         prob = torch.softmax(logit, dim=1).gather(1, torch.where(valid, label, 0).unsqueeze(1)).squeeze(1)
         prob = torch.where(valid, prob, prob + 1.0).reshape(-1)  # ignored pixels sort last
         kth = torch.kthvalue(prob, min(prob.numel(), self.min_kept)).values
-        threshold = torch.maximum(kth, torch.tensor(self.thresh, device=prob.device, dtype=prob.dtype))
-        return valid & (prob.reshape(label.shape) < threshold)
+        hard = valid & (prob.reshape(label.shape) < kth.clamp(min=self.thresh))
+        return torch.where(valid.sum() <= self.min_kept, valid, hard)
 
+    @full_precision
     def forward(self, logit: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         logit = logit.float()
         weight = _check_weight(self.weight, logit)
@@ -168,6 +171,7 @@ class MultiOutputLoss(nn.Module):
         self.losses = nn.ModuleList(built)
         self.coef = coef
 
+    @full_precision
     def forward(self, preds: Any, batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         outputs = list(preds) if isinstance(preds, (list, tuple)) else [preds]
         if len(outputs) != len(self.losses):

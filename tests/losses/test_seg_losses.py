@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import ppdist.components  # noqa: F401
 from ppdist.errors import ConfigError
 from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntropyLoss
+from ppdist.utils.host_sync import HostSyncCounter
 
 
 def logits_for(probs):
@@ -92,3 +93,53 @@ def test_pixel_loss_as_top_level_loss_on_single_output():
     assert out["loss"].item() == pytest.approx(F.cross_entropy(logit, label).item(), rel=1e-6)
     with pytest.raises(ValueError, match="MultiOutputLoss"):
         CrossEntropyLoss()([logit, logit], {"label": label})
+
+
+def reference_kept_mask(loss, logit, label):
+    """The mask as first written (host decisions), to check the device-only one against."""
+    valid = label != loss.ignore_index
+    num_valid = int(valid.sum())
+    if not (loss.min_kept < num_valid and num_valid > 0) or loss.min_kept <= 0:
+        return valid
+    prob = torch.softmax(logit, dim=1).gather(1, torch.where(valid, label, 0).unsqueeze(1)).squeeze(1)
+    prob = torch.where(valid, prob, prob + 1.0).reshape(-1)
+    kth = torch.kthvalue(prob, min(prob.numel(), loss.min_kept)).values
+    return valid & (prob.reshape(label.shape) < torch.maximum(kth, torch.tensor(loss.thresh)))
+
+
+@pytest.mark.parametrize("min_kept", [0, 10, 300, 5000])
+@pytest.mark.parametrize("ignored", [0.0, 0.3, 1.0])
+def test_ohem_is_sync_free_and_equals_the_host_decision(min_kept, ignored):
+    generator = torch.Generator().manual_seed(min_kept)
+    logits = [torch.randn(2, 5, 24, 32, generator=generator, requires_grad=True) for _ in range(3)]
+    label = torch.randint(0, 5, (2, 24, 32), generator=generator)
+    label[torch.rand(label.shape, generator=generator) < ignored] = 255
+    entry = {"name": "OhemCrossEntropyLoss", "thresh": 0.7, "min_kept": min_kept}
+    loss = MultiOutputLoss(types=[entry] * 3, coef=[1, 1, 1])
+    with HostSyncCounter() as counter:
+        total = loss(logits, {"label": label})["loss"]
+        total.backward()
+    assert counter.count == 0, counter.report()
+    for ohem, logit in zip(loss.losses, logits):
+        assert torch.equal(
+            ohem.kept_mask(logit.detach(), label), reference_kept_mask(ohem, logit.detach(), label)
+        )
+    assert torch.isfinite(total)
+
+
+def test_cross_entropy_with_weights_and_top_k_is_sync_free():
+    logit = torch.randn(2, 3, 8, 8, requires_grad=True)
+    label = torch.randint(0, 3, (2, 8, 8))
+    label[:, 0] = 255
+    for loss in (CrossEntropyLoss(weight=[1.0, 2.0, 0.5]), CrossEntropyLoss(top_k_percent_pixels=0.25)):
+        with HostSyncCounter() as counter:
+            loss(logit, label).backward()
+        assert counter.count == 0, counter.report()
+
+
+def test_seg_losses_are_fp32_under_autocast():
+    logit, label = torch.randn(2, 3, 16, 16), torch.randint(0, 3, (2, 16, 16))
+    loss = OhemCrossEntropyLoss(min_kept=50)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = loss(logit.bfloat16(), label)
+    assert inside.dtype == torch.float32 and torch.equal(inside, loss(logit.bfloat16(), label))
