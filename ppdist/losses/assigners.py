@@ -5,7 +5,8 @@ task-aligned assignment (TAL). Both return, for every anchor of every image:
 * ``assigned_bboxes`` [B, A, 4] xyxy pixels (meaningful for positives only);
 * ``assigned_scores`` [B, A, C] soft one-hot targets (0 for background).
 
-Padded ground truths (``pad_gt_mask == 0``) never produce positives.
+Padded ground truths (``pad_gt_mask == 0``) never produce positives. Both run in fp32 with
+autocast off and with fixed shapes (no host read of a device value).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 
+from ppdist.losses.precision import full_precision
 from ppdist.ops.boxes import box_centers, pairwise_iou, points_inside_boxes
 
 Assignment = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -29,6 +30,15 @@ def _background(
     return labels, bboxes, scores
 
 
+def class_one_hot(labels: torch.Tensor, num_classes: int, bg_index: int) -> torch.Tensor:
+    """Boolean ``[..., num_classes]`` one-hot of ``labels`` in ``0..num_classes`` (``bg_index``
+    is one of them and maps to all zeros). A comparison, not ``F.one_hot``, whose range check
+    reads the labels on the host (on CPU)."""
+    classes = torch.arange(num_classes + 1, device=labels.device)
+    classes = torch.cat([classes[:bg_index], classes[bg_index + 1 :]])
+    return labels.unsqueeze(-1) == classes
+
+
 def _topk_mask(metrics: torch.Tensor, k: int, largest: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """0/1 mask [..., L] of the ``k`` best entries along the last axis, and their indices."""
     k = min(k, metrics.shape[-1])
@@ -40,7 +50,8 @@ def _topk_mask(metrics: torch.Tensor, k: int, largest: bool) -> Tuple[torch.Tens
 def _resolve_conflicts(mask_positive: torch.Tensor, ious: torch.Tensor) -> torch.Tensor:
     """Anchors claimed by several gts go to the gt of highest ``ious`` ([B, N, A]) among all gts."""
     multiple = mask_positive.sum(dim=-2, keepdim=True) > 1
-    best = F.one_hot(ious.argmax(dim=-2), ious.shape[-2]).permute(0, 2, 1).to(mask_positive.dtype)
+    gts = torch.arange(ious.shape[-2], device=ious.device).view(1, -1, 1)
+    best = (ious.argmax(dim=-2, keepdim=True) == gts).to(mask_positive.dtype)
     return torch.where(multiple, best, mask_positive)
 
 
@@ -57,9 +68,7 @@ def _gather_targets(
     labels = gt_labels.squeeze(-1).long().gather(1, gt_index)
     labels = torch.where(is_pos, labels, torch.full_like(labels, bg_index))
     bboxes = gt_bboxes.gather(1, gt_index.unsqueeze(-1).expand(-1, -1, 4))
-    one_hot = F.one_hot(labels, num_classes + 1).to(gt_bboxes.dtype)
-    keep = [c for c in range(num_classes + 1) if c != bg_index]
-    scores = one_hot[..., keep] if bg_index != num_classes else one_hot[..., :num_classes]
+    scores = class_one_hot(labels, num_classes, bg_index).to(gt_bboxes.dtype)
     return labels, bboxes, scores
 
 
@@ -104,6 +113,7 @@ class ATSSAssigner:
         return torch.cat(masks, dim=-1), torch.cat(idxs, dim=-1)
 
     @torch.no_grad()
+    @full_precision
     def __call__(
         self,
         anchors: torch.Tensor,
@@ -173,6 +183,7 @@ class TaskAlignedAssigner:
         self.eps = eps
 
     @torch.no_grad()
+    @full_precision
     def __call__(
         self,
         pred_scores: torch.Tensor,

@@ -1,7 +1,9 @@
 """PP-YOLOE's training loss: ATSS / task-aligned assignment, varifocal (or focal)
 classification loss, GIoU and distribution focal loss on the positives.
 
-Everything is computed in FP32. Every term is divided by ``S``, the sum of the soft
+Everything is computed in FP32, with autocast off, and with fixed shapes: the positives enter
+through masks, never through boolean indexing, so a step reads nothing on the host (the GPU never
+waits). Every term is divided by ``S``, the sum of the soft
 targets averaged over ranks (all-reduced when ``torch.distributed`` is initialised) and
 clamped to >= 1, so that with DDP's gradient averaging the effective loss is the global
 sum over the global ``S``.
@@ -16,7 +18,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ppdist.losses.assigners import ATSSAssigner, TaskAlignedAssigner
+from ppdist.losses.assigners import ATSSAssigner, TaskAlignedAssigner, class_one_hot
+from ppdist.losses.precision import full_precision
 from ppdist.ops.boxes import bbox2distance, distance2bbox, giou
 from ppdist.registry import LOSSES
 
@@ -180,6 +183,7 @@ class PPYOLOELoss(nn.Module):
             pad = (gt_bbox.sum(dim=-1, keepdim=True) > 0).float()
         return gt_class, gt_bbox, pad
 
+    @full_precision
     def forward(self, preds: Mapping[str, Any], batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         cls_logits = preds["cls_logits"].float()
         reg_distri = preds["reg_distri"].float()
@@ -236,7 +240,7 @@ class PPYOLOELoss(nn.Module):
         boxes = boxes / stride
 
         if self.use_varifocal_loss:
-            one_hot = F.one_hot(labels, num_classes + 1)[..., :num_classes].float()
+            one_hot = class_one_hot(labels, num_classes, num_classes).float()
             loss_cls = varifocal_loss(cls_logits, scores, one_hot)
         else:
             loss_cls = sigmoid_focal_loss(cls_logits, scores, alpha=focal_alpha)
@@ -266,16 +270,22 @@ class PPYOLOELoss(nn.Module):
         scores: torch.Tensor,
         norm: torch.Tensor,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """L1 (mean), GIoU and DFL (score-weighted, / ``norm``) over positives, in stride units."""
-        positive = labels != self.num_classes
-        if not bool(positive.any()):
-            zero = pred_bboxes.sum() * 0.0
-            return zero, zero, pred_dist.sum() * 0.0
-        pred_pos = pred_bboxes[positive]
-        box_pos = boxes[positive]
-        weight = scores.sum(dim=-1)[positive]
-        loss_l1 = F.l1_loss(pred_pos, box_pos)
-        loss_iou = (giou_loss(pred_pos, box_pos) * weight).sum() / norm
-        target = bbox2distance(points_s.expand_as(boxes[..., :2]), boxes, self.reg_max)[positive]
-        loss_dfl = (distribution_focal_loss(pred_dist[positive], target) * weight).sum() / norm
+        """L1 (mean), GIoU and DFL (score-weighted, / ``norm``) over positives, in stride units.
+
+        Every anchor is computed and the positives are selected by ``torch.where`` (fixed shapes,
+        no host read); the others get a harmless target (the detached prediction itself), so
+        their zeroed terms have finite gradients."""
+        positive = labels != self.num_classes  # [B, A]
+        count = positive.sum().clamp(min=1).to(pred_bboxes.dtype)
+        targets = torch.where(positive.unsqueeze(-1), boxes, pred_bboxes.detach())
+        weight = scores.sum(dim=-1)
+        zero = pred_bboxes.new_zeros(())
+        loss_l1 = torch.where(positive.unsqueeze(-1), (pred_bboxes - targets).abs(), zero).sum() / (
+            4.0 * count
+        )
+        loss_iou = torch.where(positive, giou_loss(pred_bboxes, targets) * weight, zero).sum() / norm
+        distances = bbox2distance(points_s.expand_as(targets[..., :2]), targets, self.reg_max)
+        loss_dfl = (
+            torch.where(positive, distribution_focal_loss(pred_dist, distances) * weight, zero).sum() / norm
+        )
         return loss_l1, loss_iou, loss_dfl
