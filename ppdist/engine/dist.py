@@ -97,7 +97,7 @@ def init_distributed(use_gpu: bool = True, timeout_s: int = 1800) -> DistEnv:
     cuda = use_gpu and torch.cuda.is_available()
     if use_gpu and not torch.cuda.is_available() and rank == 0:
         logger.warning("Global.use_gpu is true but CUDA is not available: training on CPU")
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    device = cuda_device_for(local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     env = DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
@@ -123,6 +123,13 @@ def init_distributed(use_gpu: bool = True, timeout_s: int = 1800) -> DistEnv:
     env.backend = backend
     env.object_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     return env
+
+
+def cuda_device_for(local_rank: int) -> torch.device:
+    """The GPU of a process: its local rank among the GPUs it can see (as torchvision's
+    references choose). Under ``srun --gpus-per-task=1`` or ``--gpu-bind`` each task sees only its
+    own GPU, so local rank 1 must use device 0, not 1."""
+    return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
 
 
 def fresh_agent_store(rank: int, world_size: int, timeout_s: int) -> "dist.Store":

@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from ppdist.engine import dist as ppdist_dist
 from ppdist.engine.dist import (
     agree_on_namespace,
+    cuda_device_for,
     first_slurm_host,
+    init_distributed,
     peer_failure_message,
     slurm_master_port,
     world_info_from_env,
@@ -130,3 +133,22 @@ def test_peer_failure_messages(clean_env):
     assert peer_failure_message(RuntimeError("DataLoader worker (pid 12) timed out")) is None
     clean_env.setenv("WORLD_SIZE", "1")
     assert peer_failure_message(gloo) is None  # a single process has no peers
+
+
+@pytest.mark.parametrize("visible,local_rank,expected", [(1, 0, 0), (1, 3, 0), (4, 3, 3), (2, 3, 1)])
+def test_gpu_is_the_local_rank_among_the_visible_ones(monkeypatch, visible, local_rank, expected):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    assert cuda_device_for(local_rank) == torch.device("cuda", expected)
+
+
+def test_slurm_task_that_sees_one_gpu_uses_it(clean_env):
+    """srun --gpus-per-task=1: task 1 of a node sees one GPU, which is its cuda:0."""
+    clean_env.setenv("SLURM_PROCID", "1")
+    clean_env.setenv("SLURM_LOCALID", "1")
+    clean_env.setenv("SLURM_NTASKS", "1")  # a single task of the step in this test: no process group
+    clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    clean_env.setattr(torch.cuda, "device_count", lambda: 1)
+    chosen = []
+    clean_env.setattr(torch.cuda, "set_device", chosen.append)
+    env = init_distributed(use_gpu=True)
+    assert env.device == torch.device("cuda", 0) and chosen == [torch.device("cuda", 0)]
