@@ -252,6 +252,15 @@ def all_gather_object(obj: Any, env: DistEnv) -> List[Any]:
     return out
 
 
+def gather_object_to_main(obj: Any, env: DistEnv) -> Optional[List[Any]]:
+    """Every rank's ``obj`` in rank order on rank 0 (over gloo); None on the other ranks."""
+    if not env.distributed:
+        return [obj]
+    out: Optional[List[Any]] = [None] * env.world_size if env.is_main else None
+    dist.gather_object(obj, out, dst=0, group=env.object_group)
+    return out
+
+
 def broadcast_object(obj: Any, env: DistEnv, src: int = 0) -> Any:
     """``obj`` of rank ``src`` on every rank."""
     if not env.distributed:

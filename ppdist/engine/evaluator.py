@@ -1,4 +1,5 @@
-"""Evaluation on all ranks with exact, unpadded shards and a gather of metric states."""
+"""Evaluation on all ranks with exact, unpadded shards; rank 0 gathers the metric states,
+computes the metric once and broadcasts the result."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tqdm import tqdm
 
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.engine.batch import batch_size_of, move_to_device
-from ppdist.engine.dist import DistEnv, all_gather_object
+from ppdist.engine.dist import DistEnv, broadcast_object, gather_object_to_main
 from ppdist.engine.logger import format_eta
 from ppdist.metrics.base import Metric
 
@@ -104,14 +105,24 @@ class Evaluator:
             samples += size
         progress.close()
         elapsed = time.perf_counter() - start
-        gathered = all_gather_object(
+        # one rank computes the metric (COCOeval over all detections is the costly case) and
+        # every rank gets its result: rank 0 gathers the states, the others wait for the broadcast
+        gathered = gather_object_to_main(
             {"state": self.metric.state(), "bad": bad, "samples": samples, "elapsed": elapsed}, self.env
         )
-        self.metric.load_states([g["state"] for g in gathered])
-        metrics = self.metric.compute()
-        total = sum(g["samples"] for g in gathered)
-        self.last_bad = [b for g in gathered for b in g["bad"]]
-        self.last_fps = total / max(max(g["elapsed"] for g in gathered), 1e-9)
+        summary = None
+        if gathered is not None:
+            self.metric.load_states([g["state"] for g in gathered])
+            summary = {
+                "metrics": self.metric.compute(),
+                "bad": [b for g in gathered for b in g["bad"]],
+                "samples": sum(g["samples"] for g in gathered),
+                "elapsed": max(g["elapsed"] for g in gathered),
+            }
+        summary = broadcast_object(summary, self.env)
+        metrics, total = summary["metrics"], summary["samples"]
+        self.last_bad = summary["bad"]
+        self.last_fps = total / max(summary["elapsed"], 1e-9)
         for line in self.last_bad:
             logger.warning("eval: skipped bad sample %s", line)
         if self.last_bad:

@@ -204,3 +204,24 @@ def test_neck_reads_checkpoints_with_the_positional_spp_names():
     for model in (strict, matched):
         for key, value in stage.state_dict().items():
             assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_eval_scores_and_boxes_are_fp32_under_autocast():
+    torch.manual_seed(0)
+    model = build("s", num_classes=3).eval()
+    for layer in model.head.pred_cls:  # spread the scores: fp16/bf16 sigmoids would tie
+        torch.nn.init.normal_(layer.weight, std=0.05)
+        torch.nn.init.normal_(layer.bias, std=1.0)
+    image = torch.randn(1, 3, 96, 96)
+    logits = []
+    hooks = [
+        layer.register_forward_hook(lambda m, a, out: logits.append(out)) for layer in model.head.pred_cls
+    ]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(image)
+    for hook in hooks:
+        hook.remove()
+    assert logits[0].dtype == torch.bfloat16  # the convolutions did run in bf16
+    assert out["scores"].dtype == torch.float32 and out["boxes"].dtype == torch.float32
+    expected = torch.cat([logit.flatten(2) for logit in logits], dim=2).float().sigmoid()
+    assert torch.equal(out["scores"], expected)  # the sigmoid itself in fp32, not rounded to bf16

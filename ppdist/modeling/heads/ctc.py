@@ -48,5 +48,5 @@ class CTCHead(L2TaggedModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.fc(x) if self.mid_channels is None else self.fc2(self.fc1(x))
         if not self.training:
-            x = torch.softmax(x, dim=2)
+            x = torch.softmax(x.float(), dim=2)  # fp32 probabilities also under autocast
         return x

@@ -9,7 +9,8 @@ Training returns raw logits plus anchors (for the assigners and losses)::
     {"cls_logits": [B, A, C], "reg_distri": [B, A, 4 * (reg_max + 1)], "anchors": [A, 4] xyxy px,
      "anchor_points": [A, 2] px, "num_anchors_list": [int per level], "stride_tensor": [A, 1]}
 
-Eval returns ``{"scores": [B, C, A] sigmoid, "boxes": [B, A, 4] xyxy in input pixels}``.
+Eval returns ``{"scores": [B, C, A] sigmoid, "boxes": [B, A, 4] xyxy in input pixels}``, in fp32
+also under autocast.
 Anchors are always derived from the feature shapes (cached), so any input size works.
 """
 
@@ -208,7 +209,8 @@ class PPYOLOEHead(NormNoDecayModule):
                 feats[0].device,
                 feats[0].dtype,
             )
-        scores = torch.cat(cls_list, dim=2).sigmoid()
-        dist = self.decode_distances(reg_distri)
+        # fp32 whatever the autocast state: fp16 sigmoids tie in COCO's score ranking
+        scores = torch.cat(cls_list, dim=2).float().sigmoid()
+        dist = self.decode_distances(reg_distri.float())
         boxes = distance2bbox(anchor_points / stride_tensor, dist) * stride_tensor
         return {"scores": scores, "boxes": boxes}
