@@ -1,9 +1,10 @@
 """One training step per task on CUDA at every precision and memory format, with the device
-checking that nothing synchronises (``torch.cuda.set_sync_debug_mode("error")``), and resuming
-across AMP settings on the GPU."""
+recording every synchronising call (``torch.cuda.set_sync_debug_mode``): none, except those ATen's
+CTC kernels make internally (measured alone and subtracted), and resuming across AMP settings."""
 
 import contextlib
 import os
+import warnings
 
 import pytest
 import torch
@@ -41,15 +42,30 @@ PRECISIONS = {
 
 
 @contextlib.contextmanager
-def no_device_sync():
-    """The device raises on any synchronising call; the host-sync counter must count none either."""
+def device_syncs():
+    """Records the synchronising CUDA calls (``set_sync_debug_mode("warn")``) made inside."""
     torch.cuda.synchronize()
     previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield caught
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+
+
+def sync_warnings(caught):
+    return [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+
+
+def ctc_internal_syncs(trainer, batch):
+    """The syncs inside ATen's CUDA CTC kernels alone (they copy their length/offset tables from
+    the host with blocking copies), with host lengths as the trainer passes them."""
+    logits = torch.randn(batch["image"].shape[0], 25, 37, device=batch["image"].device, requires_grad=True)
+    with device_syncs() as caught:
+        trainer.loss_fn(logits, batch)["loss"].backward()
+    return len(sync_warnings(caught))
 
 
 def cuda_trainer(path, batch_size, size, overrides=()):
@@ -66,9 +82,12 @@ def run_steps(trainer, count=3):
         for batch in batches[:-1]:
             trainer.step(batch)
         counter.events.clear()
-        with no_device_sync():
+        with device_syncs() as caught:
             values, _ = trainer.step(batches[-1])
     assert counter.count == 0, counter.report()
+    # none, but the ones ATen's CTC makes inside its own kernels (CRNN)
+    allowed = ctc_internal_syncs(trainer, batches[-1]) if trainer.host_keys else 0
+    assert len(sync_warnings(caught)) == allowed, sync_warnings(caught)
     torch.cuda.synchronize()
     assert torch.isfinite(values["loss"]).item()
     return values
