@@ -253,3 +253,8 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
         rows = _pooling_matrix(torch.as_tensor(x.shape[2]), int(bins_h), x)
         cols = _pooling_matrix(torch.as_tensor(x.shape[3]), int(bins_w), x)
         return torch.matmul(torch.matmul(rows, x), cols.transpose(0, 1))
+
+
+def at_least_fp32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in fp32 when it is in a half precision (autocast's fp16/bf16); fp32 and fp64 as they are."""
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ppdist.modeling.layers import L2TaggedModule, init_linear_uniform
+from ppdist.modeling.layers import L2TaggedModule, at_least_fp32, init_linear_uniform
 from ppdist.registry import HEADS
 
 
@@ -48,5 +48,5 @@ class CTCHead(L2TaggedModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.fc(x) if self.mid_channels is None else self.fc2(self.fc1(x))
         if not self.training:
-            x = torch.softmax(x.float(), dim=2)  # fp32 probabilities also under autocast
+            x = torch.softmax(at_least_fp32(x), dim=2)  # fp32 probabilities also under autocast
         return x

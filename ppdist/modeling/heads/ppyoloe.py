@@ -24,7 +24,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ppdist.modeling.backbones.cspresnet import ConvBN
-from ppdist.modeling.layers import NormNoDecayModule, init_paddle_conv_default, tag_norm_no_decay
+from ppdist.modeling.layers import (
+    NormNoDecayModule,
+    at_least_fp32,
+    init_paddle_conv_default,
+    tag_norm_no_decay,
+)
 from ppdist.modeling.paddle_names import PaddleNames
 from ppdist.registry import HEADS
 
@@ -210,7 +215,7 @@ class PPYOLOEHead(NormNoDecayModule):
                 feats[0].dtype,
             )
         # fp32 whatever the autocast state: fp16 sigmoids tie in COCO's score ranking
-        scores = torch.cat(cls_list, dim=2).float().sigmoid()
-        dist = self.decode_distances(reg_distri.float())
+        scores = at_least_fp32(torch.cat(cls_list, dim=2)).sigmoid()
+        dist = self.decode_distances(at_least_fp32(reg_distri))
         boxes = distance2bbox(anchor_points / stride_tensor, dist) * stride_tensor
         return {"scores": scores, "boxes": boxes}
