@@ -116,3 +116,18 @@ def test_a_custom_import_that_fails_names_the_module(tmp_path, digits_dir):
         match=r"Global.custom_imports\[0\]: cannot import 'no_such_module_here' \(ModuleNotFoundError",
     ):
         tiny_run_config(tmp_path, digits_dir, "bad", ["Global.custom_imports=[no_such_module_here]"])
+
+
+def test_the_loss_module_is_placed_on_the_training_device(tmp_path, digits_dir, monkeypatch):
+    """Its buffers (e.g. class weights) must not be copied to the device every step."""
+    placed = []
+    original = torch.nn.Module.to
+
+    def spy(module, *args, **kwargs):
+        placed.append((type(module).__name__, args, kwargs))
+        return original(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to", spy)
+    trainer = build_trainer(tiny_run_config(tmp_path, digits_dir))
+    loss_name = type(trainer.loss_fn).__name__
+    assert (loss_name, (trainer.env.device,), {}) in placed, placed
