@@ -87,7 +87,7 @@ def run_main(main: Callable[[], Any]) -> None:
         message = error_message(exc)
         logging.getLogger("ppdist").error("%s", message)
         print(f"ppdist: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_RUNTIME_ERROR)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("ppdist: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -2,11 +2,16 @@
 
 
 class PPDistError(Exception):
-    """Base class: the message alone tells the user what is wrong and where."""
+    """Base class: the message alone tells the user what is wrong and where. ``exit_code``: the
+    tools' exit status for it (2: a mistake in what the user gave, 1: a failure while running)."""
+
+    exit_code = 1
 
 
 class ConfigError(PPDistError):
     """A config file or override is invalid (unknown key/name, wrong type, missing key)."""
+
+    exit_code = 2
 
 
 class DataError(PPDistError):
@@ -15,3 +20,9 @@ class DataError(PPDistError):
 
 class CheckpointError(PPDistError):
     """A checkpoint is missing, unreadable or incompatible with the run."""
+
+
+class EmptyEvaluationError(DataError):
+    """An evaluation saw no sample (empty Eval set, or every sample bad): it has no score."""
+
+    exit_code = 2

@@ -17,6 +17,7 @@ from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv, broadcast_object, gather_object_to_main
 from ppdist.engine.logger import format_eta
+from ppdist.errors import EmptyEvaluationError
 from ppdist.metrics.base import Metric
 
 logger = logging.getLogger("ppdist")
@@ -123,6 +124,13 @@ class Evaluator:
         metrics, total = summary["metrics"], summary["samples"]
         self.last_bad = summary["bad"]
         self.last_fps = total / max(summary["elapsed"], 1e-9)
+        if total == 0:  # every rank knows (broadcast): all raise together, none waits
+            model.train(was_training)
+            raise EmptyEvaluationError(
+                f"the evaluation saw no sample: the Eval set is empty or every one of its samples was bad "
+                f"({len(self.last_bad)} bad{': ' + '; '.join(self.last_bad[:3]) if self.last_bad else ''}); "
+                f"check Eval.dataset (data_dir / label_file_list / dataset_root / anno_path)"
+            )
         for line in self.last_bad:
             logger.warning("eval: skipped bad sample %s", line)
         if self.last_bad:

@@ -38,7 +38,7 @@ def metrics_from_areas(
     """mIoU, Acc, Kappa, mDice and per-class IoU / precision / recall / Dice."""
     i, p, g = (np.asarray(a, dtype=np.float64) for a in (intersect, pred_area, label_area))
     union = p + g - i
-    iou = np.where(union > 0, i / np.where(union > 0, union, 1), 1.0)  # empty union counts as 1
+    iou = np.where(union > 0, i / np.where(union > 0, union, 1), 0.0)  # empty union counts as 0 (PaddleSeg)
     precision = np.where(p > 0, i / np.where(p > 0, p, 1), 0.0)
     recall = np.where(g > 0, i / np.where(g > 0, g, 1), 0.0)
     dice = np.where(p + g > 0, 2 * i / np.where(p + g > 0, p + g, 1), 0.0)

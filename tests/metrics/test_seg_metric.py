@@ -14,7 +14,7 @@ def test_areas_and_formulas_on_hand_computed_example():
     # valid pixels 7: (l,p) = (0,0),(0,1),(1,1),(1,1),(2,2),(2,0),(1,1)
     assert areas.tolist() == [[1, 3, 1, 0], [2, 4, 1, 0], [2, 3, 2, 0]]
     m = metrics_from_areas(*areas)
-    iou = [1 / 3, 3 / 4, 1 / 2, 1.0]  # class 3: empty union counts as 1
+    iou = [1 / 3, 3 / 4, 1 / 2, 0.0]  # class 3: empty union counts as 0, as in PaddleSeg
     assert m["class_iou"] == pytest.approx(iou)
     assert m["miou"] == pytest.approx(sum(iou) / 4)
     assert m["acc"] == pytest.approx(5 / 7)

@@ -9,6 +9,7 @@ from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.hooks.base import PRIORITY_EVALUATION, Hook
 from ppdist.engine.hooks.checkpointing import LATEST_NAME
 from ppdist.engine.logger import format_metrics
+from ppdist.errors import EmptyEvaluationError
 
 logger = logging.getLogger("ppdist")
 BEST_NAME = "best_accuracy"
@@ -69,7 +70,12 @@ class Evaluation(Hook):
         trainer = self.trainer
         step = trainer.position.global_step
         trainer.sync_buffers()
-        metrics = self.evaluator.run(trainer.eval_model(), desc=f"eval step {step}")
+        try:
+            metrics = self.evaluator.run(trainer.eval_model(), desc=f"eval step {step}")
+        except EmptyEvaluationError as exc:  # no score: never a new best (nor a perfect one)
+            self.last_eval_step = step
+            logger.warning("eval at step %d skipped: %s; the best model is kept", step, exc)
+            return {}
         self.last_eval_step = step
         logger.info("cur metric, %s, fps: %.2f", format_metrics(metrics), self.evaluator.last_fps)
         trainer.writer.add_scalars("eval", metrics, step)
