@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
@@ -56,13 +56,13 @@ class BaseDataSet(Dataset):
 
     Items are requested as ``(index, epoch, seed)`` tuples by ppdist's samplers (plain ints
     also work). A sample that fails to read or transform is reported, never silently lost:
-    - mode ``"train"``: it is replaced by the next usable index and the failure travels with
-      the replacement under ``_bad_samples`` (batch shapes and DDP lockstep are kept);
+    - mode ``"train"``: it is replaced by the next usable index (searching the whole data set,
+      wrapping around, so a long run of bad lines is bridged) and the failure travels with the
+      replacement under ``_bad_samples`` (batch shapes and DDP lockstep are kept); only when no
+      sample of the set is usable is a ``BadSample`` returned, and the trainer stops;
     - mode ``"eval"``: a ``BadSample`` is returned; ``collate`` drops it and reports it, so no
       sample is ever counted twice in a metric.
     """
-
-    max_replacement_tries = 16
 
     def __init__(self, transforms: Sequence[Transform], mode: str = "train") -> None:
         if mode not in ("train", "eval"):
@@ -114,15 +114,10 @@ class BaseDataSet(Dataset):
             result[SAMPLE_SEED_KEY] = rng_seed
         if self.mode == "eval" or not isinstance(result, BadSample):
             return result
-        bad: List[BadSample] = [result]
-        for step in range(1, self.max_replacement_tries + 1):
+        for step in range(1, len(self)):
             candidate = self.load((index + step) % len(self))
             if not isinstance(candidate, BadSample):
                 candidate[BAD_SAMPLES_KEY] = [str(result)]  # neighbours report themselves
                 candidate[SAMPLE_SEED_KEY] = rng_seed
                 return candidate
-            bad.append(candidate)
-        return BadSample(
-            self.origin(index),
-            f"no usable sample within {self.max_replacement_tries} neighbours; last error: {bad[-1]}",
-        )
+        return BadSample(self.origin(index), f"{result.reason}; and no sample of the data set is usable")

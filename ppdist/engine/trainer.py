@@ -28,7 +28,7 @@ from ppdist.engine.ema import ModelEMA
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.position import Layout, RunPosition, run_length
-from ppdist.errors import CheckpointError, ConfigError
+from ppdist.errors import CheckpointError, ConfigError, DataError
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ppdist")
@@ -158,6 +158,11 @@ class Trainer:
         """Move ``batch`` to the device, take one optimizer step, advance the position."""
         bad = batch.pop(BAD_SAMPLES_KEY, [])
         size = batch_size_of(batch)
+        if size == 0:  # training replaces a bad sample by any usable one: none is left
+            raise DataError(
+                f"a training batch has no usable sample: no sample of the training set could be read "
+                f"({len(bad)} bad in this batch, e.g. {'; '.join(bad[:3])}); check Train.dataset"
+            )
         batch = move_to_device(batch, self.env.device, self.channels_last, keep_on_host=self.host_keys)
         batch[EPOCH_KEY] = self.epoch - 1
         values, preds = self.step(batch)

@@ -145,3 +145,31 @@ def test_loader_options_defaults_and_overrides():
         "prefetch_factor": 4,
     }
     assert loader_options(dict(custom, num_workers=0), "cuda") == {"pin_memory": False}  # no worker options
+
+
+class MostlyBad(BaseDataSet):
+    """Only the indices in ``good`` can be read (e.g. a long run of missing images)."""
+
+    def __init__(self, n, good):
+        super().__init__([], "train")
+        self.n, self.good = n, set(good)
+
+    def __len__(self):
+        return self.n
+
+    def read(self, index):
+        if index not in self.good:
+            raise FileNotFoundError(f"img{index}.jpg")
+        return {"x": np.array([float(index)])}
+
+
+def test_a_long_run_of_bad_samples_is_bridged_in_training():
+    dataset = MostlyBad(40, good=[30, 31])  # 30 bad lines in a row, as an unshuffled list may have
+    items = [dataset[(i, 0, 0)] for i in range(40)]
+    assert all(isinstance(item, dict) for item in items)
+    assert items[0]["x"][0] == 30.0 and items[0][BAD_SAMPLES_KEY] == ["sample 0: FileNotFoundError: img0.jpg"]
+
+
+def test_a_training_set_without_any_usable_sample_says_so():
+    item = MostlyBad(5, good=[])[(2, 0, 0)]
+    assert isinstance(item, BadSample) and "no sample of the data set is usable" in item.reason

@@ -279,3 +279,12 @@ def test_training_metric_is_computed_on_log_steps_only(tmp_path, digits_dir, cap
     lines = [r.getMessage() for r in caplog.records if "global_step:" in r.getMessage()]
     assert calls == [5, 10, 15, 20] and len(lines) == 4, (calls, lines)
     assert all("acc: " in line and "norm_edit_dis: " in line for line in lines)
+
+
+def test_a_training_batch_without_usable_sample_stops_with_the_bad_sample_summary(tmp_path, digits_dir):
+    labels = tmp_path / "all_missing.txt"
+    labels.write_text("".join(f"absent_{i}.jpg\t{i}{i}{i}\n" for i in range(64)), encoding="utf-8")
+    config = config_for(tmp_path, digits_dir, overrides=[f"Train.dataset.label_file_list=[{labels}]"])
+    trainer = build_trainer(config)
+    with pytest.raises(DataError, match="no usable sample.*absent_"):
+        trainer.train()
