@@ -12,6 +12,7 @@ from ppdist.convert.configs import conversion_of, load_config, report_conversion
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import cleanup, init_distributed
 from ppdist.engine.logger import setup_logger
+from ppdist.engine.run_dir import claim_run_dir
 from ppdist.engine.setup import build_trainer
 from ppdist.errors import ConfigError
 
@@ -26,6 +27,7 @@ def main() -> int:
         raise ConfigError(f"{args.config}: missing required section Train")
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
+    lock = claim_run_dir(config, env)  # one run per folder, before anything is written there
     logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
     report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
     if args.profiler_options:
@@ -34,6 +36,8 @@ def main() -> int:
         ensure_synthetic_data(config, env)
         build_trainer(config, env).train()
     finally:
+        if lock is not None:
+            lock.release()
         cleanup(env)
     return 0
 

@@ -144,6 +144,11 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)) (PaddleDetection).",
         choices=("constant", "threshold"),
     ),
+    "overwrite": GlobalKey(
+        (bool,),
+        False,
+        "Start a new run in a save_model_dir that holds another run's checkpoints, replacing them.",
+    ),
     "grad_clip": GlobalKey(NUMBER_TYPES + (NONE_TYPE,), None, "Clip the global gradient norm to this value."),
     "dist_timeout": GlobalKey((int,), 1800, "Seconds before a collective that waits on a dead peer fails."),
     "auto_scale_lr": GlobalKey(
