@@ -41,6 +41,8 @@ def parse_value(text: str) -> Any:
 
 def read_yaml_mapping(path: str, loader: type = YamlLoader) -> Dict[str, Any]:
     """The top-level mapping of one YAML file (no inheritance); ``ConfigError`` naming the file otherwise."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{path} is a directory; give a config file (.yml)")
     if not os.path.isfile(path):
         raise ConfigError(f"config file not found: {path}")
     try:

@@ -46,7 +46,7 @@ def export_onnx(module: nn.Module, spec: GraphSpec, path: str) -> str:
     except Exception as exc:  # noqa: BLE001 - any exporter failure: try the other exporter
         logger.info(
             "TorchScript-based ONNX export failed (%s); using the dynamo exporter",
-            str(exc).splitlines()[0][:200],
+            (str(exc).splitlines() or ["no message"])[0][:200],
         )
     dims = {}
     for name, axes in spec.dynamic_axes.items():

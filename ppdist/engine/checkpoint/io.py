@@ -36,12 +36,26 @@ def checkpoint_path(prefix_or_path: str) -> str:
     for path in candidates:
         if os.path.isfile(path):
             return path
+    if os.path.isdir(prefix_or_path):
+        raise CheckpointError(
+            f"{prefix_or_path} is a directory, not a checkpoint: give the file, e.g. "
+            f"{os.path.join(prefix_or_path, 'latest')} (its .pt is found)"
+        )
     raise CheckpointError(f"checkpoint not found: {prefix_or_path} (looked for {', '.join(candidates)})")
 
 
 def save_atomic(obj: Mapping[str, Any], path: str) -> None:
-    """``torch.save`` to a temporary file beside ``path``, flush to disk, then atomically replace ``path``."""
-    torch_save_atomic(dict(obj), path)
+    """``torch.save`` to a temporary file beside ``path``, flush to disk, then atomically replace
+    ``path``. A failed write (disk full, read-only folder, a file where the folder should be) is a
+    ``CheckpointError`` saying what and where; the partial file is removed and ``path`` is kept."""
+    try:
+        torch_save_atomic(dict(obj), path)
+    except (OSError, RuntimeError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        if isinstance(exc, RuntimeError):  # torch's writer: "... unexpected pos N vs M" when the disk fills
+            reason = f"the write stopped (is the disk full?): {reason}"
+        kept = "the previous one is kept" if os.path.exists(path) else "nothing was written"
+        raise CheckpointError(f"cannot write checkpoint {path}: {reason}; {kept}") from None
 
 
 def load_file(path: str) -> Dict[str, Any]:
@@ -52,12 +66,13 @@ def load_file(path: str) -> Dict[str, Any]:
     """
     if is_paddle_weights(path):
         return {PADDLE_KEY: load_pdparams(path)}
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise CheckpointError(f"cannot load {path}: the file is empty (0 bytes; an interrupted copy?)")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(
-            f"cannot load {path}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-        ) from None
+        first_line = (str(exc).splitlines() or ["no message"])[0]
+        raise CheckpointError(f"cannot load {path}: {type(exc).__name__}: {first_line}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a dict (got {type(data).__name__})")
     return data
