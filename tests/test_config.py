@@ -205,3 +205,28 @@ def test_load_config_reads_through_the_given_reader(repo_root):
     assert calls == ["virtual.yml"] and cfg["Global"]["epoch_num"] == 2
     with pytest.raises(ConfigError, match=r"^virtual.yml: unknown section 'Trian'"):
         load_config("virtual.yml", read=lambda path: {"Trian": {}})
+
+
+@pytest.mark.parametrize(
+    "text,overrides,message",
+    [
+        ("Global: 5\n", [], "Global must be a mapping of keys"),
+        ("", ["Global.save_model_dir=[out"], "the value '\\[out' is not valid YAML"),
+        ("", ["Global.epoch_num=0"], "Global.epoch_num must be a positive number, got 0"),
+        ("", ["Global.max_iters=-3"], "Global.max_iters must be a positive number, got -3"),
+        ("", ["Global.max_bad_sample_ratio=1.5"], "max_bad_sample_ratio must lie in \\[0, 1\\]"),
+    ],
+)
+def test_values_out_of_range_or_not_yaml_are_config_errors(tmp_path, text, overrides, message):
+    base = os.path.join(os.path.dirname(__file__), "..", "configs", "rec", "quickstart_synth.yml")
+    path = tmp_path / "c.yml"
+    path.write_text(f"_BASE_: [{os.path.abspath(base)}]\n{text}", encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        load_config(str(path), overrides)
+
+
+def test_a_binary_file_as_config_is_named(tmp_path):
+    path = tmp_path / "weights.yml"
+    path.write_bytes(bytes(range(256)))
+    with pytest.raises(ConfigError, match="is not a text file"):
+        load_config(str(path))

@@ -69,6 +69,8 @@ def compile_options(glob: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
 
 def _validate_global(config: Dict[str, Any]) -> None:
     glob = config.setdefault("Global", {}) or {}
+    if not isinstance(glob, dict):
+        raise ConfigError(f"Global must be a mapping of keys (Global: {{epoch_num: ..., ...}}), got {glob!r}")
     config["Global"] = glob
     for key, value in list(glob.items()):
         if key in UNSUPPORTED_GLOBAL:
@@ -90,6 +92,14 @@ def _validate_global(config: Dict[str, Any]) -> None:
         glob.setdefault(key, copy.deepcopy(spec.default))
     if glob["epoch_num"] is None and glob["max_iters"] is None:
         raise ConfigError("missing required key Global.epoch_num (or Global.max_iters)")
+    for key in ("epoch_num", "max_iters"):
+        if glob[key] is not None and glob[key] <= 0:
+            raise ConfigError(f"Global.{key} must be a positive number, got {glob[key]}")
+    if not 0.0 <= float(glob["max_bad_sample_ratio"]) <= 1.0:
+        raise ConfigError(
+            f"Global.max_bad_sample_ratio must lie in [0, 1] (a fraction of an epoch's samples), got "
+            f"{glob['max_bad_sample_ratio']}"
+        )
     compile_options(glob)
     step = glob["eval_batch_step"]
     if isinstance(step, int):

@@ -32,11 +32,15 @@ YamlLoader.add_implicit_resolver(
 
 
 def parse_value(text: str) -> Any:
-    """Parse an override value as YAML (``[0, 500]`` -> list, ``1e-5`` -> float, ``a`` -> str)."""
+    """Parse an override value as YAML (``[0, 500]`` -> list, ``1e-5`` -> float, ``a`` -> str);
+    ``ValueError`` when it is not YAML (``[out``), never a silent string."""
     try:
         return yaml.load(text, Loader=YamlLoader)
-    except yaml.YAMLError:
-        return text
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(
+            f"the value {text!r} is not valid YAML ({problem}); quote a string: '\"{text}\"'"
+        ) from None
 
 
 def read_yaml_mapping(path: str, loader: type = YamlLoader) -> Dict[str, Any]:
@@ -50,6 +54,8 @@ def read_yaml_mapping(path: str, loader: type = YamlLoader) -> Dict[str, Any]:
             data = yaml.load(handle, Loader=loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file (not UTF-8); give a YAML config file") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -98,7 +104,10 @@ def apply_overrides(config: Dict[str, Any], overrides: Iterable[str], source: st
         if "=" not in item:
             raise ConfigError(f"{source} {item!r}: expected Key.sub=value")
         key, text = item.split("=", 1)
-        value = parse_value(text)
+        try:
+            value = parse_value(text)
+        except ValueError as exc:
+            raise ConfigError(f"{source} {item!r}: {exc}") from None
         parts = key.strip().split(".")
         if parts[0] not in SECTIONS:
             raise ConfigError(
