@@ -173,6 +173,16 @@ def build_dataloader(
     loader_cfg = config[section]["loader"]
     seed = int(config["Global"]["seed"])
     batch_size = int(loader_cfg["batch_size_per_card"])
+    if mode == "train" and len(dataset) == 0:
+        sources = getattr(dataset, "label_files", None) or [
+            str(getattr(dataset, name))
+            for name in ("anno_path", "train_path", "dataset_root")
+            if hasattr(dataset, name)
+        ]
+        raise DataError(
+            f"{section}.dataset has no sample{(' (' + ', '.join(map(str, sources)) + ')') if sources else ''}: "
+            f"check its label file / annotation file / dataset_root"
+        )
     if mode == "train":
         sampler: Any = TrainBatchSampler(
             len(dataset),

@@ -3,12 +3,15 @@
 import random
 
 import numpy as np
+import pytest
 import torch
+from ppdist_testing import tiny_run_config
 from torch.utils.data import DataLoader
 
 from ppdist.data.base import BAD_SAMPLES_KEY, BadSample, BaseDataSet
-from ppdist.data.build import collate
+from ppdist.data.build import build_dataloader, collate
 from ppdist.data.samplers import TrainBatchSampler
+from ppdist.errors import DataError
 
 
 class NoisyNumbers(BaseDataSet):
@@ -173,3 +176,11 @@ def test_a_long_run_of_bad_samples_is_bridged_in_training():
 def test_a_training_set_without_any_usable_sample_says_so():
     item = MostlyBad(5, good=[])[(2, 0, 0)]
     assert isinstance(item, BadSample) and "no sample of the data set is usable" in item.reason
+
+
+def test_an_empty_training_label_file_is_named(tmp_path, digits_dir):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n", encoding="utf-8")
+    config = tiny_run_config(tmp_path, digits_dir, overrides=[f"Train.dataset.label_file_list=[{empty}]"])
+    with pytest.raises(DataError, match=f"Train.dataset has no sample \\({empty}\\)"):
+        build_dataloader(config, "Train", "train")
