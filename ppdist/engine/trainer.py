@@ -297,6 +297,13 @@ class Trainer:
             raise CheckpointError(
                 f"{source} holds weights only; use Global.pretrained_model to start from it"
             )
+        misfit = ckpt.mismatch_summary(self.model, state["model"])
+        if misfit is not None:  # another task or architecture: say so before anything else
+            raise CheckpointError(
+                f"{source} does not fit Architecture: {misfit}; resume it with the config it was trained "
+                f"with (stored in the checkpoint, and as config.yml beside it), or start from its weights "
+                f"with Global.pretrained_model"
+            )
         saved = self.position.saved_layout(state["position"])
         if saved.dataset_len != self.position.layout.dataset_len:
             raise CheckpointError(

@@ -14,7 +14,7 @@ from ppdist.engine import setup
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.setup import build_trainer
-from ppdist.errors import DataError
+from ppdist.errors import CheckpointError, ConfigError, DataError
 
 
 def snapshot_first_best(trainer):
@@ -288,3 +288,28 @@ def test_a_training_batch_without_usable_sample_stops_with_the_bad_sample_summar
     trainer = build_trainer(config)
     with pytest.raises(DataError, match="no usable sample.*absent_"):
         trainer.train()
+
+
+def test_resuming_a_checkpoint_of_another_architecture_says_so_first(tmp_path, digits_dir):
+    first = build_trainer(config_for(tmp_path, digits_dir, save="a"))
+    state = first.state_dict()
+    other = build_trainer(
+        config_for(tmp_path, digits_dir, save="b", overrides=["Architecture.Neck.hidden_size=32"])
+    )
+    with pytest.raises(
+        CheckpointError, match="does not fit Architecture: .*shape mismatch.*Global.pretrained_model"
+    ):
+        other.load_state_dict(dict(state), source="a/latest.pt")
+    foreign = dict(
+        state, model={"backbone.stem.weight": torch.zeros(1)}, position=dict(state["position"], dataset_len=7)
+    )
+    with pytest.raises(CheckpointError, match="does not fit Architecture: .* missing .* unexpected"):
+        other.load_state_dict(foreign, source="det/latest.pt")  # not blamed on the data set's length
+
+
+def test_pretrained_weights_of_which_nothing_fits_are_refused(tmp_path, digits_dir):
+    path = tmp_path / "foreign.pt"
+    torch.save({"head.conv.weight": torch.zeros(3, 3)}, path)
+    config = config_for(tmp_path, digits_dir, overrides=[f"Global.pretrained_model={path}"])
+    with pytest.raises(ConfigError, match="none of its tensors fits Architecture"):
+        build_trainer(config)

@@ -131,9 +131,40 @@ def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: st
 
 
 def load_pretrained(model: nn.Module, path: str) -> None:
-    """``Global.pretrained_model``: weights only, shape mismatches skipped and listed."""
+    """``Global.pretrained_model``: weights only, shape mismatches skipped and listed; a file of
+    which nothing fits the model (another task or architecture) is an error, not a silent
+    training from scratch."""
     data = load_file(checkpoint_path(path))
-    load_matching_weights(model, weights_for(model, data, path, prefer_ema=False), path)
+    loaded, mismatched, missing = load_matching_weights(
+        model, weights_for(model, data, path, prefer_ema=False), path
+    )
+    if not loaded:
+        raise ConfigError(
+            f"Global.pretrained_model {path}: none of its tensors fits Architecture (0/{len(missing)} loaded, "
+            f"{len(mismatched)} shape mismatch(es)): it was trained for another model or task; give weights "
+            f"of this architecture, or remove Global.pretrained_model to train from scratch"
+        )
+
+
+def mismatch_summary(model: nn.Module, state: Mapping[str, Any]) -> Optional[str]:
+    """Why ``state`` (a full model state dict) cannot be loaded into ``model`` exactly, in one line
+    (None when it can): counts of missing, unexpected and mis-shaped tensors, with examples."""
+    own = model.state_dict()
+    state = {(k[7:] if k.startswith("module.") else k): v for k, v in state.items()}
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in own
+        if k in state and isinstance(state[k], torch.Tensor) and tuple(state[k].shape) != tuple(own[k].shape)
+    ]
+    if not (missing or unexpected or shapes):
+        return None
+    parts = []
+    for label, names in (("missing", missing), ("unexpected", unexpected), ("shape mismatch(es)", shapes)):
+        if names:
+            parts.append(f"{len(names)} {label} (e.g. {', '.join(names[:2])})")
+    return "; ".join(parts)
 
 
 def load_stage_pretrained(model: nn.Module, stage: str, path: str) -> None:
