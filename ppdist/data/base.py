@@ -13,7 +13,17 @@ from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
 BAD_SAMPLES_KEY = "_bad_samples"
+NOTES_KEY = "_notes"  # what a transform changed in a sample it kept (e.g. dropped label characters)
 SAMPLE_SEED_KEY = "_sample_seed"  # seeds batch transforms (see ppdist.data.build.collate)
+
+
+class RejectedSample(Exception):
+    """Raised by a transform that cannot use a sample; its message is the reason shown to the user."""
+
+
+def add_note(data: Dict[str, Any], note: str) -> None:
+    """Record what a transform changed in ``data`` (reported with the sample's origin)."""
+    data.setdefault(NOTES_KEY, []).append(note)
 
 
 @dataclass
@@ -90,8 +100,12 @@ class BaseDataSet(Dataset):
                         "character of the dictionary)",
                     )
             data = self.finish(data)
+        except RejectedSample as exc:
+            return BadSample(self.origin(index), str(exc))
         except Exception as exc:  # any reader/transform failure is a bad sample
             return BadSample(self.origin(index), f"{type(exc).__name__}: {exc}")
+        if NOTES_KEY in data:
+            data[NOTES_KEY] = [f"{self.origin(index)}: {note}" for note in data[NOTES_KEY]]
         return data
 
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:

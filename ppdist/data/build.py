@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
 from ppdist.builder import build_component
-from ppdist.data.base import BAD_SAMPLES_KEY, SAMPLE_SEED_KEY, BadSample
+from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, SAMPLE_SEED_KEY, BadSample
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
@@ -76,15 +76,17 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
 
     ``batch_ops`` run on the good samples first. The returned batch always has
     ``_bad_samples``: descriptions of the samples that were skipped or replaced in it (see
-    ``BaseDataSet``).
+    ``BaseDataSet``), and ``_notes`` when a transform changed a sample it kept.
     """
     bad: List[str] = []
+    notes: List[str] = []
     good: List[Dict[str, Any]] = []
     for sample in samples:
         if isinstance(sample, BadSample):
             bad.append(str(sample))
             continue
         bad.extend(sample.pop(BAD_SAMPLES_KEY, []))
+        notes.extend(sample.pop(NOTES_KEY, []))
         good.append(sample)
     seeds = [int(sample.pop(SAMPLE_SEED_KEY, 0)) for sample in good]
     if good and batch_ops:
@@ -101,6 +103,8 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
             f"resize/crop transform"
         ) from None
     batch[BAD_SAMPLES_KEY] = bad
+    if notes:
+        batch[NOTES_KEY] = notes
     return batch
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ppdist.data.base import BAD_SAMPLES_KEY
+from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv, broadcast_object, gather_object_to_main
 from ppdist.engine.logger import format_eta
@@ -92,6 +92,7 @@ class Evaluator:
         progress = EvalProgress(len(self.loader), desc, enabled=self.env.is_main)
         for batch in self.loader:
             bad.extend(batch.pop(BAD_SAMPLES_KEY, []))
+            batch.pop(NOTES_KEY, None)  # changes to kept samples are reported by training
             progress.update()
             size = batch_size_of(batch)
             if size == 0:

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ppdist.data.base import BAD_SAMPLES_KEY
+from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.amp import load_scaler_state
 from ppdist.engine.batch import batch_size_of, detach, move_to_device
@@ -48,6 +48,7 @@ class StepRecord:
     reader_cost: float
     batch_cost: float
     bad_samples: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
     preds: Any = None
     batch: Optional[Dict[str, Any]] = None
 
@@ -157,6 +158,7 @@ class Trainer:
     def run_step(self, batch: Dict[str, Any], reader_cost: float, tick: float) -> StepRecord:
         """Move ``batch`` to the device, take one optimizer step, advance the position."""
         bad = batch.pop(BAD_SAMPLES_KEY, [])
+        notes = batch.pop(NOTES_KEY, [])
         size = batch_size_of(batch)
         if size == 0:  # training replaces a bad sample by any usable one: none is left
             raise DataError(
@@ -168,7 +170,7 @@ class Trainer:
         values, preds = self.step(batch)
         self.epoch_done = self.position.advance()
         record = StepRecord(
-            values, size * self.env.world_size, size, reader_cost, time.perf_counter() - tick, bad
+            values, size * self.env.world_size, size, reader_cost, time.perf_counter() - tick, bad, notes
         )
         if self.train_metric is not None:
             record.preds, record.batch = preds, batch

@@ -6,6 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
+from ppdist.data.base import RejectedSample
 from ppdist.data.transforms import CTCLabelEncode, DecodeImage, KeepKeys, RecAug, RecResizeImg
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
@@ -43,9 +44,12 @@ def test_ctc_encode_lowercases_without_dict_and_drops_unknown():
 
 def test_ctc_encode_rejects_empty_too_long_and_nothing_left():
     enc = CTCLabelEncode(max_text_length=4)
-    assert enc({"label": ""}) is None
-    assert enc({"label": "abcde"}) is None  # longer than max_text_length (raw text)
-    assert enc({"label": "!!-"}) is None  # nothing left after filtering
+    with pytest.raises(RejectedSample, match="empty label"):
+        enc({"label": ""})
+    with pytest.raises(RejectedSample, match="longer than"):  # longer than max_text_length (raw text)
+        enc({"label": "abcde"})
+    with pytest.raises(RejectedSample, match="no character"):  # nothing left after filtering
+        enc({"label": "!!-"})
     assert enc({"label": "abcd"}) is not None
 
 
@@ -55,7 +59,8 @@ def test_ctc_encode_with_dictionary_keeps_case_and_space(tmp_path):
     enc = CTCLabelEncode(max_text_length=5, character_dict_path=str(path), use_space_char=True)
     out = enc({"label": "aB c"})
     assert out["label"].tolist() == [1, 2, 4, 3, 0]  # space appended as index 4
-    assert enc({"label": "b"}) is None  # no lower-casing with a dictionary
+    with pytest.raises(RejectedSample, match="no character"):  # no lower-casing with a dictionary
+        enc({"label": "b"})
 
 
 # ----------------------------------------------------------------------------- RecResizeImg

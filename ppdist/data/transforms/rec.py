@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import cv2
 import numpy as np
 
+from ppdist.data.base import RejectedSample, add_note
 from ppdist.data.charset import load_characters
 from ppdist.data.transforms.warp import tia_distort, tia_perspective, tia_stretch
 from ppdist.errors import ConfigError
@@ -125,8 +126,10 @@ class CTCLabelEncode:
 
     Adds ``label`` (int64, zero-padded to ``max_text_length``), ``length`` (int64 scalar) and
     ``label_ace`` (int64 count of each class over the padded label, blank included). Without a
-    dictionary the text is lower-cased; characters outside the dictionary are dropped.
-    Returns ``None`` for an empty text, a text longer than ``max_text_length`` or nothing left.
+    dictionary the text is lower-cased; characters outside the dictionary are dropped, as in
+    PaddleOCR, and the sample says which (a note reported with its origin). An empty text, one
+    longer than ``max_text_length`` or one with no character of the dictionary is rejected with
+    that reason.
     """
 
     def __init__(
@@ -143,17 +146,36 @@ class CTCLabelEncode:
 
     def encode(self, text: str) -> Optional[List[int]]:
         """Class indices of ``text``, or ``None`` when it cannot be used."""
-        if len(text) == 0 or len(text) > self.max_text_length:
+        try:
+            return self.checked_encode(text)[0]
+        except RejectedSample:
             return None
+
+    def checked_encode(self, text: str) -> Tuple[List[int], List[str]]:
+        """Class indices of ``text`` and the characters dropped (not in the dictionary);
+        ``RejectedSample`` with the reason when it cannot be used."""
+        if len(text) == 0:
+            raise RejectedSample("empty label")
+        if len(text) > self.max_text_length:
+            raise RejectedSample(
+                f"label longer than Global.max_text_length {self.max_text_length} ({len(text)}: {text[:40]!r})"
+            )
         if self.lower:
             text = text.lower()
         ids = [self.index[ch] for ch in text if ch in self.index]
-        return ids or None
+        dropped = [ch for ch in text if ch not in self.index]
+        if not ids:
+            raise RejectedSample(f"no character of label {text[:40]!r} is in the dictionary")
+        return ids, dropped
 
     def __call__(self, data: Sample) -> Optional[Sample]:
-        ids = self.encode(data["label"])
-        if ids is None:
-            return None
+        ids, dropped = self.checked_encode(data["label"])
+        if dropped:
+            add_note(
+                data,
+                f"label {data['label'][:40]!r}: {len(dropped)} character(s) not in the dictionary dropped "
+                f"({''.join(sorted(set(dropped)))[:20]!r})",
+            )
         label = np.zeros(self.max_text_length, dtype=np.int64)
         label[: len(ids)] = ids
         data["length"] = np.array(len(ids), dtype=np.int64)
