@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
@@ -24,6 +25,19 @@ class RejectedSample(Exception):
 def add_note(data: Dict[str, Any], note: str) -> None:
     """Record what a transform changed in ``data`` (reported with the sample's origin)."""
     data.setdefault(NOTES_KEY, []).append(note)
+
+
+def inside_root(root: str, path: str, allowed_outside: bool, switch: str) -> str:
+    """``path`` (already joined with ``root``) when it resolves inside ``root`` (links followed), or
+    when paths outside are ``allowed_outside``; else ``RejectedSample`` before anything is read."""
+    if not allowed_outside:
+        real_root, real = os.path.realpath(root), os.path.realpath(path)
+        if os.path.commonpath([real_root, real]) != real_root:
+            raise RejectedSample(
+                f"path {path} resolves outside {root} ({real}); not read. If the list points there on "
+                f"purpose, set {switch}: true in the dataset"
+            )
+    return path
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Union
 import lmdb
 import numpy as np
 
-from ppdist.data.base import BaseDataSet
+from ppdist.data.base import BaseDataSet, inside_root
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 
@@ -57,7 +57,9 @@ class _Line(NamedTuple):
 class SimpleDataSet(BaseDataSet):
     """Images on disk listed in PaddleOCR label files: ``relative/path<delimiter>label``.
 
-    Paths are joined with ``data_dir``; a path starting with ``[`` is a JSON list of paths
+    Paths are joined with ``data_dir``; one that resolves outside it (``../``, an absolute path
+    elsewhere) is a bad sample, not read, unless ``allow_paths_outside_root: true``. A path
+    starting with ``[`` is a JSON list of paths
     from which one is picked at random. ``ratio_list`` keeps a fixed, seeded fraction of each
     file's lines (in file order). Malformed lines are kept and reported when read.
     """
@@ -71,9 +73,11 @@ class SimpleDataSet(BaseDataSet):
         ratio_list: Ratio = 1.0,
         delimiter: str = "\t",
         seed: int = 1024,
+        allow_paths_outside_root: bool = False,
     ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
+        self.allow_paths_outside_root = bool(allow_paths_outside_root)
         if not delimiter:
             raise ConfigError(f"{sec}.delimiter must not be empty")
         if isinstance(label_file_list, str):
@@ -130,7 +134,12 @@ class SimpleDataSet(BaseDataSet):
         rel = line.path
         if rel.startswith("["):
             rel = random.choice(json.loads(rel))
-        img_path = os.path.join(self.data_dir, rel)
+        img_path = inside_root(
+            self.data_dir,
+            os.path.join(self.data_dir, rel),
+            self.allow_paths_outside_root,
+            "allow_paths_outside_root",
+        )
         with open(img_path, "rb") as handle:
             image = handle.read()
         return {"img_path": img_path, "image": image, "label": line.label}

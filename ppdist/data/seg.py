@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from ppdist.data.base import BaseDataSet
+from ppdist.data.base import BaseDataSet, inside_root
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 
@@ -62,6 +62,8 @@ class _SegBase(BaseDataSet):
         self.ignore_index = int(ignore_index)
         self.img_channels = img_channels
         self.items: List[_Item] = []
+        self.root = "/"  # the folder the items' paths must stay in (a subclass narrows it)
+        self.allow_paths_outside_root = True
 
     def __len__(self) -> int:
         return len(self.items)
@@ -73,6 +75,8 @@ class _SegBase(BaseDataSet):
         item = self.items[index]
         if not item.ok:
             raise DataError(f"{item.origin}: malformed line: {item.label}")
+        for path in (item.image, item.label):
+            inside_root(self.root, path, self.allow_paths_outside_root, "allow_paths_outside_root")
         flag = cv2.IMREAD_COLOR if self.img_channels == 3 else cv2.IMREAD_GRAYSCALE
         image = cv2.imread(item.image, flag)
         if image is None:
@@ -136,7 +140,8 @@ def _resolve_list(path: str, root: str, key: str) -> str:
 class SegDataSet(_SegBase):
     """PaddleSeg's generic file-list dataset: lines ``image_path<separator>label_path``.
 
-    Paths are relative to ``dataset_root`` (absolute ones are used as they are). Train mode
+    Paths are relative to ``dataset_root``; one that resolves outside it (``../``, an absolute
+    path elsewhere) is a bad sample, not read, unless ``allow_paths_outside_root: true``. Train mode
     reads ``train_path``, eval mode ``val_path``. Malformed lines are kept and reported when read.
     """
 
@@ -152,9 +157,11 @@ class SegDataSet(_SegBase):
         ignore_index: int = 255,
         separator: str = " ",
         img_channels: int = 3,
+        allow_paths_outside_root: bool = False,
     ) -> None:
         super().__init__(transforms, mode, num_classes, ignore_index, img_channels)
         sec = _section(mode)
+        self.allow_paths_outside_root = bool(allow_paths_outside_root)
         if not separator:
             raise ConfigError(f"{sec}.separator must not be empty")
         if not os.path.isdir(dataset_root):
@@ -162,7 +169,7 @@ class SegDataSet(_SegBase):
         key, path = (f"{sec}.train_path", train_path) if mode == "train" else (f"{sec}.val_path", val_path)
         if not path:
             raise ConfigError(f"{key} is required: the file list of 'image label' lines for this dataset")
-        self.dataset_root = dataset_root
+        self.dataset_root = self.root = dataset_root
         self.seed = seed
         self.separator = separator
         self.file_list = _resolve_list(path, dataset_root, key)

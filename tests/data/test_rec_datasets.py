@@ -255,3 +255,18 @@ def test_lmdb_missing_sample_is_bad_sample(tmp_path):
     assert len(ds) == 2
     assert "rejected" in str(ds[0])  # undecodable image -> DecodeImage returns None
     assert "image-000000002" in str(ds[1])  # missing key
+
+
+def test_a_path_outside_data_dir_is_refused_before_it_is_read(tmp_path):
+    data_dir = tmp_path / "data"
+    (data_dir / "imgs").mkdir(parents=True)
+    secret = tmp_path / "secret.jpg"
+    secret.write_bytes(b"not for the dataset")
+    labels = data_dir / "labels.txt"
+    labels.write_text(f"../secret.jpg\tabc\n{secret}\tabc\n", encoding="utf-8")
+    dataset = SimpleDataSet(str(data_dir), [str(labels)], [], mode="eval")
+    for index in range(2):
+        item = dataset[index]
+        assert isinstance(item, BadSample) and "resolves outside" in item.reason, item
+    allowed = SimpleDataSet(str(data_dir), [str(labels)], [], mode="eval", allow_paths_outside_root=True)
+    assert allowed[0]["image"] == b"not for the dataset"

@@ -199,3 +199,22 @@ def test_cityscapes_errors(tmp_path):
     _city(root, "train", "bonn", "bonn_000001_000019")
     with pytest.raises(DataError, match="bonn_000000_000019_gtFine_labelTrainIds.png"):
         CityscapesDataSet(root, [], mode="train")
+
+
+def test_a_list_entry_outside_dataset_root_is_refused_unless_allowed(tree, tmp_path):
+    root, _ = tree
+    _write_pair(str(tmp_path), "elsewhere/x.png", "elsewhere/y.png")
+    with open(os.path.join(root, "escape.txt"), "w") as handle:
+        handle.write("../elsewhere/x.png ../elsewhere/y.png\n")
+    common = {
+        "dataset_root": root,
+        "transforms": [],
+        "mode": "train",
+        "num_classes": 3,
+        "train_path": "escape.txt",
+    }
+    dataset = DATASETS.build(dict(common, name="SegDataSet"))
+    bad = dataset.load(0)
+    assert isinstance(bad, BadSample) and "resolves outside" in bad.reason
+    allowed = DATASETS.build(dict(common, name="SegDataSet", allow_paths_outside_root=True))
+    assert isinstance(allowed.load(0), dict)
