@@ -27,6 +27,7 @@ SHARED_GLOBAL_KEYS = (
     "ignore_index",
     "width_mult",
     "depth_mult",
+    "max_image_pixels",
 )
 
 
@@ -143,6 +144,11 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "constant",
         "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)) (PaddleDetection).",
         choices=("constant", "threshold"),
+    ),
+    "max_image_pixels": GlobalKey(
+        (int, NONE_TYPE),
+        None,
+        "Images whose header gives more pixels are bad samples, not decoded; null: 89,478,485 (Pillow's).",
     ),
     "overwrite": GlobalKey(
         (bool,),

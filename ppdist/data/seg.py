@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 from ppdist.data.base import BaseDataSet, inside_root
+from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 
@@ -63,6 +64,7 @@ class _SegBase(BaseDataSet):
         self.img_channels = img_channels
         self.items: List[_Item] = []
         self.root = "/"  # the folder the items' paths must stay in (a subclass narrows it)
+        self.max_image_pixels: Optional[int] = DEFAULT_MAX_IMAGE_PIXELS
         self.allow_paths_outside_root = True
 
     def __len__(self) -> int:
@@ -78,6 +80,7 @@ class _SegBase(BaseDataSet):
         for path in (item.image, item.label):
             inside_root(self.root, path, self.allow_paths_outside_root, "allow_paths_outside_root")
         flag = cv2.IMREAD_COLOR if self.img_channels == 3 else cv2.IMREAD_GRAYSCALE
+        check_image_pixels(item.image, self.max_image_pixels)
         image = cv2.imread(item.image, flag)
         if image is None:
             raise DataError(f"cannot read image {item.image} (missing or not an image)")
@@ -158,10 +161,12 @@ class SegDataSet(_SegBase):
         separator: str = " ",
         img_channels: int = 3,
         allow_paths_outside_root: bool = False,
+        max_image_pixels: Optional[int] = DEFAULT_MAX_IMAGE_PIXELS,
     ) -> None:
         super().__init__(transforms, mode, num_classes, ignore_index, img_channels)
         sec = _section(mode)
         self.allow_paths_outside_root = bool(allow_paths_outside_root)
+        self.max_image_pixels = max_image_pixels
         if not separator:
             raise ConfigError(f"{sec}.separator must not be empty")
         if not os.path.isdir(dataset_root):

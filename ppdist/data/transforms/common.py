@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import cv2
 import numpy as np
 
+from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 
@@ -20,17 +21,23 @@ class DecodeImage:
     """Decode ``data["image"]`` (encoded file bytes) into a uint8 array.
 
     ``img_mode`` GRAY gives (H, W); RGB / BGR give (H, W, 3) (``channel_first``: (C, H, W)).
-    Returns ``None`` when the bytes cannot be decoded.
+    Returns ``None`` when the bytes cannot be decoded; an image whose header says it has more
+    than ``max_image_pixels`` (``Global.max_image_pixels``) is rejected before decoding.
     """
 
     def __init__(
-        self, img_mode: str = "RGB", channel_first: bool = False, ignore_orientation: bool = False
+        self,
+        img_mode: str = "RGB",
+        channel_first: bool = False,
+        ignore_orientation: bool = False,
+        max_image_pixels: Optional[int] = DEFAULT_MAX_IMAGE_PIXELS,
     ) -> None:
         if img_mode not in IMG_MODES:
             raise ConfigError(f"DecodeImage.img_mode must be one of {', '.join(IMG_MODES)}, got {img_mode!r}")
         self.img_mode = img_mode
         self.channel_first = channel_first
         self.flags = cv2.IMREAD_COLOR | (cv2.IMREAD_IGNORE_ORIENTATION if ignore_orientation else 0)
+        self.max_image_pixels = max_image_pixels
 
     def __call__(self, data: Sample) -> Optional[Sample]:
         raw = data["image"]
@@ -42,6 +49,7 @@ class DecodeImage:
             raise TypeError(f"DecodeImage expects encoded bytes in data['image'], got {type(raw).__name__}")
         if buf.size == 0:
             return None
+        check_image_pixels(buf.tobytes(), self.max_image_pixels)
         img = cv2.imdecode(buf, self.flags)
         if img is None:
             return None

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import cv2
 import numpy as np
 
+from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 
@@ -156,8 +157,8 @@ class Decode:
     ``im_shape`` = [h, w] and ``scale_factor`` = [1, 1] (float32). Undecodable data raises.
     """
 
-    def __init__(self) -> None:  # explicit: config keys are checked against this signature
-        pass
+    def __init__(self, max_image_pixels: Optional[int] = DEFAULT_MAX_IMAGE_PIXELS) -> None:
+        self.max_image_pixels = max_image_pixels  # checked from the file header, before decoding
 
     def __call__(self, data: Sample) -> Sample:
         raw = data.get("image")
@@ -173,6 +174,8 @@ class Decode:
                     f"Decode expects encoded image bytes or an (H, W, 3) array in data['image'], "
                     f"got {type(raw).__name__}"
                 )
+            if buf.size:
+                check_image_pixels(buf.tobytes(), self.max_image_pixels)
             img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
             if img is None:
                 raise ValueError(f"Decode: cannot decode the image ({buf.size} bytes; not an image file?)")
