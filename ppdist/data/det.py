@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 import os
 from typing import Any, Dict, List, NamedTuple, Tuple
 
@@ -191,6 +192,13 @@ class COCODataSet(BaseDataSet):
             return "no bbox"
         if ann.get("category_id") not in self.catid2clsid:
             return "unknown category"
+        if not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox
+        ):
+            raise DataError(
+                f"{self.anno_file}: annotation id {ann.get('id')} (image id {ann.get('image_id')}) has bbox "
+                f"{bbox!r}: expected four finite numbers [x, y, width, height]"
+            )
         x1, y1, bw, bh = (float(v) for v in bbox)
         if float(ann.get("area", bw * bh)) <= 0:
             return "area <= 0"

@@ -186,3 +186,14 @@ def test_config_errors(tmp_path, coco_root):
         COCODataSet(str(tmp_path / "nope"), "imgs", "ann/inst.json", [])
     with pytest.raises(ConfigError, match="empty_ratio"):
         _ds(coco_root, empty_ratio=1.5)
+
+
+@pytest.mark.parametrize("bbox", [[1, 2, "10", 8], [1, 2, float("nan"), 8], [1, 2, float("inf"), 8]])
+def test_a_non_numeric_or_non_finite_bbox_names_its_annotation(tmp_path, bbox):
+    root = str(tmp_path)
+    images = [{"id": 1, "file_name": "1.png", "width": 40, "height": 30}]
+    annotation = _ann(77, 1, 10, [1, 2, 10, 8])
+    annotation["bbox"], annotation["area"] = bbox, 80.0
+    _write(root, images, [annotation], [{"id": 10, "name": "ten"}])
+    with pytest.raises(DataError, match="annotation id 77 \\(image id 1\\) has bbox .*four finite numbers"):
+        COCODataSet(root, "imgs", "ann/inst.json", [], mode="eval")
