@@ -93,7 +93,9 @@ def run(argv=None) -> dict:
 
 
 def main() -> int:
-    run()
+    summary = run()
+    if summary["images"] == 0:  # every input was unreadable: nothing was predicted
+        raise ConfigError(f"no image could be predicted ({len(summary['skipped'])} skipped, see above)")
     return 0
 
 

@@ -121,8 +121,15 @@ def read_inference_config(model_dir: str) -> Dict[str, Any]:
             f"{model_dir} is not an exported model directory: {FILE_NAME} not found "
             f"(run tools/export_model.py first)"
         )
-    with open(path, encoding="utf-8") as handle:
-        info = yaml.safe_load(handle) or {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            info = yaml.safe_load(handle) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"{path} is not readable YAML ({type(exc).__name__}); export the model again"
+        ) from None
+    if not isinstance(info, dict):
+        raise ConfigError(f"{path} must be a mapping of keys; export the model again")
     if info.get("ppdist_inference") != FORMAT_VERSION:
         raise ConfigError(
             f"{path}: ppdist_inference is {info.get('ppdist_inference')!r}, this ppdist reads "

@@ -24,13 +24,14 @@ logger = logging.getLogger("ppdist")
 FORMATS = {"onnx": ("onnx",), "torchscript": ("torchscript",), "both": ("onnx", "torchscript")}
 
 
-def load_deploy_model(config: Mapping[str, Any]) -> Tuple[nn.Module, Dict[str, Any]]:
+def load_deploy_model(config: Mapping[str, Any], purpose: str = "export") -> Tuple[nn.Module, Dict[str, Any]]:
     """The eval-mode model with ``Global.checkpoints`` (or ``pretrained_model``) weights, the EMA
-    average when the run kept one, re-parameterised for deployment (RepVGG branches merged)."""
+    average when the run kept one, re-parameterised for deployment (RepVGG branches merged).
+    ``purpose`` names the command in the message when no weights are given."""
     glob = config["Global"]
     source = weights_source(glob)
     if not source or source == "auto":
-        raise ConfigError("export needs trained weights: -o Global.checkpoints=path/to/best_accuracy")
+        raise ConfigError(f"{purpose} needs trained weights: -o Global.checkpoints=path/to/best_accuracy")
     data = ckpt.load_file(ckpt.checkpoint_path(source))
     model = build_model(config)
     ckpt.load_inference_weights(model, data, source)

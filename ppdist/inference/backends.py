@@ -8,6 +8,7 @@ task runners do not depend on the backend.
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -26,7 +27,17 @@ class OnnxBackend:
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError("running an exported model needs onnxruntime: pip install onnxruntime") from exc
         self.path = path
-        self.session = ort.InferenceSession(path, providers=list(providers))
+        if not os.path.isfile(path):
+            raise ConfigError(
+                f"{path} not found: the exported model directory is incomplete (export it again)"
+            )
+        try:
+            self.session = ort.InferenceSession(path, providers=list(providers))
+        except Exception as exc:  # onnxruntime's own errors: InvalidProtobuf, Fail, ...
+            first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(
+                f"{path} is not a loadable ONNX model ({first_line[:200]}); export it again"
+            ) from None
         self.input_names: List[str] = [i.name for i in self.session.get_inputs()]
         self.output_names: List[str] = [o.name for o in self.session.get_outputs()]
 

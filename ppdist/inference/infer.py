@@ -54,7 +54,7 @@ def from_config(
 ) -> Tuple[Dict[str, Any], Runner, TorchBackend]:
     """Info, runner and PyTorch backend of a training config with ``Global.checkpoints``."""
     info = inference_info_from_config(config)
-    model, _ = load_deploy_model(config)
+    model, _ = load_deploy_model(config, purpose="inference from a config")
     module, spec = build_deploy(model, config)
     return info, build_runner(info), TorchBackend(module, spec.output_names, spec.input_names, device)
 

@@ -8,6 +8,7 @@ keys, nothing written). The runners are backend-agnostic (see ``ppdist.inference
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -26,6 +27,8 @@ from ppdist.export.inference_config import (
     segmentation_labels,
 )
 from ppdist.registry import POSTPROCESSES
+
+logger = logging.getLogger("ppdist")
 
 Sample = Dict[str, Any]
 Result = Dict[str, Any]
@@ -78,6 +81,13 @@ def list_images(path: str) -> List[str]:
     if not os.path.isdir(path):
         raise ConfigError(f"--input: no such file or directory: {path}")
     names = sorted(n for n in os.listdir(path) if n.lower().endswith(IMAGE_EXTENSIONS))
+    broken = [
+        n
+        for n in names
+        if os.path.islink(os.path.join(path, n)) and not os.path.exists(os.path.join(path, n))
+    ]
+    for name in broken:
+        logger.warning("--input: skipped %s: a link to a file that does not exist", os.path.join(path, name))
     return [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
 
 

@@ -230,3 +230,33 @@ def test_exported_model_runs_in_a_fresh_process_without_the_config(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "4 image(s) predicted, 0 skipped" in result.stdout
     assert len((tmp_path / "fresh" / "results.txt").read_text().splitlines()) == 4
+
+
+def test_broken_exported_files_and_empty_results_are_named(tmp_path, caplog):
+    from ppdist.errors import ConfigError
+    from ppdist.inference.infer import from_exported
+    from ppdist.inference.runners import list_images
+
+    cfg, overrides, model_dir, images = _setup(tmp_path, "rec")
+    onnx_path = os.path.join(model_dir, "model.onnx")
+    with open(onnx_path, "wb") as handle:
+        handle.write(b"corrupt")
+    with pytest.raises(ConfigError, match="model.onnx is not a loadable ONNX model"):
+        from_exported(model_dir)
+    os.remove(onnx_path)
+    with pytest.raises(ConfigError, match="model.onnx not found"):
+        from_exported(model_dir)
+    with open(os.path.join(model_dir, "inference.yml"), "w") as handle:
+        handle.write("task: [rec\n")
+    with pytest.raises(ConfigError, match="inference.yml is not readable YAML"):
+        from_exported(model_dir)
+    os.symlink(str(tmp_path / "gone.png"), os.path.join(images, "dangling.png"))
+    with caplog.at_level("WARNING", logger="ppdist"):
+        found = list_images(images)
+    assert "dangling.png" not in " ".join(found) and "a link to a file that does not exist" in caplog.text
+    tool = _tool()
+    tool.run = lambda argv=None: {"images": 0, "skipped": [("x.png", "unreadable")]}  # all unreadable
+    with pytest.raises(ConfigError, match="no image could be predicted \\(1 skipped"):
+        tool.main()
+    with pytest.raises(ConfigError, match="inference from a config needs trained weights"):
+        _tool().run(["-c", cfg, "--input", images])
