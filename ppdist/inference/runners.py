@@ -17,7 +17,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ppdist.data.base import RejectedSample
 from ppdist.data.build import build_transforms
+from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.errors import ConfigError, PPDistError
 from ppdist.export.deploy_modules import GRAPH_IO, task_of
 from ppdist.export.inference_config import (
@@ -137,6 +139,8 @@ class Runner:
         for name, op in zip(self.op_names, self.ops):
             try:
                 data = op(data)
+            except RejectedSample as exc:  # e.g. over Global.max_image_pixels: skipped, named
+                raise ImageReadError(path, str(exc)) from exc
             except (ValueError, TypeError) as exc:
                 if name not in DECODE_OPS:
                     raise
@@ -266,6 +270,10 @@ class SegRunner(Runner):
 
     def decode(self, raw: bytes, path: str) -> Sample:
         """RGB uint8 (H, W, 3), as ``SegDataSet.read`` gives it (its transforms start after decoding)."""
+        try:
+            check_image_pixels(raw, DEFAULT_MAX_IMAGE_PIXELS)
+        except RejectedSample as exc:
+            raise ImageReadError(path, str(exc)) from exc
         image = cv2.imdecode(np.frombuffer(raw, dtype=np.uint8), cv2.IMREAD_COLOR)
         if image is None:
             raise ImageReadError(path, "cannot decode the image (not an image file?)")

@@ -260,3 +260,21 @@ def test_broken_exported_files_and_empty_results_are_named(tmp_path, caplog):
         tool.main()
     with pytest.raises(ConfigError, match="inference from a config needs trained weights"):
         _tool().run(["-c", cfg, "--input", images])
+
+
+def test_a_huge_image_is_skipped_in_infer_not_decoded(tmp_path):
+    import zlib
+
+    from PIL import Image as PILImage
+
+    from ppdist.inference.runners import ImageReadError
+
+    cfg, overrides, model_dir, images = _setup(tmp_path, "seg")
+    buffer = tmp_path / "small.png"
+    PILImage.fromarray(np.zeros((2, 2, 3), np.uint8)).save(buffer)
+    data = bytearray(buffer.read_bytes())
+    data[16:24] = (20000).to_bytes(4, "big") * 2
+    data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
+    runner = build_runner(read_inference_config(model_dir))
+    with pytest.raises(ImageReadError, match="20000 x 20000 pixels is over"):
+        runner.load_encoded(bytes(data), "huge.png")
