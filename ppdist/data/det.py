@@ -20,7 +20,7 @@ from typing import Any, Dict, List, NamedTuple, Tuple
 import numpy as np
 from pycocotools.coco import COCO
 
-from ppdist.data.base import BaseDataSet
+from ppdist.data.base import BaseDataSet, inside_root
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 
@@ -86,9 +86,11 @@ class COCODataSet(BaseDataSet):
         allow_empty: bool = False,
         empty_ratio: float = 1.0,
         load_crowd: bool = False,
+        allow_paths_outside_root: bool = False,
     ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
+        self.allow_paths_outside_root = bool(allow_paths_outside_root)
         if not isinstance(dataset_dir, str) or not os.path.isdir(dataset_dir):
             raise DataError(f"{sec}.dataset_dir: directory not found: {dataset_dir}")
         self.dataset_dir = dataset_dir
@@ -239,6 +241,7 @@ class COCODataSet(BaseDataSet):
 
     def read(self, index: int) -> Dict[str, Any]:
         rec = self.records[index]
+        inside_root(self.dataset_dir, rec.path, self.allow_paths_outside_root, "allow_paths_outside_root")
         try:
             with open(rec.path, "rb") as handle:
                 raw = handle.read()

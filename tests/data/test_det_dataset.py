@@ -197,3 +197,15 @@ def test_a_non_numeric_or_non_finite_bbox_names_its_annotation(tmp_path, bbox):
     _write(root, images, [annotation], [{"id": 10, "name": "ten"}])
     with pytest.raises(DataError, match="annotation id 77 \\(image id 1\\) has bbox .*four finite numbers"):
         COCODataSet(root, "imgs", "ann/inst.json", [], mode="eval")
+
+
+def test_an_image_file_name_outside_dataset_dir_is_refused(tmp_path):
+    root = tmp_path / "coco"
+    (tmp_path / "secret.png").write_bytes(b"outside")
+    images = [{"id": 1, "file_name": "../../secret.png", "width": 40, "height": 30}]
+    _write(str(root), images, [_ann(1, 1, 10, [1, 2, 10, 8])], [{"id": 10, "name": "ten"}], present=set())
+    dataset = COCODataSet(str(root), "imgs", "ann/inst.json", [], mode="eval")
+    bad = dataset.load(0)
+    assert isinstance(bad, BadSample) and "resolves outside" in bad.reason
+    allowed = COCODataSet(str(root), "imgs", "ann/inst.json", [], mode="eval", allow_paths_outside_root=True)
+    assert allowed.load(0)["image"] == b"outside"
