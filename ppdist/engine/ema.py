@@ -46,8 +46,8 @@ class ModelEMA:
             lists: TensorLists = ([], [], [], [])
             for name, ema_value in self.module.state_dict(keep_vars=True).items():
                 floating = ema_value.dtype.is_floating_point
-                lists[0 if floating else 2].append(ema_value.data)
-                lists[1 if floating else 3].append(current[name].data)
+                lists[0 if floating else 2].append(ema_value)
+                lists[1 if floating else 3].append(current[name])
             self._model, self._lists = model, lists
             self._cast = any(m.dtype != e.dtype for e, m in zip(lists[0], lists[1]))
         return self._lists
