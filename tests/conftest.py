@@ -13,6 +13,14 @@ for _path in (REPO_ROOT, os.path.dirname(os.path.abspath(__file__))):
         sys.path.insert(0, _path)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def index_cache_dir(tmp_path_factory) -> str:
+    """Dataset index caches of this session (and of the processes it starts) go to a fresh folder."""
+    folder = str(tmp_path_factory.mktemp("index_cache"))
+    os.environ["PPDIST_CACHE_DIR"] = folder
+    return folder
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> str:
     return REPO_ROOT

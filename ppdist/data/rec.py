@@ -12,6 +12,8 @@ import lmdb
 import numpy as np
 
 from ppdist.data.base import BaseDataSet, inside_root
+from ppdist.data.index_cache import cached_index
+from ppdist.data.label_index import LabelLines, build_label_index, subsample
 from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS
 
@@ -36,15 +38,6 @@ def _ratios(ratio_list: Ratio, count: int, key: str, what: str) -> List[float]:
     return ratios
 
 
-def _subsample(count: int, ratio: float, seed: int, source: int) -> np.ndarray:
-    """Sorted indices of a fixed, seeded ``round(count * ratio)`` subset of ``range(count)``."""
-    if ratio >= 1.0:
-        return np.arange(count)
-    keep = int(round(count * ratio))
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, source])
-    return np.sort(rng.choice(count, size=keep, replace=False))
-
-
 class _Line(NamedTuple):
     file: int  # index into label_file_list
     line_no: int  # 1-based line number in that file
@@ -62,6 +55,10 @@ class SimpleDataSet(BaseDataSet):
     starting with ``[`` is a JSON list of paths
     from which one is picked at random. ``ratio_list`` keeps a fixed, seeded fraction of each
     file's lines (in file order). Malformed lines are kept and reported when read.
+
+    The lines are held as a compact index (``ppdist.data.label_index``) that forked workers
+    share; ``cache`` (``auto``, ``off`` or a folder) builds it once per node and maps it in every
+    other process and run (``ppdist.data.index_cache``).
     """
 
     def __init__(
@@ -74,6 +71,7 @@ class SimpleDataSet(BaseDataSet):
         delimiter: str = "\t",
         seed: int = 1024,
         allow_paths_outside_root: bool = False,
+        cache: str = "auto",
     ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
@@ -91,44 +89,44 @@ class SimpleDataSet(BaseDataSet):
         self.label_files = list(label_file_list)
         self.delimiter = delimiter
         self.seed = seed
-        self.lines: List[_Line] = []
-        for file_idx, (path, ratio) in enumerate(zip(self.label_files, ratios)):
-            lines = self._parse(file_idx, path, f"{sec}.label_file_list")
-            for i in _subsample(len(lines), ratio, seed, file_idx):
-                self.lines.append(lines[i])
-
-    def _parse(self, file_idx: int, path: str, key: str) -> List[_Line]:
-        if not os.path.isfile(path):
-            raise DataError(f"{key}: label file not found: {path}")
-        out: List[_Line] = []
-        with open(path, "rb") as handle:
-            for line_no, raw in enumerate(handle, start=1):
-                try:
-                    text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-                except UnicodeDecodeError as exc:
-                    out.append(_Line(file_idx, line_no, "", f"not valid UTF-8 ({exc.reason})", False))
-                    continue
-                text = text.rstrip("\r\n")
-                if not text.strip():
-                    continue
-                parts = text.split(self.delimiter, 1)
-                if len(parts) != 2 or not parts[0]:
-                    why = f"expected 'image_path{{delimiter}}label' with delimiter {self.delimiter!r}, got {text[:80]!r}"
-                    out.append(_Line(file_idx, line_no, "", why, False))
-                else:
-                    out.append(_Line(file_idx, line_no, parts[0], parts[1], True))
-        return out
+        for path in self.label_files:
+            if not os.path.isfile(path):
+                raise DataError(f"{sec}.label_file_list: label file not found: {path}")
+        index = cached_index(
+            cache,
+            f"{sec}.cache",
+            "label",
+            self.label_files,
+            {"ratios": ratios, "seed": seed},
+            lambda: build_label_index(self.label_files, ratios, seed),
+            what=f"{sec} ({len(self.label_files)} label file(s))",
+        )
+        self.lines = LabelLines(index)
 
     def __len__(self) -> int:
         return len(self.lines)
 
+    def _line(self, index: int) -> _Line:
+        """Line ``index`` split into image path and label (or what is wrong with it)."""
+        file_idx, line_no, raw = self.lines.line(index)
+        try:
+            text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            return _Line(file_idx, line_no, "", f"not valid UTF-8 ({exc.reason})", False)
+        text = text.rstrip("\r\n")
+        parts = text.split(self.delimiter, 1)
+        if len(parts) != 2 or not parts[0]:
+            why = f"expected 'image_path{{delimiter}}label' with delimiter {self.delimiter!r}, got {text[:80]!r}"
+            return _Line(file_idx, line_no, "", why, False)
+        return _Line(file_idx, line_no, parts[0], parts[1], True)
+
     def origin(self, index: int) -> str:
-        line = self.lines[index]
+        line = self._line(index)
         where = f"{self.label_files[line.file]}:{line.line_no}"
         return f"{where} ({line.path})" if line.ok else where
 
     def read(self, index: int) -> Dict[str, Any]:
-        line = self.lines[index]
+        line = self._line(index)
         if not line.ok:
             raise ValueError(f"{self.label_files[line.file]}:{line.line_no}: malformed line: {line.label}")
         rel = line.path
@@ -243,7 +241,7 @@ class LMDBDataSet(BaseDataSet):
         self.indices: List[np.ndarray] = []  # per database: kept 1-based sample indices
         for db_idx, (path, ratio) in enumerate(zip(self.dirs, ratios)):
             count = _num_samples(path)
-            self.indices.append((_subsample(count, ratio, seed, db_idx) + 1).astype(np.int64))
+            self.indices.append((subsample(count, ratio, seed, db_idx) + 1).astype(np.int64))
         self.offsets = np.cumsum([0] + [len(ix) for ix in self.indices]).tolist()
 
     def __len__(self) -> int:

@@ -1,8 +1,8 @@
 """COCO bbox metrics with pycocotools from detections gathered over every rank.
 
-The state is the list of detections (COCO results format) and the evaluated image ids;
-merging concatenates them in rank order (contiguous eval shards), so every rank scores
-exactly the detections a single process would.
+The state is a float64 table of detections (one row per box) and the evaluated image ids;
+merging concatenates them in rank order (contiguous eval shards), so the process that computes
+scores exactly the detections a single process would.
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import io
 import json
 import logging
 import os
+import time
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
-from ppdist.utils.atomic import write_text_atomic
+from ppdist.utils.atomic import atomic_file
 
 logger = logging.getLogger("ppdist")
 STAT_NAMES = (
@@ -44,17 +46,21 @@ def _is_main_process() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
-def coco_bbox_eval(
-    coco_gt: Any, detections: List[Dict[str, Any]], image_ids: List[int], classwise: bool = False
-) -> Dict[str, Any]:
-    """The 12 COCO stats (and per-class AP) of ``detections`` on ``image_ids``."""
-    if not detections:
+def coco_bbox_eval(coco_gt: Any, detections: np.ndarray, image_ids: List[int], classwise: bool = False) -> Dict[str, Any]:
+    """The 12 COCO stats (and per-class AP) of ``detections`` (float64 rows ``[image_id, x, y, w, h,
+    score, category_id]``) on ``image_ids``; the dicts pycocotools needs exist only during the call."""
+    if not len(detections):
         out: Dict[str, Any] = {name: 0.0 for name in STAT_NAMES}
         if classwise:
             out["class_ap"] = [0.0] * len(coco_gt.getCatIds())
         return out
     with contextlib.redirect_stdout(io.StringIO()) as text:
-        coco_dt = coco_gt.loadRes(detections)
+        coco_dt = coco_gt.loadRes(
+            [
+                {"image_id": int(r[0]), "category_id": int(r[6]), "bbox": r[1:5], "score": r[5]}
+                for r in detections.tolist()
+            ]
+        )
         evaluator = COCOeval(coco_gt, coco_dt, "bbox")
         evaluator.params.imgIds = sorted(image_ids)
         evaluator.evaluate()
@@ -75,12 +81,38 @@ def coco_bbox_eval(
     return out
 
 
+def load_ground_truth(anno_file: str) -> Any:
+    """A pycocotools ``COCO`` of ``anno_file`` (its progress prints silenced)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return COCO(anno_file)
+
+
+def write_detections_json(path: str, table: np.ndarray) -> None:
+    """``table`` rows ``[image_id, x, y, w, h, score, category_id]`` as a COCO results json,
+    written in chunks (atomically) so a large set never exists as one list of dicts."""
+    with atomic_file(path) as handle:
+        handle.write("[")
+        for start in range(0, len(table), 100_000):
+            rows = table[start : start + 100_000]
+            handle.write(", " if start else "")
+            handle.write(
+                ", ".join(
+                    json.dumps({"image_id": int(r[0]), "category_id": int(r[6]), "bbox": r[1:5], "score": r[5]})
+                    for r in rows.tolist()
+                )
+            )
+        handle.write("]")
+
+
 @METRICS.register
 class COCOMetric(Metric):
     """COCO bbox AP/AR of ``MultiClassNMS`` results against the eval dataset's annotation file.
 
-    ``bind_dataset`` (called by the evaluator) takes the ground truth and the contiguous-index
-    -> COCO category id map from a ``COCODataSet``. ``output_dir`` writes ``bbox.json`` (rank 0).
+    ``bind_dataset`` (called by the evaluator) takes the annotation file and the contiguous-index
+    -> COCO category id map from a ``COCODataSet``; the ground truth is read only by the process
+    that computes (rank 0), once. Detections are kept as one float64 row per box
+    (``[image_id, x, y, w, h, score, category_id]``, 56 bytes), not as Python dicts.
+    ``output_dir`` writes ``bbox.json`` (rank 0).
     """
 
     def __init__(
@@ -96,25 +128,41 @@ class COCOMetric(Metric):
         self.classwise = classwise
         self.output_dir = output_dir
         self.bias = bias
-        self.coco_gt: Any = None
+        self.anno_file: Optional[str] = None
+        self._ground_truth: Any = None
         self.clsid2catid: Dict[int, int] = {}
         self.label_list: List[str] = []
+        self.last_compute_s = 0.0
         self.reset()
 
     def bind_dataset(self, dataset: Any) -> None:
-        for attr in ("coco", "clsid2catid"):
+        for attr in ("anno_file", "clsid2catid"):
             if not hasattr(dataset, attr):
                 raise ValueError(
                     f"COCOMetric needs a COCO-style eval dataset (with '{attr}'), got "
                     f"{type(dataset).__name__}"
                 )
-        self.coco_gt = dataset.coco
+        if dataset.anno_file != self.anno_file:
+            self._ground_truth = None
+        self.anno_file = dataset.anno_file
         self.clsid2catid = dict(dataset.clsid2catid)
         self.label_list = list(getattr(dataset, "label_list", []))
+        self._category_of = np.array(
+            [self.clsid2catid.get(i, -1) for i in range(max(self.clsid2catid, default=-1) + 1)], dtype=np.float64
+        )
+
+    @property
+    def coco_gt(self) -> Any:
+        """The ground truth (read on first use)."""
+        if self._ground_truth is None:
+            if self.anno_file is None:
+                raise RuntimeError("COCOMetric.compute before bind_dataset: the evaluator binds the eval dataset")
+            self._ground_truth = load_ground_truth(self.anno_file)
+        return self._ground_truth
 
     def reset(self) -> None:
-        self.detections: List[Dict[str, Any]] = []
-        self.image_ids: List[int] = []
+        self._tables: List[np.ndarray] = []
+        self._image_ids: List[np.ndarray] = []
 
     def update(self, results: List[Mapping[str, Any]], batch: Mapping[str, Any]) -> None:
         """Add a batch's detections: its image ids and its detections cross to the host in one
@@ -122,7 +170,6 @@ class COCOMetric(Metric):
         if not results:
             return
         ids = torch.stack([torch.as_tensor(r["im_id"]).reshape(()).to(torch.int64) for r in results])
-        image_ids = ids.cpu().tolist()
         rows = [
             torch.cat(
                 [
@@ -134,45 +181,53 @@ class COCOMetric(Metric):
             )
             for r in results
         ]
-        table = torch.cat(rows).cpu().numpy()
-        start = 0
-        for image_id, row in zip(image_ids, rows):
-            self.image_ids.append(image_id)
-            for x1, y1, x2, y2, score, label in table[start : start + len(row)]:
-                self.detections.append(
-                    {
-                        "image_id": image_id,
-                        "category_id": self.clsid2catid[int(label)],
-                        "bbox": [
-                            float(x1),
-                            float(y1),
-                            float(x2 - x1 + self.bias),
-                            float(y2 - y1 + self.bias),
-                        ],
-                        "score": float(score),
-                    }
-                )
-            start += len(row)
+        image_ids = ids.cpu().numpy()
+        boxes = torch.cat(rows).cpu().numpy()  # x1, y1, x2, y2, score, class
+        table = np.empty((len(boxes), 7), dtype=np.float64)
+        table[:, 0] = np.repeat(image_ids, [len(row) for row in rows])
+        table[:, 1:3] = boxes[:, 0:2]
+        table[:, 3:5] = boxes[:, 2:4] - boxes[:, 0:2] + self.bias
+        table[:, 5] = boxes[:, 4]
+        table[:, 6] = self._category_of[boxes[:, 5].astype(np.int64)]
+        self._tables.append(table)
+        self._image_ids.append(image_ids)
+
+    @property
+    def detections(self) -> np.ndarray:
+        """All detections so far, ``[image_id, x, y, w, h, score, category_id]`` float64 rows."""
+        return np.concatenate(self._tables) if self._tables else np.zeros((0, 7), dtype=np.float64)
+
+    @property
+    def image_ids(self) -> List[int]:
+        return np.concatenate(self._image_ids).tolist() if self._image_ids else []
 
     def state(self) -> Dict[str, Any]:
-        return {"detections": self.detections, "image_ids": self.image_ids}
+        return {"detections": self.detections, "image_ids": np.asarray(self.image_ids, dtype=np.int64)}
 
     def load_states(self, states: List[Dict[str, Any]]) -> None:
         self.reset()
         for state in states:
-            self.detections.extend(state["detections"])
-            self.image_ids.extend(state["image_ids"])
+            self._tables.append(np.asarray(state["detections"], dtype=np.float64).reshape(-1, 7))
+            self._image_ids.append(np.asarray(state["image_ids"], dtype=np.int64))
 
     def compute(self) -> Dict[str, Any]:
-        if self.coco_gt is None:
+        if self.anno_file is None:
             raise RuntimeError("COCOMetric.compute before bind_dataset: the evaluator binds the eval dataset")
+        start = time.perf_counter()
+        table = self.detections
         if self.output_dir and _is_main_process():
             path = os.path.join(self.output_dir, "bbox.json")
-            write_text_atomic(path, json.dumps(self.detections))
+            write_detections_json(path, table)
             logger.info("detections written to %s (COCO results format)", path)
-        out = coco_bbox_eval(self.coco_gt, self.detections, self.image_ids, self.classwise)
+        image_ids = self.image_ids
+        out = coco_bbox_eval(self.coco_gt, table, image_ids, self.classwise)
         if self.classwise and self.label_list:
             for name, ap in zip(self.label_list, out["class_ap"]):
                 logger.info("class %-20s AP %.4f", name, ap)
-        out["images"] = len(self.image_ids)
+        out["images"] = len(image_ids)
+        self.last_compute_s = time.perf_counter() - start
+        logger.info(
+            "COCO evaluation of %d detection(s) on %d image(s) took %.1f s", len(table), len(image_ids),
+            self.last_compute_s,
+        )
         return out

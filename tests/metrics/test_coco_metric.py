@@ -34,7 +34,7 @@ def gt(tmp_path):
 
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO(str(path))
-    return types.SimpleNamespace(coco=coco, clsid2catid={0: 3, 1: 7}, label_list=["a", "b"])
+    return types.SimpleNamespace(coco=coco, anno_file=str(path), clsid2catid={0: 3, 1: 7}, label_list=["a", "b"])
 
 
 def _results():
