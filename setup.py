@@ -18,6 +18,7 @@ setup(
         "opencv-python-headless>=4.7",
         "pillow>=10.1",
         "pycocotools>=2.0.6",
+        "faster-coco-eval>=1.6",  # COCOMetric backend: faster_coco_eval (Objects365-size sets)
         "lmdb>=1.4",
         "rapidfuzz>=3.0",
         "tqdm>=4.64",

@@ -70,10 +70,13 @@ def write_coco_json(path: str, images: int, boxes: int, classes: int = 80, seed:
         handle.write('{"images":[')
         for start in range(0, images, CHUNK):
             part = sizes[start : start + CHUNK].tolist()
-            handle.write(("," if start else "") + ",".join(
-                f'{{"id":{start + i + 1},"file_name":"{start + i + 1:012d}.jpg","width":{w},"height":{h}}}'
-                for i, (w, h) in enumerate(part)
-            ))
+            handle.write(
+                ("," if start else "")
+                + ",".join(
+                    f'{{"id":{start + i + 1},"file_name":"{start + i + 1:012d}.jpg","width":{w},"height":{h}}}'
+                    for i, (w, h) in enumerate(part)
+                )
+            )
         handle.write('],"annotations":[')
         for n, chunk in enumerate(_annotation_chunks(rng, sizes, boxes, classes)):
             handle.write(("," if n else "") + chunk)

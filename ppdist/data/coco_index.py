@@ -72,7 +72,8 @@ def _box_reasons(box: np.ndarray, area: np.ndarray, size: np.ndarray) -> np.ndar
     w, h = size.T
     known = (w > 0) & (h > 0)
     outside = known & (
-        (np.minimum(x1 + bw, w) - np.maximum(x1, 0.0) <= 1e-5) | (np.minimum(y1 + bh, h) - np.maximum(y1, 0.0) <= 1e-5)
+        (np.minimum(x1 + bw, w) - np.maximum(x1, 0.0) <= 1e-5)
+        | (np.minimum(y1 + bh, h) - np.maximum(y1, 0.0) <= 1e-5)
     )
     code = np.where(outside, 3, 0)
     code = np.where((bw <= 1e-5) | (bh <= 1e-5), 2, code)
@@ -160,7 +161,9 @@ def build_coco_index(
             checked.append(ann)
             checked_image.append(row)
             x, y, bw, bh = bbox
-            numbers = type(x) in _NUMBER and type(y) in _NUMBER and type(bw) in _NUMBER and type(bh) in _NUMBER
+            numbers = (
+                type(x) in _NUMBER and type(y) in _NUMBER and type(bw) in _NUMBER and type(bh) in _NUMBER
+            )
             values.extend(bbox if numbers else (math.nan,) * 4)
             areas.append(ann.get("area", None))
     box = np.array(values, dtype=np.float64).reshape(-1, 4)
@@ -185,7 +188,9 @@ def build_coco_index(
     box_start = np.zeros(len(kept) + 1, dtype=np.int64)
     np.cumsum(counts[kept], out=box_start[1:])
     rows = np.flatnonzero(np.isin(on_image[loaded], kept))  # boxes are in image order, as ``kept``
-    names = pack_strings([str(images[image_order[i]].get("file_name", "")).encode("utf-8") for i in kept.tolist()])
+    names = pack_strings(
+        [str(images[image_order[i]].get("file_name", "")).encode("utf-8") for i in kept.tolist()]
+    )
     return PackedIndex(
         {
             "im_id": np.array([int(image_order[i]) for i in kept.tolist()], dtype=np.int64),

@@ -116,8 +116,6 @@ class COCODataSet(BaseDataSet):
         self.dropped_annotations: Dict[str, int] = dict(meta["dropped"])
         self.num_empty_images: int = int(meta["num_empty_images"])
         self._report(meta["drop_summary"])
-        self._im_id, self._height, self._width = self.index["im_id"], self.index["height"], self.index["width"]
-        self._box_start = self.index["box_start"]
         if len(self) == 0:
             raise DataError(
                 f"{sec}: no usable image in {self.anno_file}"
@@ -140,11 +138,11 @@ class COCODataSet(BaseDataSet):
 
     # ------------------------------------------------------------------ access
     def __len__(self) -> int:
-        return len(self._im_id)
+        return len(self.index["im_id"])
 
     def image_id(self, index: int) -> int:
         """The COCO image id of sample ``index``."""
-        return int(self._im_id[index])
+        return int(self.index["im_id"][index])
 
     def image_path(self, index: int) -> str:
         """``image_dir`` joined with sample ``index``'s ``file_name``."""
@@ -152,7 +150,9 @@ class COCODataSet(BaseDataSet):
         return os.path.join(self.image_dir, name)
 
     def origin(self, index: int) -> str:
-        return f"{os.path.basename(self.anno_file)} image id {self.image_id(index)} ({self.image_path(index)})"
+        return (
+            f"{os.path.basename(self.anno_file)} image id {self.image_id(index)} ({self.image_path(index)})"
+        )
 
     def read(self, index: int) -> Dict[str, Any]:
         im_id, path = self.image_id(index), self.image_path(index)
@@ -162,12 +162,12 @@ class COCODataSet(BaseDataSet):
                 raw = handle.read()
         except OSError as exc:
             raise DataError(f"image id {im_id}: cannot read {path} ({exc.strerror or exc})") from exc
-        rows = slice(int(self._box_start[index]), int(self._box_start[index + 1]))
+        rows = slice(int(self.index["box_start"][index]), int(self.index["box_start"][index + 1]))
         return {
             "image": raw,
             "im_id": im_id,
-            "h": float(self._height[index]),
-            "w": float(self._width[index]),
+            "h": float(self.index["height"][index]),
+            "w": float(self.index["width"][index]),
             "gt_bbox": np.array(self.index["gt_bbox"][rows], dtype=np.float32),
             "gt_class": np.array(self.index["gt_class"][rows], dtype=np.int32).reshape(-1, 1),
             "is_crowd": np.array(self.index["is_crowd"][rows], dtype=np.int32).reshape(-1, 1),

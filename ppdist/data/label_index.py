@@ -126,6 +126,9 @@ class LabelLines:
     def __len__(self) -> int:
         return len(self._start)
 
+    def __reduce__(self):
+        return (LabelLines, (self.index,))  # a mapped index pickles as its path, not its arrays
+
     def line(self, i: int) -> Tuple[int, int, bytes]:
         """(file index, 1-based line number, the line's bytes without ``\\n``) of kept line ``i``."""
         if not 0 <= i < len(self._start):

@@ -17,7 +17,7 @@ import json
 import mmap
 import os
 import struct
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -119,9 +119,3 @@ class PackedIndex:
 
 def _rebuild(arrays: Dict[str, np.ndarray], meta: Dict[str, Any]) -> PackedIndex:
     return PackedIndex(arrays, meta)
-
-
-def concat_columns(parts: List[Dict[str, np.ndarray]], name: str, dtype: Any) -> np.ndarray:
-    """``np.concatenate`` of column ``name`` over ``parts`` (an empty array of ``dtype`` for none)."""
-    arrays = [part[name] for part in parts]
-    return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype=dtype)

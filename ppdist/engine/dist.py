@@ -6,10 +6,11 @@ import datetime
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,7 @@ class DistEnv:
     device: torch.device = torch.device("cpu")
     backend: Optional[str] = None
     object_group: Any = None  # a gloo group for Python-object collectives
+    heartbeat_group: Any = None  # a gloo group for rank 0's "still working" beats (see run_on_main)
 
     @property
     def distributed(self) -> bool:
@@ -268,6 +270,77 @@ def broadcast_object(obj: Any, env: DistEnv, src: int = 0) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=src, group=env.object_group)
     return box[0]
+
+
+HEARTBEAT_S = 10.0  # rank 0 says "still working" this often
+HEARTBEAT_TIMEOUT_S = 120.0  # a rank that hears nothing for this long takes rank 0 for lost
+WAIT_REPORT_S = 60.0
+
+
+def _heartbeat_group(env: DistEnv, timeout_s: float) -> Any:
+    if env.heartbeat_group is None:  # every rank reaches this call together (a collective)
+        env.heartbeat_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    return env.heartbeat_group
+
+
+def _beat_until(stop: threading.Event, group: Any, interval_s: float) -> None:
+    while not stop.wait(interval_s):
+        dist.broadcast(torch.zeros(1), src=0, group=group)
+
+
+def run_on_main(
+    work: Callable[[], Any],
+    env: DistEnv,
+    what: str,
+    interval_s: float = HEARTBEAT_S,
+    timeout_s: float = HEARTBEAT_TIMEOUT_S,
+) -> Any:
+    """``work()`` on rank 0 only; every rank returns its result (or raises its error).
+
+    The other ranks wait as long as rank 0 works — a COCO evaluation of an Objects365-size set
+    takes longer than any fixed collective timeout — because rank 0 broadcasts a beat every
+    ``interval_s`` while it works; a rank that hears nothing for ``timeout_s`` fails with
+    ``DistributedError`` instead of waiting for a process that is gone.
+    """
+    if not env.distributed:
+        return work()
+    group = _heartbeat_group(env, timeout_s)
+    if env.is_main:
+        stop = threading.Event()
+        beats = threading.Thread(target=_beat_until, args=(stop, group, interval_s), daemon=True)
+        beats.start()
+        outcome: Tuple[Any, Optional[str]]
+        try:
+            outcome = (work(), None)
+            failure = None
+        except Exception as exc:  # the others raise too instead of waiting
+            outcome, failure = (None, f"{type(exc).__name__}: {exc}"), exc
+        finally:
+            stop.set()
+            beats.join()
+        dist.broadcast(torch.ones(1), src=0, group=group)
+        broadcast_object(outcome, env)
+        if failure is not None:
+            raise failure
+        return outcome[0]
+    flag, start, reported = torch.zeros(1), time.monotonic(), 0.0
+    while True:
+        try:
+            dist.broadcast(flag, src=0, group=group)
+        except (dist.DistError, RuntimeError) as exc:
+            raise DistributedError(
+                f"rank 0 stopped answering during {what} (no sign of life for {timeout_s:.0f} s): {exc}"
+            ) from None
+        if flag.item() == 1:
+            break
+        waited = time.monotonic() - start
+        if waited - reported >= WAIT_REPORT_S:
+            logger.info("rank %d: waiting for rank 0 (%s) for %.0f s", env.rank, what, waited)
+            reported = waited
+    result, error = broadcast_object(None, env)
+    if error is not None:
+        raise DistributedError(f"rank 0 failed during {what}: {error}")
+    return result
 
 
 def all_reduce_sum(values: List[float], env: DistEnv) -> List[float]:

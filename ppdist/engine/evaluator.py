@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY
 from ppdist.engine.batch import batch_size_of, move_to_device
-from ppdist.engine.dist import DistEnv, broadcast_object, gather_object_to_main
+from ppdist.engine.dist import DistEnv, gather_object_to_main, run_on_main
 from ppdist.engine.logger import format_eta
 from ppdist.errors import EmptyEvaluationError
 from ppdist.metrics.base import Metric
@@ -108,20 +108,22 @@ class Evaluator:
         progress.close()
         elapsed = time.perf_counter() - start
         # one rank computes the metric (COCOeval over all detections is the costly case) and
-        # every rank gets its result: rank 0 gathers the states, the others wait for the broadcast
+        # every rank gets its result: rank 0 gathers the states, the others wait while it works
         gathered = gather_object_to_main(
             {"state": self.metric.state(), "bad": bad, "samples": samples, "elapsed": elapsed}, self.env
         )
-        summary = None
-        if gathered is not None:
+
+        def merge_and_compute() -> Dict[str, Any]:
+            assert gathered is not None
             self.metric.load_states([g["state"] for g in gathered])
-            summary = {
+            return {
                 "metrics": self.metric.compute(),
                 "bad": [b for g in gathered for b in g["bad"]],
                 "samples": sum(g["samples"] for g in gathered),
                 "elapsed": max(g["elapsed"] for g in gathered),
             }
-        summary = broadcast_object(summary, self.env)
+
+        summary = run_on_main(merge_and_compute, self.env, f"{desc}: computing the metric")
         metrics, total = summary["metrics"], summary["samples"]
         self.last_bad = summary["bad"]
         self.last_fps = total / max(summary["elapsed"], 1e-9)

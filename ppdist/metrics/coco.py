@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from faster_coco_eval import COCO as FasterCOCO
+from faster_coco_eval import COCOeval_faster
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -46,7 +48,24 @@ def _is_main_process() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
-def coco_bbox_eval(coco_gt: Any, detections: np.ndarray, image_ids: List[int], classwise: bool = False) -> Dict[str, Any]:
+BACKENDS = ("pycocotools", "faster_coco_eval")
+
+
+def coco_classes(backend: str) -> Tuple[Any, Any]:
+    """(COCO, COCOeval) of ``backend``: pycocotools (PaddleDetection's, the reference numbers) or
+    faster_coco_eval (the same algorithm in C++; stats equal to pycocotools' within 1e-15)."""
+    if backend == "faster_coco_eval":
+        return FasterCOCO, COCOeval_faster
+    return COCO, COCOeval
+
+
+def coco_bbox_eval(
+    coco_gt: Any,
+    detections: np.ndarray,
+    image_ids: List[int],
+    classwise: bool = False,
+    backend: str = "pycocotools",
+) -> Dict[str, Any]:
     """The 12 COCO stats (and per-class AP) of ``detections`` (float64 rows ``[image_id, x, y, w, h,
     score, category_id]``) on ``image_ids``; the dicts pycocotools needs exist only during the call."""
     if not len(detections):
@@ -61,7 +80,7 @@ def coco_bbox_eval(coco_gt: Any, detections: np.ndarray, image_ids: List[int], c
                 for r in detections.tolist()
             ]
         )
-        evaluator = COCOeval(coco_gt, coco_dt, "bbox")
+        evaluator = coco_classes(backend)[1](coco_gt, coco_dt, "bbox")
         evaluator.params.imgIds = sorted(image_ids)
         evaluator.evaluate()
         evaluator.accumulate()
@@ -81,10 +100,10 @@ def coco_bbox_eval(coco_gt: Any, detections: np.ndarray, image_ids: List[int], c
     return out
 
 
-def load_ground_truth(anno_file: str) -> Any:
-    """A pycocotools ``COCO`` of ``anno_file`` (its progress prints silenced)."""
+def load_ground_truth(anno_file: str, backend: str = "pycocotools") -> Any:
+    """The ``COCO`` object of ``backend`` for ``anno_file`` (its progress prints silenced)."""
     with contextlib.redirect_stdout(io.StringIO()):
-        return COCO(anno_file)
+        return coco_classes(backend)[0](anno_file)
 
 
 def write_detections_json(path: str, table: np.ndarray) -> None:
@@ -97,7 +116,9 @@ def write_detections_json(path: str, table: np.ndarray) -> None:
             handle.write(", " if start else "")
             handle.write(
                 ", ".join(
-                    json.dumps({"image_id": int(r[0]), "category_id": int(r[6]), "bbox": r[1:5], "score": r[5]})
+                    json.dumps(
+                        {"image_id": int(r[0]), "category_id": int(r[6]), "bbox": r[1:5], "score": r[5]}
+                    )
                     for r in rows.tolist()
                 )
             )
@@ -112,7 +133,8 @@ class COCOMetric(Metric):
     -> COCO category id map from a ``COCODataSet``; the ground truth is read only by the process
     that computes (rank 0), once. Detections are kept as one float64 row per box
     (``[image_id, x, y, w, h, score, category_id]``, 56 bytes), not as Python dicts.
-    ``output_dir`` writes ``bbox.json`` (rank 0).
+    ``output_dir`` writes ``bbox.json`` (rank 0). ``backend``: ``pycocotools`` (default; the numbers
+    PaddleDetection reports) or ``faster_coco_eval`` (~12x faster, for Objects365-size sets).
     """
 
     def __init__(
@@ -121,9 +143,13 @@ class COCOMetric(Metric):
         classwise: bool = False,
         output_dir: Optional[str] = None,
         bias: int = 0,
+        backend: str = "pycocotools",
     ) -> None:
         if main_indicator not in STAT_NAMES:
             raise ValueError(f"COCOMetric.main_indicator must be one of {STAT_NAMES}, got {main_indicator!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"COCOMetric.backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
         self.main_indicator = main_indicator
         self.classwise = classwise
         self.output_dir = output_dir
@@ -148,7 +174,8 @@ class COCOMetric(Metric):
         self.clsid2catid = dict(dataset.clsid2catid)
         self.label_list = list(getattr(dataset, "label_list", []))
         self._category_of = np.array(
-            [self.clsid2catid.get(i, -1) for i in range(max(self.clsid2catid, default=-1) + 1)], dtype=np.float64
+            [self.clsid2catid.get(i, -1) for i in range(max(self.clsid2catid, default=-1) + 1)],
+            dtype=np.float64,
         )
 
     @property
@@ -156,8 +183,10 @@ class COCOMetric(Metric):
         """The ground truth (read on first use)."""
         if self._ground_truth is None:
             if self.anno_file is None:
-                raise RuntimeError("COCOMetric.compute before bind_dataset: the evaluator binds the eval dataset")
-            self._ground_truth = load_ground_truth(self.anno_file)
+                raise RuntimeError(
+                    "COCOMetric.compute before bind_dataset: the evaluator binds the eval dataset"
+                )
+            self._ground_truth = load_ground_truth(self.anno_file, self.backend)
         return self._ground_truth
 
     def reset(self) -> None:
@@ -220,14 +249,16 @@ class COCOMetric(Metric):
             write_detections_json(path, table)
             logger.info("detections written to %s (COCO results format)", path)
         image_ids = self.image_ids
-        out = coco_bbox_eval(self.coco_gt, table, image_ids, self.classwise)
+        out = coco_bbox_eval(self.coco_gt, table, image_ids, self.classwise, self.backend)
         if self.classwise and self.label_list:
             for name, ap in zip(self.label_list, out["class_ap"]):
                 logger.info("class %-20s AP %.4f", name, ap)
         out["images"] = len(image_ids)
         self.last_compute_s = time.perf_counter() - start
         logger.info(
-            "COCO evaluation of %d detection(s) on %d image(s) took %.1f s", len(table), len(image_ids),
+            "COCO evaluation of %d detection(s) on %d image(s) took %.1f s",
+            len(table),
+            len(image_ids),
             self.last_compute_s,
         )
         return out

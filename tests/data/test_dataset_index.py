@@ -14,7 +14,6 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
-import torch
 from torch.utils.data import DataLoader, Dataset
 
 import ppdist.data.rec as rec_module
@@ -43,7 +42,12 @@ def test_label_files_give_the_samples_of_the_list_based_loader(fixture_dir, cach
     for expected in fixture_dir["rec"]:
         for _ in range(2 if cache == "auto-again" else 1):  # again: the second maps the first's file
             ds = SimpleDataSet(
-                "inputs", ["inputs/a.txt", "inputs/b.txt"], [], mode="train", cache=cache.split("-")[0], **expected["case"]
+                "inputs",
+                ["inputs/a.txt", "inputs/b.txt"],
+                [],
+                mode="train",
+                cache=cache.split("-")[0],
+                **expected["case"],
             )
         assert (ds.lines.index.path is None) == (cache == "off")
         got = []
@@ -64,7 +68,9 @@ def test_coco_json_gives_the_samples_of_the_list_based_loader(fixture_dir, cache
         for _ in range(2 if cache == "auto-again" else 1):  # again: the second maps the first's file
             caplog.clear()
             with caplog.at_level(logging.WARNING, logger="ppdist"):
-                ds = COCODataSet("inputs", "images", "instances.json", [], cache=cache.split("-")[0], **expected["case"])
+                ds = COCODataSet(
+                    "inputs", "images", "instances.json", [], cache=cache.split("-")[0], **expected["case"]
+                )
         assert (ds.index.path is None) == (cache == "off")
         got = []
         for i in range(len(ds)):
@@ -116,6 +122,17 @@ def test_packed_index_round_trip_and_pickling(tmp_path):
         PackedIndex.load(str(tmp_path / "other.idx"))
 
 
+def test_datasets_with_a_mapped_index_pickle_small(fixture_dir, tmp_path):
+    """A spawned worker gets the cache file's path and maps it, not a copy of the arrays."""
+    rec = SimpleDataSet("inputs", ["inputs/a.txt"], [], cache=str(tmp_path / "c"))
+    coco = COCODataSet("inputs", "images", "instances.json", [], mode="eval", cache=str(tmp_path / "c"))
+    for dataset in (rec, coco):
+        again = pickle.loads(pickle.dumps(dataset))
+        assert len(again) == len(dataset) and again.origin(3) == dataset.origin(3)
+    rec_off = SimpleDataSet("inputs", ["inputs/a.txt"], [], cache="off")
+    assert len(pickle.dumps(rec)) < 2000 < len(pickle.dumps(rec_off))
+
+
 def _labels(tmp_path, lines=50):
     os.makedirs(tmp_path / "data", exist_ok=True)
     path = str(tmp_path / "train.txt")
@@ -162,7 +179,9 @@ def test_unwritable_cache_folder_builds_in_memory_with_a_warning(tmp_path, caplo
     with caplog.at_level(logging.WARNING, logger="ppdist"):
         ds = SimpleDataSet(data_dir, [path], [], cache=str(blocked / "cache"))
     assert len(ds) == 50 and ds.lines.index.path is None
-    assert any("not writable" in r.getMessage() and "PPDIST_CACHE_DIR" in r.getMessage() for r in caplog.records)
+    assert any(
+        "not writable" in r.getMessage() and "PPDIST_CACHE_DIR" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_cache_auto_folder_follows_the_environment(monkeypatch, tmp_path):
@@ -244,4 +263,6 @@ def test_forked_workers_share_the_index_instead_of_copying_it(tmp_path):
     assert copied > 20_000, copied  # refcount updates dirty every page of the list's objects
     assert shared < 2_000, shared  # the index pages stay shared (measured: ~150 KiB, the list: ~47 MB)
     mapped = SimpleDataSet(data_dir, [path], [], cache=str(tmp_path / "cache"))
-    assert _worker_private_growth_kib(mapped.origin, count) < 2_000  # the file's pages: shared by every process
+    assert (
+        _worker_private_growth_kib(mapped.origin, count) < 2_000
+    )  # the file's pages: shared by every process

@@ -175,7 +175,7 @@ def test_allow_empty_and_empty_ratio(tmp_path):
     assert len(_ds(root, allow_empty=True)) == 10
     assert len(_ds(root, allow_empty=True, empty_ratio=0.0)) == 4
     half = _ds(root, allow_empty=True, empty_ratio=0.5)
-    assert len(half) == 8 and int((np.diff(half.index['box_start']) == 0).sum()) == 4
+    assert len(half) == 8 and int((np.diff(half.index["box_start"]) == 0).sum()) == 4
     ids = image_ids(half)
     assert ids == sorted(ids) and ids == image_ids(_ds(root, allow_empty=True, empty_ratio=0.5))
     assert len(_ds(root, allow_empty=True, empty_ratio=0.2)) == 5  # int(4 * 0.2 / 0.8) = 1 empty

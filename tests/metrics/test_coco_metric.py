@@ -34,7 +34,9 @@ def gt(tmp_path):
 
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO(str(path))
-    return types.SimpleNamespace(coco=coco, anno_file=str(path), clsid2catid={0: 3, 1: 7}, label_list=["a", "b"])
+    return types.SimpleNamespace(
+        coco=coco, anno_file=str(path), clsid2catid={0: 3, 1: 7}, label_list=["a", "b"]
+    )
 
 
 def _results():
@@ -113,3 +115,19 @@ def test_no_detections_gives_zeros(gt):
 def test_metric_needs_a_coco_dataset():
     with pytest.raises(ValueError, match="COCO-style"):
         COCOMetric().bind_dataset(object())
+
+
+def test_faster_backend_gives_the_pycocotools_numbers(gt):
+    metrics = {}
+    for backend in ("pycocotools", "faster_coco_eval"):
+        metric = COCOMetric(classwise=True, backend=backend)
+        metric.bind_dataset(gt)
+        for res in _results():
+            metric.update(res, {})
+        metrics[backend] = metric.compute()
+    reference, faster = metrics["pycocotools"], metrics["faster_coco_eval"]
+    assert reference.keys() == faster.keys() and reference["ap"] > 0
+    for key in reference:
+        assert reference[key] == pytest.approx(faster[key], abs=1e-12), key
+    with pytest.raises(ValueError, match="backend"):
+        COCOMetric(backend="detectron2")
