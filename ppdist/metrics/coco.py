@@ -59,15 +59,49 @@ def coco_classes(backend: str) -> Tuple[Any, Any]:
     return COCO, COCOeval
 
 
+MAX_EVAL_CELLS = 8_000_000  # images x categories evaluated at once (~1 GB of per-cell results)
+
+
+def evaluate_in_category_chunks(
+    evaluator_cls: Any, coco_gt: Any, coco_dt: Any, image_ids: List[int], max_cells: int
+) -> Any:
+    """A summarized COCOeval over every category, run on groups of categories of at most
+    ``max_cells`` images x categories each: the per-(image, category) results that COCOeval keeps
+    grow with images x categories (~30 GB for Objects365's 80k x 365), and categories are
+    accumulated independently, so the concatenated precision / recall / scores are exactly those of
+    one run over all of them."""
+    cat_ids = sorted(coco_gt.getCatIds())
+    per_chunk = max(1, max_cells // max(1, len(image_ids)))
+    parts: List[Dict[str, np.ndarray]] = []
+    evaluator: Any = None
+    for start in range(0, len(cat_ids), per_chunk):
+        evaluator = None  # free the previous group's per-cell results first
+        evaluator = evaluator_cls(coco_gt, coco_dt, "bbox")
+        evaluator.params.imgIds = sorted(image_ids)
+        evaluator.params.catIds = cat_ids[start : start + per_chunk]
+        evaluator.evaluate()
+        evaluator.accumulate()
+        parts.append({key: evaluator.eval[key] for key in ("precision", "recall", "scores")})
+    if len(parts) > 1:
+        evaluator.params.catIds = cat_ids
+        for key, axis in (("precision", 2), ("recall", 1), ("scores", 2)):
+            evaluator.eval[key] = np.concatenate([part[key] for part in parts], axis=axis)
+        evaluator.eval["counts"] = list(evaluator.eval["precision"].shape)
+    evaluator.summarize()
+    return evaluator
+
+
 def coco_bbox_eval(
     coco_gt: Any,
     detections: np.ndarray,
     image_ids: List[int],
     classwise: bool = False,
     backend: str = "pycocotools",
+    max_cells: int = MAX_EVAL_CELLS,
 ) -> Dict[str, Any]:
     """The 12 COCO stats (and per-class AP) of ``detections`` (float64 rows ``[image_id, x, y, w, h,
-    score, category_id]``) on ``image_ids``; the dicts pycocotools needs exist only during the call."""
+    score, category_id]``) on ``image_ids``; the dicts pycocotools needs exist only during the call,
+    and at most ``max_cells`` images x categories are evaluated at once."""
     if not len(detections):
         out: Dict[str, Any] = {name: 0.0 for name in STAT_NAMES}
         if classwise:
@@ -80,11 +114,9 @@ def coco_bbox_eval(
                 for r in detections.tolist()
             ]
         )
-        evaluator = coco_classes(backend)[1](coco_gt, coco_dt, "bbox")
-        evaluator.params.imgIds = sorted(image_ids)
-        evaluator.evaluate()
-        evaluator.accumulate()
-        evaluator.summarize()
+        evaluator = evaluate_in_category_chunks(
+            coco_classes(backend)[1], coco_gt, coco_dt, image_ids, max_cells
+        )
     for line in text.getvalue().splitlines():
         if line.strip().startswith("Average"):
             logger.info("%s", line.rstrip())

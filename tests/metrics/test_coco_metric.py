@@ -131,3 +131,20 @@ def test_faster_backend_gives_the_pycocotools_numbers(gt):
         assert reference[key] == pytest.approx(faster[key], abs=1e-12), key
     with pytest.raises(ValueError, match="backend"):
         COCOMetric(backend="detectron2")
+
+
+@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+def test_evaluating_in_category_groups_gives_the_numbers_of_one_run(gt, backend):
+    import numpy as np
+
+    from ppdist.metrics.coco import coco_bbox_eval
+
+    metric = COCOMetric(backend=backend)
+    metric.bind_dataset(gt)
+    for res in _results():
+        metric.update(res, {})
+    table, ids = metric.detections, metric.image_ids
+    whole = coco_bbox_eval(metric.coco_gt, table, ids, classwise=True, backend=backend)
+    grouped = coco_bbox_eval(metric.coco_gt, table, ids, classwise=True, backend=backend, max_cells=3)
+    assert whole == grouped and whole["ap"] > 0  # one category of 3 images at a time
+    assert np.isfinite(whole["class_ap"]).all() and len(whole["class_ap"]) == 2
