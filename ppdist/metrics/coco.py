@@ -166,7 +166,7 @@ class COCOMetric(Metric):
     that computes (rank 0), once. Detections are kept as one float64 row per box
     (``[image_id, x, y, w, h, score, category_id]``, 56 bytes), not as Python dicts.
     ``output_dir`` writes ``bbox.json`` (rank 0). ``backend``: ``pycocotools`` (default; the numbers
-    PaddleDetection reports) or ``faster_coco_eval`` (~12x faster, for Objects365-size sets).
+    PaddleDetection reports) or ``faster_coco_eval`` (5-7x faster measured, for Objects365-size sets).
     """
 
     def __init__(
