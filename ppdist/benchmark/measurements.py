@@ -152,7 +152,7 @@ def measure_bare_loop(
     autocast, use_scaler = make_autocast(glob, device)
     scaler = make_grad_scaler(glob, use_scaler, device)
     ema = (
-        ModelEMA(model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
+        ModelEMA(model, decay=glob["ema_decay"], decay_type=glob["ema_decay_type"])
         if glob["use_ema"]
         else None
     )

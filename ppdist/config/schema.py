@@ -142,8 +142,9 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "ema_decay_type": GlobalKey(
         (str,),
         "constant",
-        "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)) (PaddleDetection).",
-        choices=("constant", "threshold"),
+        "'threshold' ramps the decay as min(decay, (1 + t) / (10 + t)), 'exponential' as "
+        "decay * (1 - exp(-(t + 1) / 2000)) (PaddleDetection's types; 'constant' is its 'normal').",
+        choices=("constant", "threshold", "exponential"),
     ),
     "max_image_pixels": GlobalKey(
         (int, NONE_TYPE),

@@ -1,73 +1,134 @@
-"""Exponential moving average of a model's parameters and buffers."""
+"""Exponential moving average of a model's parameters and buffers, as PaddleDetection computes it."""
 
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-TensorLists = Tuple[List[torch.Tensor], List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]]
+TensorLists = Tuple[
+    List[torch.Tensor], List[torch.Tensor], List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]
+]
+
+
+DECAY_TYPES = ("constant", "threshold", "exponential")
 
 
 class ModelEMA:
-    """``ema = decay * ema + (1 - decay) * weights`` after every optimizer step.
+    """PaddleDetection's ``ModelEMA``: an exponential moving average of the model's state.
 
-    Floating-point parameters and buffers (e.g. BatchNorm statistics) are averaged; integer
-    buffers are copied. With ``use_thres_step`` the decay ramps up as
-    ``min(decay, (1 + step) / (10 + step))`` (PaddleDetection's threshold decay).
+    As the original: the average starts from zeros (float32) and after each optimizer step
+    becomes ``decay * average + (1 - decay) * weights`` for every floating parameter and buffer
+    (BatchNorm statistics included); the weights evaluated and saved (``module``) are the average
+    divided by ``1 - d ** step``, ``d`` being the decay of the last step (no correction with the
+    ``exponential`` type). ``decay_type``: ``constant`` (Paddle's ``normal``), ``threshold``
+    (``min(decay, (1 + t) / (10 + t))``) or ``exponential`` (``decay * (1 - exp(-(t + 1) / 2000))``).
+    Integer buffers are copied. Before the first update ``module`` is the model itself (the
+    original would give zeros).
 
     An update is a handful of ``torch._foreach_*`` kernels over cached tensor lists, not a Python
     loop over every tensor; the model's tensors must stay the same objects after the first update
     (``load_state_dict`` copies in place, so resuming is fine).
     """
 
-    def __init__(self, model: nn.Module, decay: float = 0.9998, use_thres_step: bool = False) -> None:
+    def __init__(self, model: nn.Module, decay: float = 0.9998, decay_type: str = "threshold") -> None:
+        if decay_type not in DECAY_TYPES:
+            raise ValueError(f"EMA decay_type must be one of {DECAY_TYPES}, got {decay_type!r}")
         self.module = copy.deepcopy(model).eval()
         for p in self.module.parameters():
             p.requires_grad_(False)
         self.decay = float(decay)
-        self.use_thres_step = use_thres_step
+        self.decay_type = decay_type
         self.step = 0
+        self.last_decay = 0.0
+        self.average: Dict[str, torch.Tensor] = {
+            name: torch.zeros_like(value, dtype=torch.float32)
+            for name, value in self.module.state_dict().items()
+            if value.dtype.is_floating_point
+        }
         self._model: Optional[nn.Module] = None
         self._lists: Optional[TensorLists] = None
-        self._cast = False
 
     def current_decay(self) -> float:
-        if self.use_thres_step:
+        """The decay the next update uses."""
+        if self.decay_type == "threshold":
             return min(self.decay, (1 + self.step) / (10 + self.step))
+        if self.decay_type == "exponential":
+            return self.decay * (1 - math.exp(-(self.step + 1) / 2000))
         return self.decay
 
     def _tensor_lists(self, model: nn.Module) -> TensorLists:
-        """(EMA floats, model floats, EMA integers, model integers), matched by state-dict name."""
+        """(averages, EMA module floats, model floats, EMA integers, model integers) by state-dict name."""
         if self._lists is None or self._model is not model:
             current = model.state_dict(keep_vars=True)
-            lists: TensorLists = ([], [], [], [])
+            lists: TensorLists = ([], [], [], [], [])
             for name, ema_value in self.module.state_dict(keep_vars=True).items():
-                floating = ema_value.dtype.is_floating_point
-                lists[0 if floating else 2].append(ema_value)
-                lists[1 if floating else 3].append(current[name])
+                if name in self.average:
+                    lists[0].append(self.average[name])
+                    lists[1].append(ema_value)
+                    lists[2].append(current[name])
+                else:
+                    lists[3].append(ema_value)
+                    lists[4].append(current[name])
             self._model, self._lists = model, lists
-            self._cast = any(m.dtype != e.dtype for e, m in zip(lists[0], lists[1]))
         return self._lists
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         decay = self.current_decay()
-        ema_floats, model_floats, ema_ints, model_ints = self._tensor_lists(model)
-        if ema_floats:
-            if self._cast:
-                model_floats = [m.to(e.dtype) for e, m in zip(ema_floats, model_floats)]
-            torch._foreach_mul_(ema_floats, decay)
-            torch._foreach_add_(ema_floats, model_floats, alpha=1.0 - decay)
+        averages, ema_floats, model_floats, ema_ints, model_ints = self._tensor_lists(model)
+        if averages:
+            model_floats = [m if m.dtype == torch.float32 else m.float() for m in model_floats]
+            torch._foreach_mul_(averages, decay)
+            torch._foreach_add_(averages, model_floats, alpha=1.0 - decay)
         if ema_ints:
             torch._foreach_copy_(ema_ints, model_ints)
         self.step += 1
+        self.last_decay = decay
+        self._apply()
+
+    def _apply(self) -> None:
+        """``module`` = the bias-corrected average (in the module's dtypes)."""
+        averages, ema_floats = self._tensor_lists(self._model)[:2] if self._model is not None else ([], [])
+        if not averages:
+            return
+        if self.decay_type != "exponential":
+            averages = torch._foreach_div(averages, 1.0 - self.last_decay**self.step)
+        torch._foreach_copy_(ema_floats, averages)
+
+    def synced_tensors(self) -> List[torch.Tensor]:
+        """The EMA module's buffers and their averages: what must equal rank 0's on every rank."""
+        names = [name for name, _ in self.module.named_buffers()]
+        return [b for _, b in self.module.named_buffers()] + [
+            self.average[n] for n in names if n in self.average
+        ]
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"module": self.module.state_dict(), "step": self.step}
+        return {
+            "module": self.module.state_dict(),
+            "average": dict(self.average),
+            "step": self.step,
+            "last_decay": self.last_decay,
+        }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.module.load_state_dict(state["module"])
         self.step = int(state["step"])
+        if "average" in state:
+            self.last_decay = float(state["last_decay"])
+            for name, value in state["average"].items():
+                self.average[name].copy_(value)
+            return
+        # a checkpoint of the earlier EMA (started from the weights, no correction): its module is
+        # the average so far; continue as if it were the corrected value of the same steps
+        saved_step = self.step
+        self.step = max(saved_step - 1, 0)
+        self.last_decay = self.current_decay() if saved_step else 0.0
+        self.step = saved_step
+        factor = 1.0 - self.last_decay**saved_step if saved_step else 0.0
+        module_state = self.module.state_dict()
+        for name, average in self.average.items():
+            average.copy_(module_state[name].float() * factor)

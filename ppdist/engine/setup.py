@@ -132,7 +132,7 @@ def build_optimizer(
 def build_ema(model: nn.Module, glob: Mapping[str, Any]) -> Optional[ModelEMA]:
     if not glob["use_ema"]:
         return None
-    return ModelEMA(model, decay=glob["ema_decay"], use_thres_step=glob["ema_decay_type"] == "threshold")
+    return ModelEMA(model, decay=glob["ema_decay"], decay_type=glob["ema_decay_type"])
 
 
 def gradient_clipper(config: Mapping[str, Any]) -> Optional[Callable[[nn.Module], Any]]:

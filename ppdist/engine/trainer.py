@@ -254,10 +254,9 @@ class Trainer:
         every rank evaluates is the one rank 0 saves."""
         if not self.env.distributed:
             return
-        modules = [self.model] + ([self.ema.module] if self.ema is not None else [])
-        for module in modules:
-            for buffer in module.buffers():
-                dist.broadcast(buffer.data, src=0)
+        tensors = list(self.model.buffers()) + (self.ema.synced_tensors() if self.ema is not None else [])
+        for tensor in tensors:
+            dist.broadcast(tensor.data, src=0)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:

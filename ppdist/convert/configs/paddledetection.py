@@ -205,10 +205,12 @@ class _DetConverter:
         glob["use_ema"] = True
         glob["ema_decay"] = float(top.get("ema_decay", 0.9998))
         kind = top.get("ema_decay_type", "threshold")
-        if kind in ("threshold", "normal"):
-            glob["ema_decay_type"] = "threshold" if kind == "threshold" else "constant"
+        if kind in ("threshold", "normal", "exponential"):
+            glob["ema_decay_type"] = "constant" if kind == "normal" else kind
         else:
-            self.report.unmapped_key("ema_decay_type", "ppdist has 'threshold' and constant decay", kind)
+            self.report.unmapped_key(
+                "ema_decay_type", "ppdist has 'threshold', 'normal' and 'exponential'", kind
+            )
         top.expect("cycle_epoch", -1, "no periodic EMA reset in ppdist")
         black = top.get("ema_black_list")
         if black and list(black) != ["proj_conv.weight"]:
