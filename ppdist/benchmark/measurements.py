@@ -34,6 +34,7 @@ from ppdist.export.deploy_modules import build_deploy
 from ppdist.inference.backends import TorchBackend
 from ppdist.inference.infer import infer
 from ppdist.inference.runners import build_runner, inference_info_from_config
+from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.modeling.deploy import convert_to_deploy
 from ppdist.utils.rng import seed_everything
 
@@ -137,6 +138,7 @@ def measure_bare_loop(
     model = build_model(config).to(device)
     if nhwc:
         model = model.to(memory_format=torch.channels_last)
+    apply_statistics_rule(model, glob["bn_statistics"])
     model.train()
     options = compile_options(glob)
     network = torch.compile(model, **options) if options is not None else model

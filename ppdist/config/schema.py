@@ -117,6 +117,13 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "SyncBatchNorm, on otherwise.",
     ),
     "use_sync_bn": GlobalKey((bool,), False, "Convert BatchNorm to SyncBatchNorm under multi-GPU DDP."),
+    "bn_statistics": GlobalKey(
+        (str,),
+        "paddle",
+        "How BatchNorm updates running_var in training: 'paddle' with the biased batch variance, "
+        "as the originals do; 'torch' with PyTorch's unbiased one (N/(N-1) larger).",
+        choices=("paddle", "torch"),
+    ),
     "find_unused_parameters": GlobalKey((bool,), False, "DDP find_unused_parameters."),
     "gradient_as_bucket_view": GlobalKey(
         (bool, NONE_TYPE),

@@ -33,6 +33,7 @@ from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
 from ppdist.engine.trainer import Trainer
+from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.registry import HOOKS
 from ppdist.utils.rng import seed_everything
 
@@ -52,7 +53,8 @@ def uses_sync_bn(glob: Mapping[str, Any], env: DistEnv) -> bool:
 
 
 def place_model(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.Module:
-    """``model`` on the device, in channels_last when it applies, with SyncBatchNorm under multi-GPU DDP."""
+    """``model`` on the device, in channels_last when it applies, with SyncBatchNorm under multi-GPU
+    DDP, its BatchNorms updating running statistics by ``Global.bn_statistics``."""
     model = model.to(env.device)
     if channels_last(glob, env.device):
         model = model.to(memory_format=torch.channels_last)
@@ -60,6 +62,7 @@ def place_model(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.M
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     elif glob["use_sync_bn"] and env.distributed:
         logger.warning("Global.use_sync_bn needs CUDA; BatchNorm stays per-process on CPU")
+    apply_statistics_rule(model, glob["bn_statistics"])
     return model
 
 
