@@ -1,0 +1,199 @@
+"""A CRNN training step is PaddleOCR's training step: loss, gradients, BatchNorm statistics,
+the recipe's Adam and LR schedules, against tests/fixtures/paddle_step/rec.npz (written by
+PaddleOCR 2.7's own model, CTCLoss and optimizer builder on paddlepaddle 2.6.2; make_rec.py).
+
+The model is the real-size rec_mv3_none_bilstm_ctc (seeded weights of tests/fixtures/paddle_rec).
+The fixture was made in float64, free of Paddle's float32 rounding; ppdist runs in float32 here
+(float64 convolutions on CPU take ~40 s). Measured (torch 2.14 CPU, float32 vs the float64
+reference): loss on Paddle's logits 2.8e-8 relative, from ppdist's own forward 3.3e-7 (logits
+3.9e-6); sampled gradients ≤ 4.1e-5 relative norm (15 BatchNorm biases have an exactly zero
+gradient in both); BatchNorm statistics ≤ 2.8e-7 relative (torch's unbiased rule: 5.3e-4);
+Adam replay ≤ 1e-7; the quick start's Cosine + warmup LR equal at all 3000 steps. No Paddle is
+needed.
+"""
+
+import json
+import os
+from typing import Dict, Tuple
+
+import numpy as np
+import pytest
+import torch
+from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
+
+from ppdist.components import build_loss, build_model
+from ppdist.config import load_config
+from ppdist.convert.weights import convert_state_dict
+from ppdist.engine.setup import build_optimizer
+from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
+QUICKSTART = os.path.join(ROOT, "configs", "rec", "quickstart_synth.yml")
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "paddle_step", "rec.npz")
+STEPS_PER_EPOCH = 1000  # what make_rec.py gave PaddleOCR's builder (the LR is constant)
+
+
+def normalize(pixels: np.ndarray) -> torch.Tensor:
+    """make_rec.py's input from its uint8 pixels (RecResizeImg's scaling), in float32."""
+    return ((torch.from_numpy(pixels).double() / 255.0 - 0.5) / 0.5).float()
+
+
+def relative(ours: np.ndarray, theirs: np.ndarray) -> float:
+    return float(np.linalg.norm(ours - theirs) / max(np.linalg.norm(theirs), 1e-30))
+
+
+@pytest.fixture(scope="module")
+def fixture() -> Dict[str, np.ndarray]:
+    with np.load(FIXTURE) as data:
+        return {key: data[key] for key in data.files}
+
+
+def paddle_state() -> Dict[str, np.ndarray]:
+    """The real-size CRNN's Paddle state dict (tests/fixtures/paddle_rec: seeded + calibrated)."""
+    with open(os.path.join(paddle_fixture_dir("rec"), "rec_mv3_none_bilstm_ctc.json")) as f:
+        manifest = json.load(f)
+    state = paddle_fixture_script("rec").synthetic_state(manifest["tensors"], manifest["seed"])
+    arrays = paddle_fixture_arrays("rec", "rec_mv3_none_bilstm_ctc")
+    state.update({key[len("state/") :]: value for key, value in arrays.items() if key.startswith("state/")})
+    return state
+
+
+def to_torch(model: torch.nn.Module, state: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
+    converted, report = convert_state_dict(model, state, "rec.npz")
+    assert report.complete and not report.missing, report.lines()
+    return converted
+
+
+def sample_positions(
+    model: torch.nn.Module, state: Dict[str, np.ndarray], fixture: Dict[str, np.ndarray]
+) -> Dict[str, Tuple[str, np.ndarray]]:
+    """torch parameter -> (Paddle name, its flat positions of the fixture's sampled indices), found
+    by converting a state whose entries are their own global index (Linear weights transpose;
+    float32 holds the indices exactly, there are < 2**24 values)."""
+    tagged, offsets, offset = {}, {}, 0
+    for name, value in state.items():
+        tagged[name] = np.arange(offset + 1, offset + 1 + value.size, dtype=np.float64).reshape(value.shape)
+        offsets[name] = offset
+        offset += value.size
+    converted = to_torch(model, tagged)
+    positions = {}
+    for key, _ in model.named_parameters():
+        flat = converted[key].numpy().reshape(-1)
+        owner = next(n for n, o in offsets.items() if o < flat[0] <= o + state[n].size)
+        if f"grad_index/{owner}" not in fixture:
+            continue
+        where = {int(v) - 1 - offsets[owner]: i for i, v in enumerate(flat)}
+        positions[key] = (owner, np.array([where[int(i)] for i in fixture[f"grad_index/{owner}"]]))
+    return positions
+
+
+@pytest.fixture(scope="module")
+def run(fixture):
+    """ppdist's model (float64, Paddle's weights) after one training forward and backward on the
+    fixture's first batch, with its loss function and the sampled-position map."""
+    config = load_config(CONFIG)
+    model = build_model(config)
+    state = paddle_state()
+    model.load_state_dict(to_torch(model, state))
+    positions = sample_positions(model, state, fixture)
+    assert (
+        len(positions)
+        == len(list(model.parameters()))
+        == len([key for key in fixture if key.startswith("grad_index/")])
+    )
+    apply_statistics_rule(model, "paddle")
+    model.train()
+    logits = model(normalize(fixture["image_1"]))
+    loss_fn = build_loss(config)
+    batch = {"label": torch.from_numpy(fixture["label_1"]), "length": torch.from_numpy(fixture["length_1"])}
+    loss = loss_fn(logits, batch)["loss"]
+    loss.backward()
+    return {
+        "config": config,
+        "model": model,
+        "logits": logits,
+        "loss": loss,
+        "loss_fn": loss_fn,
+        "positions": positions,
+    }
+
+
+def test_loss_on_paddles_logits_and_from_ppdists_forward(fixture, run):
+    for step in (1, 2):
+        batch = {
+            "label": torch.from_numpy(fixture[f"label_{step}"]),
+            "length": torch.from_numpy(fixture[f"length_{step}"]),
+        }
+        logits = torch.from_numpy(fixture[f"logits_{step}"]).float()
+        teacher = run["loss_fn"](logits, batch)["loss"].item()
+        assert abs(teacher - float(fixture[f"loss_{step}"])) <= 1e-4 * abs(float(fixture[f"loss_{step}"]))
+    assert relative(run["logits"].detach().double().numpy(), fixture["logits_1"]) <= 1e-4
+    assert abs(run["loss"].item() - float(fixture["loss_1"])) <= 1e-4 * float(fixture["loss_1"])
+
+
+def test_raw_gradients_equal_paddles(fixture, run):
+    """Sampled entries and full norms of every parameter's gradient. The bias of a BatchNorm whose
+    output feeds a convolution and a training-mode BatchNorm has no effect (the next BatchNorm
+    removes the constant): its gradient is 0 up to rounding in both, checked as such."""
+    parameters = dict(run["model"].named_parameters())
+    norms = {key: float(fixture[f"grad_norm_1/{owner}"]) for key, (owner, _) in run["positions"].items()}
+    total = float(np.sqrt(sum(n * n for n in norms.values())))
+    errors, zero = {}, []
+    for key, p in parameters.items():
+        owner, positions = run["positions"][key]
+        ours = p.grad.double().numpy().reshape(-1)
+        if norms[key] <= 1e-10 * total:
+            zero.append(key)
+            assert np.linalg.norm(ours) <= 1e-6 * total, key
+            continue
+        errors[key] = relative(ours[positions], fixture[f"grad_1/{owner}"])
+        assert abs(np.linalg.norm(ours) - norms[key]) <= 1e-3 * norms[key], key
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 1e-3, (worst, errors[worst])
+    assert len(zero) < len(parameters) // 10 and all(key.endswith("bn.bias") for key in zero), zero
+
+
+def test_batch_norm_statistics_after_the_training_forward_equal_paddles(fixture, run):
+    state = paddle_state()
+    state.update({key[len("bn_1/") :]: value for key, value in fixture.items() if key.startswith("bn_1/")})
+    expected = to_torch(run["model"], state)
+    checked = 0
+    for key, buffer in run["model"].state_dict().items():
+        if key.endswith("running_mean") or key.endswith("running_var"):
+            ours, theirs = buffer.double().numpy(), expected[key].double().numpy()
+            assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max(), key
+            checked += 1
+    assert checked == len([key for key in fixture if key.startswith("bn_1/")]) == 2 * 47
+
+
+def test_adam_replay_of_paddles_gradients_equals_paddles_update(fixture, run):
+    model = build_model(run["config"])
+    model.load_state_dict(to_torch(model, paddle_state()))
+    optimizer, scheduler = build_optimizer(run["config"], model, STEPS_PER_EPOCH)
+    for step in (1, 2):
+        for group in optimizer.param_groups:
+            assert group["lr"] == float(fixture[f"lr_{step}"])
+        for key, p in model.named_parameters():
+            owner, positions = run["positions"][key]
+            grad = torch.zeros(p.numel(), dtype=p.dtype)
+            grad[torch.from_numpy(positions)] = torch.from_numpy(fixture[f"grad_{step}/{owner}"]).float()
+            p.grad = grad.reshape(p.shape)
+        optimizer.step()
+        scheduler.step()
+        for key, p in model.named_parameters():
+            owner, positions = run["positions"][key]
+            ours = p.detach().double().numpy().reshape(-1)[positions]
+            theirs = fixture[f"param_{step}/{owner}"]
+            assert np.abs(ours - theirs).max() <= 1e-5 * max(np.abs(theirs).max(), 1e-3), (step, key)
+
+
+def test_quickstart_cosine_warmup_schedule_equals_paddleocrs(fixture):
+    config = load_config(QUICKSTART, ["Global.epoch_num=12"])
+    model = torch.nn.Linear(1, 1)
+    optimizer, scheduler = build_optimizer(config, model, 250)
+    ours = []
+    for _ in range(len(fixture["quickstart_lr"])):
+        ours.append(optimizer.param_groups[0]["lr"])
+        scheduler.step()
+    np.testing.assert_array_equal(np.asarray(ours), fixture["quickstart_lr"])
