@@ -19,7 +19,10 @@ from typing import Dict, Tuple
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
+from torch.nn.parallel import DistributedDataParallel
 
 from ppdist.components import build_loss, build_model
 from ppdist.config import load_config
@@ -197,3 +200,76 @@ def test_quickstart_cosine_warmup_schedule_equals_paddleocrs(fixture):
         ours.append(optimizer.param_groups[0]["lr"])
         scheduler.step()
     np.testing.assert_array_equal(np.asarray(ours), fixture["quickstart_lr"])
+
+
+DIST_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "paddle_step", "rec_dist.npz")
+WORLD = 2
+
+
+def ddp_worker(rank: int, store: str, out: str) -> None:
+    """One of two gloo processes: the fixture's first batch split as make_rec_dist.py splits it,
+    under DDP with ppdist's defaults (rank 0's BatchNorm buffers broadcast, gradients averaged)."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        with np.load(FIXTURE) as data:
+            fixture = {key: data[key] for key in data.files}
+        config = load_config(CONFIG)
+        model = build_model(config)
+        state = paddle_state()
+        model.load_state_dict(to_torch(model, state))
+        positions = sample_positions(model, state, fixture)
+        apply_statistics_rule(model, "paddle")
+        model.train()
+        parallel = DistributedDataParallel(model)
+        rows = slice(2 * rank, 2 * rank + 2)
+        logits = parallel(normalize(fixture["image_1"][rows]))
+        batch = {
+            "label": torch.from_numpy(fixture["label_1"][rows]),
+            "length": torch.from_numpy(fixture["length_1"][rows]),
+        }
+        loss = build_loss(config)(logits, batch)["loss"]
+        loss.backward()
+        result = {"loss": loss.item()}
+        if rank == 0:
+            result["grad"] = {
+                owner: p.grad.double().numpy().reshape(-1)[positions[key][1]]
+                for key, p in model.named_parameters()
+                for owner in [positions[key][0]]
+            }
+            result["grad_norm"] = {positions[k][0]: p.grad.norm().item() for k, p in model.named_parameters()}
+            result["bn"] = {k: v.double().numpy() for k, v in model.state_dict().items() if "running_" in k}
+        gathered = [None] * WORLD
+        dist.all_gather_object(gathered, result)
+        if rank == 0:
+            torch.save(gathered, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_process_ddp_step_equals_paddles_data_parallel_step(tmp_path):
+    """CTC's per-process batch mean, DDP's gradient average and per-process BatchNorm statistics
+    are PaddleOCR's under paddle.DataParallel (fixture: 2 CPU processes, gloo)."""
+    with np.load(DIST_FIXTURE) as data:
+        expected = {key: data[key] for key in data.files}
+    out = tmp_path / "ranks.pt"
+    mp.spawn(ddp_worker, args=(str(tmp_path / "store"), str(out)), nprocs=WORLD)
+    ranks = torch.load(out, weights_only=False)
+    for rank, result in enumerate(ranks):
+        theirs = float(expected[f"loss_rank{rank}"])
+        assert abs(result["loss"] - theirs) <= 1e-4 * theirs, rank
+    total = float(np.sqrt(sum(n * n for n in ranks[0]["grad_norm"].values())))
+    worst = 0.0
+    for owner, ours in ranks[0]["grad"].items():
+        theirs = expected[f"grad/{owner}"]
+        if np.linalg.norm(theirs) <= 1e-9 * total:  # a BatchNorm bias with no effect: 0 in both
+            assert np.linalg.norm(ours) <= 1e-6 * total, owner
+            continue
+        worst = max(worst, relative(ours, theirs))
+    assert worst <= 1e-3
+    state = paddle_state()
+    state.update({k[len("bn_rank0/") :]: v for k, v in expected.items() if k.startswith("bn_rank0/")})
+    bn_expected = to_torch(build_model(load_config(CONFIG)), state)
+    for key, ours in ranks[0]["bn"].items():
+        theirs = bn_expected[key].double().numpy()
+        assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max(), key
