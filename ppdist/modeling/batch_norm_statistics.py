@@ -50,7 +50,8 @@ class _PaddleVarianceRule:
         x = args[0]
         count = x.numel() // x.shape[1] if x.dim() > 1 and x.shape[1] else 0
         if _synchronized(module):
-            total = torch.tensor([float(count)], dtype=torch.float64, device=module.running_var.device)
+            # torch.full fills on the device (no host-to-device copy, which would wait for the stream)
+            total = torch.full((1,), float(count), dtype=torch.float64, device=module.running_var.device)
             dist.all_reduce(total, group=module.process_group)
             factor: Factor = (total / (total - 1).clamp_min(1)).to(module.running_var.dtype)
         elif count > 1:

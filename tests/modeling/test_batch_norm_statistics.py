@@ -6,6 +6,8 @@ import os
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch import nn
 
 import ppdist.components  # noqa: F401
@@ -120,3 +122,33 @@ def test_every_batch_norm_of_each_model_updates_with_the_biased_variance(family)
         dims = [d for d in range(x.dim()) if d != 1]
         expected = 0.9 * before + 0.1 * x.var(dim=dims, unbiased=False)
         torch.testing.assert_close(module.running_var.double(), expected, rtol=2e-5, atol=1e-6, msg=name)
+
+
+def sync_count_worker(rank: int, store: str, out: str) -> None:
+    """Rank r holds a batch of r + 2 images: SyncBatchNorm's N is the total over both ranks."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        bn = nn.SyncBatchNorm(3).train()
+        use_paddle_statistics(bn)
+        x = torch.randn(rank + 2, 3, 2, 5)
+        hooks = bn._forward_pre_hooks.values()
+        for hook in hooks:  # the pre-hook alone: SyncBatchNorm's own kernel needs CUDA
+            hook(bn, (x,))
+        scaled = bn.running_var.clone()
+        for hook in bn._forward_hooks.values():
+            hook(bn, (x,), None)
+        gathered = [None] * 2
+        dist.all_gather_object(gathered, (scaled, bn.running_var.clone()))
+        if rank == 0:
+            torch.save(gathered, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sync_batch_norm_scales_by_the_count_over_all_processes(tmp_path):
+    out = tmp_path / "out.pt"
+    mp.spawn(sync_count_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2)
+    total = (2 + 3) * 2 * 5
+    for scaled, restored in torch.load(out, weights_only=False):
+        torch.testing.assert_close(scaled, torch.full((3,), total / (total - 1)))
+        torch.testing.assert_close(restored, torch.ones(3))
