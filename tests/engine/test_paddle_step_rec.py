@@ -14,19 +14,27 @@ needed.
 
 import json
 import os
-from typing import Dict, Tuple
+from typing import Dict
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from paddle_step_testing import (
+    batch_norm_errors,
+    gradient_errors,
+    load_arrays,
+    relative,
+    replay,
+    sample_positions,
+    to_torch,
+)
 from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 from torch.nn.parallel import DistributedDataParallel
 
 from ppdist.components import build_loss, build_model
 from ppdist.config import load_config
-from ppdist.convert.weights import convert_state_dict
 from ppdist.engine.setup import build_optimizer
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 
@@ -42,14 +50,9 @@ def normalize(pixels: np.ndarray) -> torch.Tensor:
     return ((torch.from_numpy(pixels).double() / 255.0 - 0.5) / 0.5).float()
 
 
-def relative(ours: np.ndarray, theirs: np.ndarray) -> float:
-    return float(np.linalg.norm(ours - theirs) / max(np.linalg.norm(theirs), 1e-30))
-
-
 @pytest.fixture(scope="module")
 def fixture() -> Dict[str, np.ndarray]:
-    with np.load(FIXTURE) as data:
-        return {key: data[key] for key in data.files}
+    return load_arrays(FIXTURE)
 
 
 def paddle_state() -> Dict[str, np.ndarray]:
@@ -60,35 +63,6 @@ def paddle_state() -> Dict[str, np.ndarray]:
     arrays = paddle_fixture_arrays("rec", "rec_mv3_none_bilstm_ctc")
     state.update({key[len("state/") :]: value for key, value in arrays.items() if key.startswith("state/")})
     return state
-
-
-def to_torch(model: torch.nn.Module, state: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
-    converted, report = convert_state_dict(model, state, "rec.npz")
-    assert report.complete and not report.missing, report.lines()
-    return converted
-
-
-def sample_positions(
-    model: torch.nn.Module, state: Dict[str, np.ndarray], fixture: Dict[str, np.ndarray]
-) -> Dict[str, Tuple[str, np.ndarray]]:
-    """torch parameter -> (Paddle name, its flat positions of the fixture's sampled indices), found
-    by converting a state whose entries are their own global index (Linear weights transpose;
-    float32 holds the indices exactly, there are < 2**24 values)."""
-    tagged, offsets, offset = {}, {}, 0
-    for name, value in state.items():
-        tagged[name] = np.arange(offset + 1, offset + 1 + value.size, dtype=np.float64).reshape(value.shape)
-        offsets[name] = offset
-        offset += value.size
-    converted = to_torch(model, tagged)
-    positions = {}
-    for key, _ in model.named_parameters():
-        flat = converted[key].numpy().reshape(-1)
-        owner = next(n for n, o in offsets.items() if o < flat[0] <= o + state[n].size)
-        if f"grad_index/{owner}" not in fixture:
-            continue
-        where = {int(v) - 1 - offsets[owner]: i for i, v in enumerate(flat)}
-        positions[key] = (owner, np.array([where[int(i)] for i in fixture[f"grad_index/{owner}"]]))
-    return positions
 
 
 @pytest.fixture(scope="module")
@@ -139,56 +113,25 @@ def test_raw_gradients_equal_paddles(fixture, run):
     """Sampled entries and full norms of every parameter's gradient. The bias of a BatchNorm whose
     output feeds a convolution and a training-mode BatchNorm has no effect (the next BatchNorm
     removes the constant): its gradient is 0 up to rounding in both, checked as such."""
-    parameters = dict(run["model"].named_parameters())
-    norms = {key: float(fixture[f"grad_norm_1/{owner}"]) for key, (owner, _) in run["positions"].items()}
-    total = float(np.sqrt(sum(n * n for n in norms.values())))
-    errors, zero = {}, []
-    for key, p in parameters.items():
-        owner, positions = run["positions"][key]
-        ours = p.grad.double().numpy().reshape(-1)
-        if norms[key] <= 1e-10 * total:
-            zero.append(key)
-            assert np.linalg.norm(ours) <= 1e-6 * total, key
-            continue
-        errors[key] = relative(ours[positions], fixture[f"grad_1/{owner}"])
-        assert abs(np.linalg.norm(ours) - norms[key]) <= 1e-3 * norms[key], key
+    errors, zero = gradient_errors(run["model"], run["positions"], fixture)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= 1e-3, (worst, errors[worst])
-    assert len(zero) < len(parameters) // 10 and all(key.endswith("bn.bias") for key in zero), zero
+    assert len(zero) < len(errors) // 10 and all(key.endswith("bn.bias") for key in zero), zero
 
 
 def test_batch_norm_statistics_after_the_training_forward_equal_paddles(fixture, run):
     state = paddle_state()
     state.update({key[len("bn_1/") :]: value for key, value in fixture.items() if key.startswith("bn_1/")})
-    expected = to_torch(run["model"], state)
-    checked = 0
-    for key, buffer in run["model"].state_dict().items():
-        if key.endswith("running_mean") or key.endswith("running_var"):
-            ours, theirs = buffer.double().numpy(), expected[key].double().numpy()
-            assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max(), key
-            checked += 1
-    assert checked == len([key for key in fixture if key.startswith("bn_1/")]) == 2 * 47
+    errors = batch_norm_errors(run["model"], to_torch(run["model"], state))
+    assert len(errors) == len([key for key in fixture if key.startswith("bn_1/")]) == 2 * 47
+    assert max(errors.values()) <= 1e-4, max(errors, key=errors.get)
 
 
 def test_adam_replay_of_paddles_gradients_equals_paddles_update(fixture, run):
     model = build_model(run["config"])
     model.load_state_dict(to_torch(model, paddle_state()))
     optimizer, scheduler = build_optimizer(run["config"], model, STEPS_PER_EPOCH)
-    for step in (1, 2):
-        for group in optimizer.param_groups:
-            assert group["lr"] == float(fixture[f"lr_{step}"])
-        for key, p in model.named_parameters():
-            owner, positions = run["positions"][key]
-            grad = torch.zeros(p.numel(), dtype=p.dtype)
-            grad[torch.from_numpy(positions)] = torch.from_numpy(fixture[f"grad_{step}/{owner}"]).float()
-            p.grad = grad.reshape(p.shape)
-        optimizer.step()
-        scheduler.step()
-        for key, p in model.named_parameters():
-            owner, positions = run["positions"][key]
-            ours = p.detach().double().numpy().reshape(-1)[positions]
-            theirs = fixture[f"param_{step}/{owner}"]
-            assert np.abs(ours - theirs).max() <= 1e-5 * max(np.abs(theirs).max(), 1e-3), (step, key)
+    assert replay(model, optimizer, scheduler, run["positions"], fixture) <= 1e-5
 
 
 def test_quickstart_cosine_warmup_schedule_equals_paddleocrs(fixture):
@@ -212,8 +155,7 @@ def ddp_worker(rank: int, store: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        with np.load(FIXTURE) as data:
-            fixture = {key: data[key] for key in data.files}
+        fixture = load_arrays(FIXTURE)
         config = load_config(CONFIG)
         model = build_model(config)
         state = paddle_state()
@@ -250,8 +192,7 @@ def ddp_worker(rank: int, store: str, out: str) -> None:
 def test_two_process_ddp_step_equals_paddles_data_parallel_step(tmp_path):
     """CTC's per-process batch mean, DDP's gradient average and per-process BatchNorm statistics
     are PaddleOCR's under paddle.DataParallel (fixture: 2 CPU processes, gloo)."""
-    with np.load(DIST_FIXTURE) as data:
-        expected = {key: data[key] for key in data.files}
+    expected = load_arrays(DIST_FIXTURE)
     out = tmp_path / "ranks.pt"
     mp.spawn(ddp_worker, args=(str(tmp_path / "store"), str(out)), nprocs=WORLD)
     ranks = torch.load(out, weights_only=False)

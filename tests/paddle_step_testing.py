@@ -1,0 +1,126 @@
+"""Shared checks of the step-equivalence tests (tests/engine/test_paddle_step_*.py) against the
+fixtures of tests/fixtures/paddle_step/, which the original training code wrote: sampled
+gradients, BatchNorm statistics and the optimizer replay, all by Paddle parameter name."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Tuple
+
+import numpy as np
+import torch
+
+from ppdist.convert.weights import convert_state_dict
+
+Positions = Dict[str, Tuple[str, np.ndarray]]
+
+
+def load_arrays(path: str) -> Dict[str, np.ndarray]:
+    with np.load(path) as data:
+        return {key: data[key] for key in data.files}
+
+
+def relative(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """||ours - theirs|| / ||theirs||."""
+    return float(np.linalg.norm(ours - theirs) / max(np.linalg.norm(theirs), 1e-30))
+
+
+def to_torch(model: torch.nn.Module, state: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
+    """ppdist's state dict for ``model`` from a complete Paddle state dict."""
+    converted, report = convert_state_dict(model, state, "fixture")
+    assert report.complete and not report.missing, report.lines()
+    return converted
+
+
+def sample_positions(
+    model: torch.nn.Module, state: Dict[str, np.ndarray], fixture: Dict[str, np.ndarray]
+) -> Positions:
+    """torch parameter -> (Paddle name, its flat positions of the fixture's sampled indices), found
+    by converting a state whose entries are their own global index (Linear weights transpose;
+    float32 holds the indices exactly, there are < 2**24 values)."""
+    tagged, offsets, offset = {}, {}, 0
+    for name, value in state.items():
+        tagged[name] = np.arange(offset + 1, offset + 1 + value.size, dtype=np.float64).reshape(value.shape)
+        offsets[name] = offset
+        offset += value.size
+    assert offset < 2**24
+    converted = to_torch(model, tagged)
+    starts = sorted((o, n) for n, o in offsets.items())
+    keys = [o for o, _ in starts]
+    positions = {}
+    for key, _ in model.named_parameters():
+        flat = converted[key].numpy().reshape(-1).astype(np.int64) - 1
+        owner = starts[int(np.searchsorted(keys, flat.min(), side="right")) - 1][1]
+        if f"grad_index/{owner}" not in fixture:
+            continue
+        where = np.empty(flat.size, dtype=np.int64)
+        where[flat - offsets[owner]] = np.arange(flat.size)
+        positions[key] = (owner, where[fixture[f"grad_index/{owner}"]])
+    return positions
+
+
+def gradient_errors(
+    model: torch.nn.Module, positions: Positions, fixture: Dict[str, np.ndarray], step: int = 1
+) -> Tuple[Dict[str, float], List[str]]:
+    """Relative error of every parameter's sampled gradient entries (checking full norms to 1e-3
+    on the way), and the parameters whose gradient is 0 in exact arithmetic (norm ≤ 1e-10 of
+    the total in the fixture; checked to be ≤ 1e-6 of it in ppdist: rounding noise)."""
+    norms = {key: float(fixture[f"grad_norm_{step}/{owner}"]) for key, (owner, _) in positions.items()}
+    total = float(np.sqrt(sum(n * n for n in norms.values())))
+    errors, zero = {}, []
+    for key, p in model.named_parameters():
+        owner, where = positions[key]
+        ours = p.grad.double().numpy().reshape(-1)
+        if norms[key] <= 1e-10 * total:
+            zero.append(key)
+            assert np.linalg.norm(ours) <= 1e-6 * total, key
+            continue
+        errors[key] = relative(ours[where], fixture[f"grad_{step}/{owner}"])
+        assert abs(np.linalg.norm(ours) - norms[key]) <= 1e-3 * norms[key], key
+    return errors, zero
+
+
+def batch_norm_errors(
+    model: torch.nn.Module,
+    expected: Dict[str, torch.Tensor],
+    names: Iterable[str] = ("running_mean", "running_var"),
+) -> Dict[str, float]:
+    """Max abs difference of each BatchNorm statistic over the max magnitude of the expected one."""
+    errors = {}
+    for key, buffer in model.state_dict().items():
+        if key.rpartition(".")[2] in names:
+            ours, theirs = buffer.double().numpy(), expected[key].double().numpy()
+            errors[key] = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-12))
+    return errors
+
+
+def replay(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    positions: Positions,
+    fixture: Dict[str, np.ndarray],
+    steps: int = 2,
+    after_step=None,
+) -> float:
+    """Feed the fixture's gradients (at the sampled entries, zero elsewhere: the updates are
+    element-wise) to ``optimizer`` for ``steps`` steps; the worst difference from the original's
+    parameters there, relative to their magnitude. ``after_step(step)`` runs after each step."""
+    worst = 0.0
+    for step in range(1, steps + 1):
+        for group in optimizer.param_groups:
+            assert group["lr"] == float(fixture[f"lr_{step}"]) * group.get("lr_mult", 1.0), step
+        for key, p in model.named_parameters():
+            owner, where = positions[key]
+            grad = torch.zeros(p.numel(), dtype=p.dtype)
+            grad[torch.from_numpy(where)] = torch.from_numpy(fixture[f"grad_{step}/{owner}"]).to(p.dtype)
+            p.grad = grad.reshape(p.shape)
+        optimizer.step()
+        scheduler.step()
+        if after_step is not None:
+            after_step(step)
+        for key, p in model.named_parameters():
+            owner, where = positions[key]
+            ours = p.detach().double().numpy().reshape(-1)[where]
+            theirs = fixture[f"param_{step}/{owner}"]
+            worst = max(worst, float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-3)))
+    return worst
