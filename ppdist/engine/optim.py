@@ -243,8 +243,17 @@ class CosineDecayLR(LRSchedule):
         self.max_steps = int((max_epochs or epochs) * step_each_epoch)
         self.span = max(1, self.max_steps - self.warmup_steps)
 
+    def lr_at(self, step: int) -> float:
+        """PaddleDetection's arithmetic to the last bit: its LinearWarmup computes
+        ``lr * (start_factor * (1 - a) + a)`` with ``a = step / W``."""
+        if step < self.warmup_steps:
+            alpha = step / self.warmup_steps
+            start_factor = self.warmup_start_lr / self.base_lr if self.base_lr else 0.0
+            return self.base_lr * (start_factor * (1 - alpha) + alpha)
+        return self.after_warmup(step - self.warmup_steps)
+
     def after_warmup(self, step: int) -> float:
-        return self.base_lr * 0.5 * (1 + math.cos(math.pi * min(step, self.span) / self.span))
+        return self.base_lr * 0.5 * (math.cos(min(step, self.span) * math.pi / self.span) + 1)
 
 
 @LR_SCHEDULERS.register(name="PolynomialDecay")
