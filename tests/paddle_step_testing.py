@@ -37,8 +37,10 @@ def sample_positions(
     """torch parameter -> (Paddle name, its flat positions of the fixture's sampled indices), found
     by converting a state whose entries are their own global index (Linear weights transpose;
     float32 holds the indices exactly, there are < 2**24 values)."""
-    tagged, offsets, offset = {}, {}, 0
+    tagged, offsets, offset = dict(state), {}, 0  # untagged: frozen constants keep their values
     for name, value in state.items():
+        if f"grad_index/{name}" not in fixture:
+            continue
         tagged[name] = np.arange(offset + 1, offset + 1 + value.size, dtype=np.float64).reshape(value.shape)
         offsets[name] = offset
         offset += value.size
@@ -50,8 +52,6 @@ def sample_positions(
     for key, _ in model.named_parameters():
         flat = converted[key].numpy().reshape(-1).astype(np.int64) - 1
         owner = starts[int(np.searchsorted(keys, flat.min(), side="right")) - 1][1]
-        if f"grad_index/{owner}" not in fixture:
-            continue
         where = np.empty(flat.size, dtype=np.int64)
         where[flat - offsets[owner]] = np.arange(flat.size)
         positions[key] = (owner, where[fixture[f"grad_index/{owner}"]])
