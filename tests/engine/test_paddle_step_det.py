@@ -9,8 +9,8 @@ float64 forward fails), its optimizer/EMA replay in float64. Measured (torch 2.1
 every loss term on Paddle's head outputs ≤ 1.2e-7 relative (both phases), from ppdist's own forward
 ≤ 7.1e-7 (class logits 7.6e-7); sampled gradients ≤ 5.0e-5 relative norm (ATSS: 7, TAL: 1
 BatchNorm biases with an exactly zero gradient in both); BatchNorm statistics ≤ 1.1e-6 (torch's
-unbiased rule: 8.4e-3); Momentum + L2 replay at LR 0.01 ≤ 6.0e-8 of the update (Paddle keeps the
-LR in float32), ModelEMA ≤ 2.0e-7; the LR equal to the last bit at 11,341 steps of the 549,600
+unbiased rule: 8.4e-3); Momentum + L2 replay at LR 0.01 ≤ 6.0e-8 of the update (float64),
+ModelEMA ≤ 2.0e-7; the LR equal to the last bit at 11,341 steps of the 549,600
 (all of the warmup). No Paddle is needed.
 """
 
