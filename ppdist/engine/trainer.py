@@ -127,6 +127,7 @@ class Trainer:
         self.position = RunPosition(layout, iteration_based=total_steps is not None)
         self.epoch, self.epoch_done = self.position.next_epoch, False
         self.last_step: Optional[StepRecord] = None
+        self.stop_reason: Optional[str] = None
         self.hooks: List[Hook] = []
         self._pending_hook_states: Dict[str, Any] = {}
         self.register_hooks(hooks)
@@ -207,7 +208,17 @@ class Trainer:
 
     @property
     def finished(self) -> bool:
-        return self.position.global_step >= self.total_steps
+        """The schedule is done, or a hook asked to stop (``request_stop``)."""
+        return self.stop_reason is not None or self.position.global_step >= self.total_steps
+
+    def request_stop(self, reason: str) -> None:
+        """End the run after the current step's hooks (early stopping, a profiler window that
+        exits): the loop then runs ``after_epoch`` and ``after_train`` as at the schedule's end.
+        A hook that asks must ask on every process at the same step (e.g. from a value every
+        process computed alike) and keep its decision in its state, so that a resumed run stops too."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            logger.info("stopping at global_step %d: %s", self.position.global_step, reason)
 
     def current_lr(self) -> float:
         """The learning rate of the next step (ppdist's ``IterScheduler`` or a torch LR scheduler)."""
