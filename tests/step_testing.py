@@ -72,6 +72,7 @@ def step_trainer(
     size: Tuple[int, int],
     env: Optional[DistEnv] = None,
     steps: int = 8,
+    nan_policy: Optional[str] = None,
 ) -> Trainer:
     """A trainer of ``config``'s parts over ``steps`` synthetic batches of ``batch_size`` at ``size``."""
     glob = config["Global"]
@@ -97,6 +98,7 @@ def step_trainer(
         ema=build_ema(model, glob),
         clip_gradients=gradient_clipper(config),
         channels_last=channels_last(glob, env.device),
+        nan_policy=nan_policy,
     )
 
 

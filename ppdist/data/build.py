@@ -196,10 +196,16 @@ def build_dataloader(
             shuffle=bool(loader_cfg["shuffle"]),
             drop_last=bool(loader_cfg["drop_last"]),
             seed=seed,
+            accumulate_steps=int(config["Global"].get("accumulate_steps") or 1),
         )
         if len(sampler) == 0:
+            processes = (
+                f"{world_size} process(es) x Global.accumulate_steps {sampler.accumulate_steps}"
+                if sampler.accumulate_steps > 1
+                else f"{world_size} process(es)"
+            )
             raise DataError(
-                f"{section}: {len(dataset)} samples over {world_size} process(es) give no full "
+                f"{section}: {len(dataset)} samples over {processes} give no full "
                 f"batch of {batch_size}; lower {section}.loader.batch_size_per_card or set drop_last: false"
             )
     else:

@@ -21,9 +21,16 @@ class TrainBatchSampler(Sampler[List[Item]]):
     not yet trained in this epoch (all of them, or those after ``consumed`` when a run resumes)
     are padded by cycling the permutation from its start so that every rank gets the same
     number (DDP lockstep), and rank ``r`` takes positions ``r, r + world, ...``. After ``k``
-    steps the ranks together have used exactly the first ``k * batch_size * world_size``
-    samples of the permutation, so a position is a single number that any world size can
-    continue from: no sample of the epoch is repeated or skipped.
+    steps the ranks together have used exactly the first ``k * samples_per_step`` samples of
+    the permutation, so a position is a single number that any world size can continue from:
+    no sample of the epoch is repeated or skipped.
+
+    With ``accumulate_steps = K`` one optimizer step is made of ``K`` micro-batches per rank,
+    and the sampler yields them in order: micro-batch ``m`` of rank ``r`` is the batch that rank
+    ``r * K + m`` of ``world_size * K`` processes would get at that step (the same samples, hence
+    the same augmentation seeds), so ``N`` processes accumulating ``K`` steps train on exactly
+    the batches of ``N * K`` processes. ``len()`` counts micro-batches (what the loader yields);
+    ``steps_per_epoch`` and ``remaining_batches()`` count optimizer steps.
     """
 
     def __init__(
@@ -35,11 +42,14 @@ class TrainBatchSampler(Sampler[List[Item]]):
         shuffle: bool = True,
         drop_last: bool = False,
         seed: int = 0,
+        accumulate_steps: int = 1,
     ) -> None:
         if dataset_len <= 0:
             raise ValueError("the training dataset is empty")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
+        if accumulate_steps < 1:
+            raise ValueError(f"accumulate_steps must be >= 1, got {accumulate_steps}")
         self.dataset_len = dataset_len
         self.batch_size = batch_size
         self.rank = rank
@@ -47,13 +57,19 @@ class TrainBatchSampler(Sampler[List[Item]]):
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.seed = seed
+        self.accumulate_steps = accumulate_steps
         self.epoch = 0
         self.consumed = 0
 
     @property
+    def virtual_world_size(self) -> int:
+        """The processes one accumulated step stands for: ``world_size * accumulate_steps``."""
+        return self.world_size * self.accumulate_steps
+
+    @property
     def samples_per_step(self) -> int:
-        """Samples of the permutation used by one step of all ranks together."""
-        return self.batch_size * self.world_size
+        """Samples of the permutation used by one optimizer step of all ranks together."""
+        return self.batch_size * self.virtual_world_size
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -71,31 +87,48 @@ class TrainBatchSampler(Sampler[List[Item]]):
         return torch.randperm(self.dataset_len, generator=gen).tolist()
 
     def _batches(self, remaining: int) -> int:
-        per_rank = -(-remaining // self.world_size)
+        per_rank = -(-remaining // self.virtual_world_size)
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 
-    def rank_indices(self) -> List[int]:
-        """This rank's sample indices for the rest of the epoch, in order."""
+    def virtual_rank_indices(self) -> List[List[int]]:
+        """For each of this rank's ``accumulate_steps`` virtual ranks, its sample indices for
+        the rest of the epoch, in order."""
         order = self.epoch_order()
         rest = order[self.consumed :]
-        total = -(-len(rest) // self.world_size) * self.world_size
+        world = self.virtual_world_size
+        total = -(-len(rest) // world) * world
         while len(rest) < total:
             rest += order[: total - len(rest)]
-        return rest[self.rank : total : self.world_size]
+        first = self.rank * self.accumulate_steps
+        return [rest[v:total:world] for v in range(first, first + self.accumulate_steps)]
 
-    def __len__(self) -> int:
-        """Batches in a whole epoch (independent of the position)."""
+    def rank_indices(self) -> List[int]:
+        """This rank's sample indices for the rest of the epoch, in the order they are yielded."""
+        return [index for batch in self._micro_batches() for index in batch]
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps in a whole epoch (independent of the position)."""
         return self._batches(self.dataset_len)
 
+    def __len__(self) -> int:
+        """Micro-batches in a whole epoch: ``steps_per_epoch * accumulate_steps``."""
+        return self.steps_per_epoch * self.accumulate_steps
+
     def remaining_batches(self) -> int:
-        """Batches the next iteration yields (the rest of the epoch from the position)."""
+        """Optimizer steps the next iteration yields (the rest of the epoch from the position)."""
         return self._batches(max(0, self.dataset_len - self.consumed))
 
+    def _micro_batches(self) -> Iterator[List[int]]:
+        shards = self.virtual_rank_indices()
+        size = self.batch_size
+        for step in range(self.remaining_batches()):
+            for shard in shards:
+                yield shard[step * size : (step + 1) * size]
+
     def __iter__(self) -> Iterator[List[Item]]:
-        indices = self.rank_indices()
-        for b in range(self.remaining_batches()):
-            chunk = indices[b * self.batch_size : (b + 1) * self.batch_size]
-            yield [(i, self.epoch, self.seed) for i in chunk]
+        for batch in self._micro_batches():
+            yield [(i, self.epoch, self.seed) for i in batch]
         self.consumed = 0  # only the resumed epoch starts in the middle
 
 

@@ -21,8 +21,8 @@ class EpochSampler(Protocol):
     batch_size: int
     world_size: int
     samples_per_step: int
-
-    def __len__(self) -> int: ...
+    accumulate_steps: int
+    steps_per_epoch: int
 
     def set_epoch(self, epoch: int) -> None: ...
 
@@ -40,20 +40,29 @@ def run_length(epoch_num: Optional[int], max_iters: Optional[int], steps_per_epo
 
 @dataclass(frozen=True)
 class Layout:
-    """How an epoch is cut into steps: data set size, batch per process, processes, steps per epoch."""
+    """How an epoch is cut into steps: data set size, batch per process, processes, steps per
+    epoch, and micro-batches accumulated per optimizer step."""
 
     dataset_len: int
     batch_size: int
     world_size: int
     steps_per_epoch: int
+    accumulate_steps: int = 1
 
     @property
     def samples_per_step(self) -> int:
-        return self.batch_size * self.world_size
+        """The global batch of one optimizer step."""
+        return self.batch_size * self.world_size * self.accumulate_steps
 
     @classmethod
     def of(cls, sampler: EpochSampler) -> "Layout":
-        return cls(sampler.dataset_len, sampler.batch_size, sampler.world_size, len(sampler))
+        return cls(
+            sampler.dataset_len,
+            sampler.batch_size,
+            sampler.world_size,
+            sampler.steps_per_epoch,
+            sampler.accumulate_steps,
+        )
 
 
 class RunPosition:
@@ -103,6 +112,7 @@ class RunPosition:
             "batch_size_per_card": self.layout.batch_size,
             "world_size": self.layout.world_size,
             "steps_per_epoch": self.layout.steps_per_epoch,
+            "accumulate_steps": self.layout.accumulate_steps,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -115,12 +125,14 @@ class RunPosition:
         self.global_step = int(state["global_step"])
 
     def saved_layout(self, state: Mapping[str, Any]) -> Layout:
-        """The layout a checkpoint's position was written with (older files lack the batch size)."""
+        """The layout a checkpoint's position was written with (older files lack the batch size
+        and the accumulation, which was 1)."""
         return Layout(
             int(state.get("dataset_len") or self.layout.dataset_len),
             int(state.get("batch_size_per_card") or self.layout.batch_size),
             int(state["world_size"]),
             int(state["steps_per_epoch"]),
+            int(state.get("accumulate_steps") or 1),
         )
 
     def relayout(self, sampler: EpochSampler) -> int:

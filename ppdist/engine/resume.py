@@ -64,7 +64,15 @@ def find_resume_state(
 def check_relayout_allowed(
     saved: Mapping[str, Any], layout: Layout, glob: Mapping[str, Any], source: str
 ) -> None:
-    """A resume with another world size or batch needs ``auto_scale_lr`` and the sample position."""
+    """A resume with another world size, batch or accumulation needs the sample position, and
+    ``auto_scale_lr`` unless the global batch (batch x processes x accumulation) is the same."""
+    saved_global_batch = (
+        int(saved.get("batch_size_per_card", layout.batch_size))
+        * int(saved["world_size"])
+        * int(saved.get("accumulate_steps") or 1)
+    )
+    if saved_global_batch == layout.samples_per_step and "epoch_consumed" in saved and "dataset_len" in saved:
+        return  # e.g. 8 processes -> 4 x Global.accumulate_steps 2: the same steps, the same LR
     if saved["world_size"] != layout.world_size:
         change = (
             f"{source} was written by a run with {saved['world_size']} process(es) and this run has "
@@ -102,20 +110,21 @@ def resume(trainer: Trainer, state: Mapping[str, Any], source: str, glob: Mappin
     position = trainer.position
     if position.saved_layout(saved) != position.layout:
         logger.warning(
-            "resuming a run of %d process(es) x %d per process with %d x %d (Global.auto_scale_lr): "
+            "resuming a run of %d process(es) x %d per process with %d x %d (%s): "
             "epoch %d continues after %d of %d samples with %d batch(es) left; global_step %d -> %d; "
             "learning rate x%.4g of the configured one",
             saved["world_size"],
             saved.get("batch_size_per_card", 0),
             position.layout.world_size,
             position.layout.batch_size,
+            "Global.auto_scale_lr" if auto_scale_lr_base(glob) else "the same global batch",
             position.next_epoch,
             position.epoch_consumed,
             position.layout.dataset_len,
             position.layout.steps_per_epoch - position.next_batch,
             saved["global_step"],
             position.global_step,
-            position.layout.samples_per_step / auto_scale_lr_base(glob),
+            position.layout.samples_per_step / (auto_scale_lr_base(glob) or position.layout.samples_per_step),
         )
     logger.info(
         "resumed from %s: epoch %d, batch %d, global_step %d, best %s",

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ppdist.builder import build_component
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
-from ppdist.config import auto_scale_lr_base, compile_options
+from ppdist.config import auto_scale_lr_base, compile_options, early_stop_settings
 from ppdist.data.build import build_dataloader, input_size_count
 from ppdist.engine import optim
 from ppdist.engine.amp import make_autocast, make_grad_scaler
@@ -28,7 +28,15 @@ from ppdist.engine.device_settings import apply_backend_settings, broadcast_buff
 from ppdist.engine.dist import DistEnv, init_distributed
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.evaluator import Evaluator
-from ppdist.engine.hooks import BadSampleCheck, Checkpointer, Evaluation, Hook, TrainLogger
+from ppdist.engine.hooks import (
+    BadSampleCheck,
+    Checkpointer,
+    EarlyStopping,
+    Evaluation,
+    Hook,
+    NonFiniteGuard,
+    TrainLogger,
+)
 from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
@@ -154,10 +162,16 @@ def default_hooks(
     hooks: List[Hook] = [
         BadSampleCheck(glob["max_bad_sample_ratio"], period=glob["print_batch_step"]),
         TrainLogger(glob["print_batch_step"], glob["log_smooth_window"], memory_info=glob["print_mem_info"]),
-        Checkpointer(glob["save_epoch_step"], glob["save_iter_step"]),
+        NonFiniteGuard(period=glob["print_batch_step"]),
+        Checkpointer(glob["save_epoch_step"], glob["save_iter_step"], glob["keep_checkpoint_max"]),
     ]
     if evaluator is not None:
         hooks.append(Evaluation(evaluator, main_indicator, glob["eval_batch_step"], glob["eval_batch_epoch"]))
+        early_stop = early_stop_settings(glob)
+        if early_stop is not None:
+            hooks.append(EarlyStopping(*early_stop))
+    elif glob["early_stop"]:
+        logger.warning("Global.early_stop needs an Eval section to judge the main indicator: it is off")
     return hooks
 
 
@@ -178,11 +192,11 @@ def build_trainer(
     train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, device)
     eval_loader = (
         build_dataloader(config, "Eval", "eval", env.rank, env.world_size, device)
-        if config.get("Eval")
+        if config.get("Eval") and glob["eval_during_train"]
         else None
     )
     sampler = train_loader.batch_sampler
-    steps_per_epoch = len(train_loader)
+    steps_per_epoch = sampler.steps_per_epoch  # optimizer steps (micro-batches / Global.accumulate_steps)
     seed_everything(glob["seed"])  # identical initial weights on every rank
     apply_backend_settings(glob, env.device)
     model = place_model(build_model(config), glob, env)
@@ -213,7 +227,9 @@ def build_trainer(
         total_steps=glob["max_iters"] or None,
         epochs=None if glob["max_iters"] else glob["epoch_num"],
         env=env,
-        train_model=wrap_for_training(model, glob, env, input_size_count(train_loader)),
+        train_model=wrap_for_training(
+            model, glob, env, input_size_count(train_loader) * (2 if sampler.accumulate_steps > 1 else 1)
+        ),
         hooks=[*default_hooks(config, evaluator, metric.main_indicator), *config_hooks(config), *hooks],
         autocast=autocast,
         scaler=make_grad_scaler(glob, use_scaler, env.device),
@@ -224,6 +240,7 @@ def build_trainer(
         writer=writer,
         save_dir=glob["save_model_dir"],
         config=config,
+        nan_policy=glob["nan_policy"],
     )
     log_lr_scaling(glob, trainer, sampler)
     seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own

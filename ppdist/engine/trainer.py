@@ -13,7 +13,19 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import torch
 import torch.distributed as dist
@@ -27,8 +39,10 @@ from ppdist.engine.dist import DistEnv, all_gather_object
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import ScalarWriter
+from ppdist.engine.nonfinite import NonFiniteWatch, gradients_finite
 from ppdist.engine.position import Layout, RunPosition, run_length
 from ppdist.errors import CheckpointError, ConfigError, DataError
+from ppdist.losses.normalizer import NORMALIZER_KEY
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ppdist")
@@ -69,6 +83,12 @@ class Trainer:
     metric) computes the metric of a training batch for the log lines (``train_metric_values``).
     Batch entries named in the loss's ``host_keys`` (e.g. CTC's label lengths) stay on the host.
 
+    With a sampler that accumulates (``TrainBatchSampler(accumulate_steps=K)``) each optimizer
+    step is ``K`` micro-batches: DDP syncs gradients on the last only, and the gradient is that
+    of the ``N * K`` processes the step stands for (``ppdist.losses.normalizer``). ``nan_policy``
+    (``stop`` / ``skip``; None: not watched) keeps the non-finite record of ``ppdist.engine.nonfinite``:
+    ``save`` refuses to write over a good checkpoint after a non-finite step.
+
     A step reads no value on the host (the GPU never waits): loss terms stay tensors until a hook
     logs them.
     """
@@ -95,6 +115,7 @@ class Trainer:
         writer: Optional[ScalarWriter] = None,
         save_dir: Optional[str] = None,
         config: Optional[Mapping[str, Any]] = None,
+        nan_policy: Optional[str] = None,
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_loader = train_loader
@@ -113,6 +134,9 @@ class Trainer:
         self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu", enabled=False)
         self.channels_last, self.train_metric = channels_last, train_metric
         self.host_keys = tuple(getattr(loss_fn, "host_keys", ()))
+        self.normalizer_floor = float(getattr(loss_fn, "normalizer_floor", 0.0))  # ppdist.losses.normalizer
+        self.nonfinite = NonFiniteWatch(nan_policy) if nan_policy else None
+        self.last_good: Optional[Tuple[str, int]] = None  # the last checkpoint written: (path, global_step)
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
         layout = Layout.of(self.sampler)
@@ -140,11 +164,12 @@ class Trainer:
             self.epoch = self.position.next_epoch
             self.position.enter_epoch(self.sampler)
             self.train_model.train()
+            micro_batches = iter(self.train_loader)
             tick = time.perf_counter()
-            for batch in self.train_loader:
+            for batch in micro_batches:  # the first micro-batch of a step; run_step takes the others
                 reader_cost = time.perf_counter() - tick
                 self._call_hooks("before_step")
-                self.last_step = self.run_step(batch, reader_cost, tick)
+                self.last_step = self.run_step(batch, reader_cost, tick, micro_batches)
                 self._call_hooks("after_step")
                 if self.finished:
                     break
@@ -156,45 +181,141 @@ class Trainer:
         self.writer.close()
         return self.summary()
 
-    def run_step(self, batch: Dict[str, Any], reader_cost: float, tick: float) -> StepRecord:
-        """Move ``batch`` to the device, take one optimizer step, advance the position."""
-        bad = batch.pop(BAD_SAMPLES_KEY, [])
-        notes = batch.pop(NOTES_KEY, [])
-        size = batch_size_of(batch)
-        if size == 0:  # training replaces a bad sample by any usable one: none is left
-            raise DataError(
-                f"a training batch has no usable sample: no sample of the training set could be read "
-                f"({len(bad)} bad in this batch, e.g. {'; '.join(bad[:3])}); check Train.dataset"
-            )
-        batch = move_to_device(batch, self.env.device, self.channels_last, keep_on_host=self.host_keys)
-        batch[EPOCH_KEY] = self.epoch - 1
-        values, preds = self.step(batch)
+    def run_step(
+        self,
+        batch: Dict[str, Any],
+        reader_cost: float,
+        tick: float,
+        more_batches: Optional[Iterator[Dict[str, Any]]] = None,
+    ) -> StepRecord:
+        """Take one optimizer step on ``batch`` and, with gradient accumulation, the next
+        ``accumulate_steps - 1`` micro-batches of ``more_batches`` (each moved to the device as it
+        arrives), then advance the position."""
+        count = self.position.layout.accumulate_steps
+        record = StepRecord({}, 0, 0, reader_cost, 0.0)
+        values, preds = self._optimizer_step(self._device_batches(batch, more_batches, count, record), count)
         self.epoch_done = self.position.advance()
-        record = StepRecord(
-            values, size * self.env.world_size, size, reader_cost, time.perf_counter() - tick, bad, notes
-        )
-        if self.train_metric is not None:
-            record.preds, record.batch = preds, batch
+        record.values, record.samples = values, record.local_samples * self.env.world_size
+        record.batch_cost = time.perf_counter() - tick
+        if self.train_metric is None:
+            record.batch = None
+        else:
+            record.preds = preds
         return record
 
-    def step(self, batch: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
-        """Forward, loss, backward, optimizer and LR schedule, EMA: the loss terms as detached
-        tensors (read only when logged) and the detached predictions."""
-        with self.autocast():
-            preds = self.train_model(batch)
-        losses = self.loss_fn(preds, batch)
+    def _device_batches(
+        self,
+        first: Dict[str, Any],
+        more_batches: Optional[Iterator[Dict[str, Any]]],
+        count: int,
+        record: StepRecord,
+    ) -> Iterator[Dict[str, Any]]:
+        """The ``count`` micro-batches of a step on the device; their bad samples, sizes and waits
+        for data go into ``record`` (``record.batch``: the last one)."""
+        batch = first
+        for index in range(count):
+            if index:
+                wait = time.perf_counter()
+                batch = next(more_batches, None) if more_batches is not None else None
+                if batch is None:
+                    raise RuntimeError(
+                        f"the training loader ended inside an accumulated step ({index} of {count} "
+                        f"micro-batches); its batch sampler must yield whole steps (TrainBatchSampler does)"
+                    )
+                record.reader_cost += time.perf_counter() - wait
+            record.bad_samples += batch.pop(BAD_SAMPLES_KEY, [])
+            record.notes += batch.pop(NOTES_KEY, [])
+            size = batch_size_of(batch)
+            if size == 0:  # training replaces a bad sample by any usable one: none is left
+                bad = record.bad_samples
+                raise DataError(
+                    f"a training batch has no usable sample: no sample of the training set could be read "
+                    f"({len(bad)} bad in this batch, e.g. {'; '.join(bad[:3])}); check Train.dataset"
+                )
+            record.local_samples += size
+            batch = move_to_device(batch, self.env.device, self.channels_last, keep_on_host=self.host_keys)
+            batch[EPOCH_KEY] = self.epoch - 1
+            record.batch = batch
+            yield batch
+
+    def step(self, batch: Dict[str, Any], *more: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
+        """One optimizer step on ``batch`` (already on the device) and, for gradient accumulation,
+        the other micro-batches ``more``: the loss terms as detached tensors (read only when
+        logged; the mean over the micro-batches) and the detached predictions (of the last)."""
+        batches = (batch, *more)
+        return self._optimizer_step(iter(batches), len(batches))
+
+    def _optimizer_step(
+        self, micro_batches: Iterator[Dict[str, Any]], count: int
+    ) -> Tuple[Dict[str, Any], Any]:
+        """Forward and backward of each micro-batch (DDP syncs gradients on the last only),
+        the gradient of their average, then optimizer and LR schedule, EMA."""
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(losses["loss"]).backward()
+        terms: List[Dict[str, torch.Tensor]] = []
+        normalizers: List[torch.Tensor] = []
+        preds: Any = None
+        for index, batch in enumerate(micro_batches):
+            with self._gradient_sync(index == count - 1):
+                with self.autocast():
+                    preds = self.train_model(batch)
+                losses = self.loss_fn(preds, batch)
+                loss = losses["loss"]
+                if count > 1:  # the step's gradient is that of all micro-batches together
+                    normalizer = losses.get(NORMALIZER_KEY)
+                    if normalizer is None:
+                        loss = loss / count
+                    else:  # undo the micro-batch's own normaliser; the step's is applied below
+                        loss = loss * normalizer.clamp(min=self.normalizer_floor)
+                        normalizers.append(normalizer)
+                self.scaler.scale(loss).backward()
+            terms.append(
+                {
+                    k: v.detach()
+                    for k, v in losses.items()
+                    if k != NORMALIZER_KEY and isinstance(v, torch.Tensor) and v.numel() == 1
+                }
+            )
+        if normalizers:
+            step_normalizer = torch.stack(normalizers).mean().clamp(min=self.normalizer_floor)
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            torch._foreach_mul_(grads, 1.0 / (count * step_normalizer))
+        values = terms[0] if count == 1 else {k: torch.stack([t[k] for t in terms]).mean() for k in terms[0]}
         if self.clip_gradients is not None:
             self.scaler.unscale_(self.optimizer)
+        if self.nonfinite is not None and self._watch_step(values):
+            return values, detach(preds)
+        if self.clip_gradients is not None:
             self.clip_gradients(self.model)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
-        values = {k: v.detach() for k, v in losses.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
         return values, detach(preds)
+
+    def _watch_step(self, values: Dict[str, torch.Tensor]) -> bool:
+        """Record whether the step's loss terms and gradients are finite (on the device; under an
+        fp16 GradScaler the gradients are its business: it skips overflowing steps itself); with
+        ``nan_policy: skip``, leave a non-finite step out. Returns whether it was left out."""
+        grads_finite = None if self.scaler.is_enabled() else gradients_finite(self.model.parameters())
+        bad = self.nonfinite.observe(values, grads_finite, self.position.global_step + 1)
+        if self.nonfinite.policy != "skip" or not self.nonfinite.should_skip(bad, self.env):
+            return False
+        if self.scaler.is_enabled():  # back the loss scale off, as for an overflow
+            if self.clip_gradients is None:
+                self.scaler.unscale_(self.optimizer)
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()  # the step counts (the schedule follows global_step); nothing is learnt
+        return True
+
+    def _gradient_sync(self, enabled: bool) -> ContextManager[Any]:
+        """DDP's ``no_sync`` while accumulating (gradients are all-reduced with the last micro-batch)."""
+        if enabled:
+            return contextlib.nullcontext()
+        module = getattr(self.train_model, "_orig_mod", self.train_model)  # under torch.compile
+        no_sync = getattr(module, "no_sync", None)
+        return no_sync() if no_sync is not None else contextlib.nullcontext()
 
     def train_metric_values(self, record: StepRecord) -> Dict[str, Any]:
         """The training metric of ``record``'s batch (empty without ``train_metric`` or its
@@ -287,13 +408,21 @@ class Trainer:
         """Collective: every rank's RNG state is gathered, then rank 0 writes ``<name>.pt`` atomically."""
         if not self.save_dir:
             raise ConfigError("the trainer has no save_dir: checkpoints cannot be written")
+        self.check_finite()
         self.sync_buffers()
         rng_states = all_gather_object(capture_rng_state(), self.env)
+        path = os.path.join(self.save_dir, name + ckpt.SUFFIX)
         if self.env.is_main:
             state = dict(self.state_dict(), rng=rng_states, **(extra or {}))
-            path = os.path.join(self.save_dir, name + ckpt.SUFFIX)
             ckpt.save_atomic(state, path)
             logger.info("saved %s", path)
+        self.last_good = (path, self.position.global_step)
+
+    def check_finite(self) -> None:
+        """Collective: raise ``NonFiniteError`` (naming the step, its loss terms and the last good
+        checkpoint) if a step since the start was not finite; nothing without ``nan_policy``."""
+        if self.nonfinite is not None:
+            self.nonfinite.check(self.env, self.last_good)
 
     def load_state_dict(
         self,

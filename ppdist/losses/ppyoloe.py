@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ppdist.losses.assigners import ATSSAssigner, TaskAlignedAssigner, class_one_hot
+from ppdist.losses.normalizer import NORMALIZER_KEY
 from ppdist.losses.precision import full_precision
 from ppdist.ops.boxes import bbox2distance, distance2bbox, giou
 from ppdist.registry import LOSSES
@@ -75,13 +76,16 @@ def distribution_focal_loss(pred_logits: torch.Tensor, target: torch.Tensor) -> 
     return (ce_left * weight_left + ce_right * weight_right).mean(dim=-1)
 
 
+NORMALIZER_FLOOR = 1.0
+
+
 def _global_normaliser(scores_sum: torch.Tensor) -> torch.Tensor:
-    """``S`` summed over ranks / world size, clamped to >= 1 (no gradient)."""
+    """``S`` summed over ranks / world size (no gradient), before the floor ``NORMALIZER_FLOOR``."""
     total = scores_sum.detach().clone()
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
         total = total / dist.get_world_size()
-    return total.clamp(min=1.0)
+    return total
 
 
 def _assigner_kwargs(
@@ -156,6 +160,7 @@ class PPYOLOELoss(nn.Module):
                 f"PPYOLOELoss needs num_classes >= 1 and reg_max >= 1, got {num_classes}, {reg_max}"
             )
         self.num_classes = num_classes
+        self.normalizer_floor = NORMALIZER_FLOOR  # see ppdist.losses.normalizer
         self.reg_max = reg_max
         self.static_assigner_epoch = static_assigner_epoch
         self.use_varifocal_loss = use_varifocal_loss
@@ -244,7 +249,8 @@ class PPYOLOELoss(nn.Module):
             loss_cls = varifocal_loss(cls_logits, scores, one_hot)
         else:
             loss_cls = sigmoid_focal_loss(cls_logits, scores, alpha=focal_alpha)
-        norm = _global_normaliser(scores.sum())
+        raw_norm = _global_normaliser(scores.sum())
+        norm = raw_norm.clamp(min=self.normalizer_floor)
         loss_cls = loss_cls / norm
         loss_l1, loss_iou, loss_dfl = self._box_losses(
             pred_dist, pred_bboxes, points_s, labels, boxes, scores, norm
@@ -258,6 +264,7 @@ class PPYOLOELoss(nn.Module):
             "loss_iou": loss_iou,
             "loss_dfl": loss_dfl,
             "loss_l1": loss_l1,
+            NORMALIZER_KEY: raw_norm,
         }
 
     def _box_losses(

@@ -74,12 +74,15 @@ def test_state_round_trip_and_the_saved_layout():
         "batch_size_per_card": 16,
         "world_size": 1,
         "steps_per_epoch": 32,
+        "accumulate_steps": 1,
     }
     restored = RunPosition(Layout.of(train))
     restored.load_state_dict(state)
     assert restored.state_dict() == state and restored.saved_layout(state) == restored.layout
     old = {
-        k: v for k, v in state.items() if k not in ("epoch_consumed", "batch_size_per_card", "dataset_len")
+        k: v
+        for k, v in state.items()
+        if k not in ("epoch_consumed", "batch_size_per_card", "dataset_len", "accumulate_steps")
     }
     restored.load_state_dict(old)  # ppdist 0.1 files: the sample position follows from the batch
     assert restored.epoch_consumed == 13 * 16 and restored.saved_layout(old) == restored.layout

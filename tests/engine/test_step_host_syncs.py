@@ -45,16 +45,19 @@ AMP = {
 EXPECTED = {"fp32": 0, "bf16": 0, "fp16_fused": 0, "fp16": 1}
 
 
-def counted_step(path, batch_size, size, overrides=(), epoch=1):
+def counted_step(path, batch_size, size, overrides=(), epoch=1, nan_policy=None, micro_batches=1):
+    """The host reads of a third step (of ``micro_batches`` accumulated micro-batches each)."""
     config = load_config(path, ["Global.synthetic_data=null", *overrides])
-    trainer = step_trainer(config, batch_size, size)
-    batches = [device_batch(trainer, batch, epoch) for batch, _ in zip(trainer.train_loader, range(3))]
+    trainer = step_trainer(config, batch_size, size, nan_policy=nan_policy)
+    loaded = zip(trainer.train_loader, range(3 * micro_batches))
+    batches = [device_batch(trainer, batch, epoch) for batch, _ in loaded]
+    steps = [batches[i : i + micro_batches] for i in range(0, len(batches), micro_batches)]
     host = [batch[key] for batch in batches for key in trainer.host_keys]
     with HostSyncCounter(host=host) as counter:
-        for batch in batches[:2]:
-            trainer.step(batch)
+        for step in steps[:2]:
+            trainer.step(*step)
         counter.events.clear()
-        values, _ = trainer.step(batches[2])
+        values, _ = trainer.step(*steps[2])
     return counter, values
 
 
@@ -77,4 +80,13 @@ def test_ppyoloe_step_after_the_assigner_switch_reads_nothing_on_the_host():
 def test_quickstart_steps_read_nothing_on_the_host_at_every_precision(task, amp):
     counter, values = counted_step(*QUICKSTARTS[task], overrides=AMP[amp])
     assert counter.count == EXPECTED[amp], counter.report()
+    assert float(values["loss"]) > 0
+
+
+@pytest.mark.parametrize("task", sorted(QUICKSTARTS))
+def test_accumulated_steps_watched_for_non_finite_values_read_nothing_on_the_host(task):
+    """Global.accumulate_steps (PP-YOLOE's step normaliser included) and nan_policy stop's
+    device-side record add no host read."""
+    counter, values = counted_step(*QUICKSTARTS[task], nan_policy="stop", micro_batches=2)
+    assert counter.count == 0, counter.report()
     assert float(values["loss"]) > 0

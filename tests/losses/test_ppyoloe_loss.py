@@ -125,7 +125,7 @@ def test_dfl_targets_are_clipped_below_reg_max():
 
 def run(loss: PPYOLOELoss, preds, batch) -> Dict[str, torch.Tensor]:
     out = loss(preds, batch)
-    assert set(out) == {"loss", "loss_cls", "loss_iou", "loss_dfl", "loss_l1"}
+    assert set(out) == {"loss", "loss_cls", "loss_iou", "loss_dfl", "loss_l1", "normalizer"}
     return out
 
 
