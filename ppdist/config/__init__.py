@@ -26,6 +26,7 @@ from ppdist.config.schema import (
 from ppdist.config.validate import (
     auto_scale_lr_base,
     compile_options,
+    early_stop_settings,
     synthetic_generator,
     validate,
     validate_synthetic_spec,
@@ -57,6 +58,7 @@ __all__ = [
     "auto_scale_lr_base",
     "compile_options",
     "dump_config",
+    "early_stop_settings",
     "load_config",
     "load_yaml_with_bases",
     "merge_dicts",

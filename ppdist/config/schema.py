@@ -62,6 +62,12 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "eval_batch_epoch": GlobalKey(
         (int, NONE_TYPE), None, "Evaluate every N epochs instead of eval_batch_step."
     ),
+    "eval_during_train": GlobalKey(
+        (bool,),
+        True,
+        "Evaluate on the Eval set during training; false: train only (tools/train.py sets it from "
+        "PaddleDetection's --eval / PaddleSeg's --do_eval on those suites' configs).",
+    ),
     "cal_metric_during_train": GlobalKey(
         (bool,), False, "Compute the metric on each training batch for the log."
     ),
@@ -164,6 +170,31 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "Start a new run in a save_model_dir that holds another run's checkpoints, replacing them.",
     ),
     "grad_clip": GlobalKey(NUMBER_TYPES + (NONE_TYPE,), None, "Clip the global gradient norm to this value."),
+    "accumulate_steps": GlobalKey(
+        (int,),
+        1,
+        "Gradient accumulation: K micro-batches per optimizer step per process; N processes x K train "
+        "on exactly the batches of N*K processes (LR schedule, EMA, logs and checkpoints count optimizer steps).",
+    ),
+    "nan_policy": GlobalKey(
+        (str,),
+        "stop",
+        "A NaN/Inf loss or gradient: 'stop' the run (checked on log steps and before every checkpoint, "
+        "naming the step and the last good checkpoint), or 'skip' the step and continue (one flag read per step).",
+        choices=("stop", "skip"),
+    ),
+    "early_stop": GlobalKey(
+        (dict, NONE_TYPE),
+        None,
+        "{patience: N, min_delta: d}: stop when the main indicator has not improved by more than d "
+        "in N evaluations.",
+    ),
+    "keep_checkpoint_max": GlobalKey(
+        (int, NONE_TYPE),
+        None,
+        "Keep only the newest N periodic checkpoints (iter_epoch_N, iter_step_N); latest and "
+        "best_accuracy are always kept. null: keep all.",
+    ),
     "dist_timeout": GlobalKey((int,), 1800, "Seconds before a collective that waits on a dead peer fails."),
     "auto_scale_lr": GlobalKey(
         (dict, NONE_TYPE),

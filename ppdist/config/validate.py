@@ -118,6 +118,10 @@ def _validate_global(config: Dict[str, Any]) -> None:
         )
     if glob["auto_scale_lr"] is not None:
         _validate_auto_scale_lr(glob["auto_scale_lr"])
+    for key in ("accumulate_steps", "keep_checkpoint_max"):
+        if glob[key] is not None and glob[key] < 1:
+            raise ConfigError(f"Global.{key} must be a positive integer, got {glob[key]}")
+    early_stop_settings(glob)
 
 
 def synthetic_generator(spec: Mapping[str, Any]) -> Callable[..., Dict[str, Any]]:
@@ -158,6 +162,27 @@ def _validate_auto_scale_lr(spec: Mapping[str, Any]) -> None:
         )
     if not isinstance(spec.get("enable", True), bool):
         raise ConfigError(f"Global.auto_scale_lr.enable must be true or false, got {spec['enable']!r}")
+
+
+def early_stop_settings(glob: Mapping[str, Any]) -> Optional[Tuple[int, float]]:
+    """``(patience, min_delta)`` of ``Global.early_stop`` (None when off), validated."""
+    spec = glob.get("early_stop")
+    if not spec:
+        return None
+    for key in spec:
+        if key not in ("patience", "min_delta"):
+            raise ConfigError(
+                f"unknown key Global.early_stop.{key}.{did_you_mean(key, ['patience', 'min_delta'])}"
+            )
+    patience, min_delta = spec.get("patience"), spec.get("min_delta", 0.0)
+    if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
+        raise ConfigError(
+            f"Global.early_stop.patience must be a positive integer (evaluations without improvement), "
+            f"got {patience!r}"
+        )
+    if not isinstance(min_delta, (int, float)) or isinstance(min_delta, bool) or min_delta < 0:
+        raise ConfigError(f"Global.early_stop.min_delta must be a number >= 0, got {min_delta!r}")
+    return patience, float(min_delta)
 
 
 def auto_scale_lr_base(glob: Mapping[str, Any]) -> Optional[int]:

@@ -63,7 +63,14 @@ def test_a_hook_named_in_the_config_is_built_run_saved_and_resumed(tmp_path, dig
         tiny_run_config(tmp_path, digits_dir, "run", common + ["Global.max_iters=8"]), DistEnv()
     )
     names = [hook.hook_name for hook in trainer.hooks]
-    assert names == ["bad_samples", "log", "evaluation", "checkpoint", "steps_seen"]  # by priority
+    assert names == [
+        "bad_samples",
+        "log",
+        "nonfinite",
+        "evaluation",
+        "checkpoint",
+        "steps_seen",
+    ]  # by priority
     assert trainer.hook("steps_seen").every == 4
     trainer.train()
     assert trainer.hook("steps_seen").seen == [4, 8]
@@ -131,3 +138,15 @@ def test_the_loss_module_is_placed_on_the_training_device(tmp_path, digits_dir, 
     trainer = build_trainer(tiny_run_config(tmp_path, digits_dir))
     loss_name = type(trainer.loss_fn).__name__
     assert (loss_name, (trainer.env.device,), {}) in placed, placed
+
+
+@pytest.mark.parametrize("evaluate", [True, False])
+def test_eval_during_train_false_builds_no_evaluation(tmp_path, digits_dir, evaluate):
+    """Global.eval_during_train (tools/train.py's --eval / --do_eval on Paddle configs): no Eval
+    loader and no evaluation hook when false, though the config has an Eval section."""
+    config = tiny_run_config(
+        tmp_path, digits_dir, overrides=[f"Global.eval_during_train={str(evaluate).lower()}"]
+    )
+    trainer = build_trainer(config)
+    names = [hook.hook_name for hook in trainer.hooks]
+    assert ("evaluation" in names) == evaluate, names

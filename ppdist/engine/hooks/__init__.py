@@ -3,7 +3,17 @@
 from ppdist.engine.hooks.bad_samples import BadSampleCheck
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.hooks.checkpointing import Checkpointer
+from ppdist.engine.hooks.early_stopping import EarlyStopping
 from ppdist.engine.hooks.evaluation import Evaluation
+from ppdist.engine.hooks.nonfinite_guard import NonFiniteGuard
 from ppdist.engine.hooks.train_log import TrainLogger
 
-__all__ = ["BadSampleCheck", "Checkpointer", "Evaluation", "Hook", "TrainLogger"]
+__all__ = [
+    "BadSampleCheck",
+    "Checkpointer",
+    "EarlyStopping",
+    "Evaluation",
+    "Hook",
+    "NonFiniteGuard",
+    "TrainLogger",
+]

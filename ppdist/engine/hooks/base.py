@@ -29,7 +29,9 @@ if TYPE_CHECKING:  # the trainer imports this module; hooks only see it at run t
 PRIORITY_CLOCK = 0
 PRIORITY_BAD_SAMPLES = 10
 PRIORITY_LOG = 20
+PRIORITY_NONFINITE = 25
 PRIORITY_EVALUATION = 30
+PRIORITY_EARLY_STOP = 35
 PRIORITY_CHECKPOINT = 40
 PRIORITY_DEFAULT = 50  # hooks added by the user: after the built-ins
 

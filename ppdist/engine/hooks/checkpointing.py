@@ -1,12 +1,17 @@
-"""The checkpoint hook: ``latest`` and ``iter_epoch_N`` on their cadence, and the resolved config."""
+"""The checkpoint hook: ``latest`` and the periodic snapshots on their cadence (and their retention),
+and the resolved config."""
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from ppdist.config import dump_config
+from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.hooks.base import PRIORITY_CHECKPOINT, Hook
+
+logger = logging.getLogger("ppdist")
 
 LATEST_NAME = "latest"
 CONFIG_NAME = "config.yml"
@@ -15,16 +20,29 @@ CONFIG_NAME = "config.yml"
 class Checkpointer(Hook):
     """Writes ``latest`` at the end of every epoch (and of the run), ``iter_epoch_N`` every
     ``save_epoch_step`` epochs, and with ``save_iter_step`` also ``latest`` every N global steps
-    within an epoch, so that a restart loses little work. Saving is collective (every rank's RNG
-    state goes into the file). Before training, rank 0 writes the trainer's resolved config to
-    ``save_dir/config.yml``."""
+    within an epoch, so that a restart loses little work; in an iteration-based run (``max_iters``)
+    those steps also keep an ``iter_step_N`` snapshot (PaddleSeg's ``iter_N``). With
+    ``keep_checkpoint_max`` only the newest that many snapshots (``iter_epoch_N``/``iter_step_N``)
+    are kept: an older one is deleted once the new one is written; ``latest`` and
+    ``best_accuracy`` are never deleted. Saving is collective (every rank's RNG state goes into
+    the file). Before training, rank 0 writes the trainer's resolved config to
+    ``save_dir/config.yml``. State: the snapshots written, oldest first."""
 
     name = "checkpoint"
     priority = PRIORITY_CHECKPOINT
 
-    def __init__(self, save_epoch_step: int = 1, save_iter_step: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        save_epoch_step: int = 1,
+        save_iter_step: Optional[int] = None,
+        keep_checkpoint_max: Optional[int] = None,
+    ) -> None:
+        if keep_checkpoint_max is not None and keep_checkpoint_max < 1:
+            raise ValueError(f"keep_checkpoint_max must be >= 1 or None, got {keep_checkpoint_max}")
         self.save_epoch_step = int(save_epoch_step)
         self.save_iter_step = save_iter_step
+        self.keep_checkpoint_max = keep_checkpoint_max
+        self.snapshots: List[str] = []
 
     def before_train(self) -> None:
         trainer = self.trainer
@@ -33,12 +51,39 @@ class Checkpointer(Hook):
 
     def after_step(self) -> None:
         trainer = self.trainer
-        due = self.save_iter_step and trainer.position.global_step % self.save_iter_step == 0
-        if due and not trainer.epoch_done and not trainer.finished:  # the epoch's end saves anyway
+        step = trainer.position.global_step
+        if not (self.save_iter_step and step % self.save_iter_step == 0):
+            return
+        if trainer.position.iteration_based:
+            self.snapshot(f"iter_step_{step}")
+        if not trainer.epoch_done and not trainer.finished:  # the epoch's end saves anyway
             trainer.save(LATEST_NAME)
 
     def after_epoch(self) -> None:
         trainer = self.trainer
         trainer.save(LATEST_NAME)
         if trainer.epoch % self.save_epoch_step == 0:
-            trainer.save(f"iter_epoch_{trainer.epoch}")
+            self.snapshot(f"iter_epoch_{trainer.epoch}")
+
+    def snapshot(self, name: str) -> None:
+        """Save the periodic checkpoint ``name``, then delete the oldest past ``keep_checkpoint_max``."""
+        trainer = self.trainer
+        trainer.save(name)
+        if name in self.snapshots:
+            self.snapshots.remove(name)
+        self.snapshots.append(name)
+        if self.keep_checkpoint_max is None:
+            return
+        while len(self.snapshots) > self.keep_checkpoint_max:
+            old = self.snapshots.pop(0)
+            if trainer.env.is_main and trainer.save_dir:
+                path = os.path.join(trainer.save_dir, old + ckpt.SUFFIX)
+                if os.path.exists(path):
+                    os.remove(path)
+                    logger.info("removed %s (Global.keep_checkpoint_max %d)", path, self.keep_checkpoint_max)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"snapshots": list(self.snapshots)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.snapshots = [str(name) for name in state.get("snapshots", [])]

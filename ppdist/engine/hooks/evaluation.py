@@ -41,6 +41,7 @@ class Evaluation(Hook):
         self.every_epochs = eval_batch_epoch
         self.best: Dict[str, Any] = {}
         self.last_eval_step = -1
+        self.last_metrics: Dict[str, float] = {}  # of the evaluation at last_eval_step ({}: skipped)
 
     def after_step(self) -> None:
         if self._due(epoch_end=False):
@@ -69,7 +70,9 @@ class Evaluation(Hook):
     def evaluate(self, epoch: int) -> Dict[str, float]:
         trainer = self.trainer
         step = trainer.position.global_step
+        trainer.check_finite()  # never evaluate (and save as best) weights a non-finite step made
         trainer.sync_buffers()
+        self.last_metrics = {}
         try:
             metrics = self.evaluator.run(trainer.eval_model(), desc=f"eval step {step}")
         except EmptyEvaluationError as exc:  # no score: never a new best (nor a perfect one)
@@ -77,6 +80,7 @@ class Evaluation(Hook):
             logger.warning("eval at step %d skipped: %s; the best model is kept", step, exc)
             return {}
         self.last_eval_step = step
+        self.last_metrics = dict(metrics)
         logger.info("cur metric, %s, fps: %.2f", format_metrics(metrics), self.evaluator.last_fps)
         trainer.writer.add_scalars("eval", metrics, step)
         current = metrics[self.main_indicator]
