@@ -10,9 +10,11 @@ from ppdist.convert.configs.convert import (
     CONVERTED_NAME,
     conversion_of,
     convert_config,
+    convert_mapping,
     load_config,
     load_paddle_config,
     read_any_suite,
+    read_paddle_mapping,
     report_conversion,
 )
 from ppdist.convert.configs.detect import PADDLEDET, PADDLEOCR, PADDLESEG, PPDIST, UNKNOWN, detect_suite
@@ -27,9 +29,11 @@ __all__ = [
     "Conversion",
     "conversion_of",
     "convert_config",
+    "convert_mapping",
     "detect_suite",
     "load_config",
     "load_paddle_config",
     "read_any_suite",
+    "read_paddle_mapping",
     "report_conversion",
 ]

@@ -19,9 +19,9 @@ from ppdist.config import load_config as load_ppdist_config
 from ppdist.config import load_yaml_with_bases
 from ppdist.convert.configs.common import PADDLEDET, PADDLEOCR, PADDLESEG, Conversion, read_paddle_yaml
 from ppdist.convert.configs.detect import PPDIST, UNKNOWN, detect_suite, suite_of
-from ppdist.convert.configs.paddledetection import convert_det
+from ppdist.convert.configs.paddledetection import convert_det, convert_det_mapping, load_det_yaml
 from ppdist.convert.configs.paddleocr import convert_ocr
-from ppdist.convert.configs.paddleseg import convert_seg
+from ppdist.convert.configs.paddleseg import convert_seg, convert_seg_mapping, load_seg_yaml
 from ppdist.errors import ConfigError
 from ppdist.utils.atomic import write_text_atomic
 
@@ -44,6 +44,26 @@ def convert_config(path: str, suite: Optional[str] = None) -> Conversion:
         f"PaddleOCR/ppdist sections, PaddleDetection keys (architecture, TrainReader, ...) or "
         f"PaddleSeg keys (model, train_dataset, ...)"
     )
+
+
+def read_paddle_mapping(path: str, suite: str) -> Dict[str, Any]:
+    """The PaddleDetection (``suite`` PADDLEDET) or PaddleSeg (PADDLESEG) config ``path`` merged with
+    its bases by that suite's rules, in the suite's own keys (not converted)."""
+    if suite == PADDLEDET:
+        return load_det_yaml(path)
+    if suite == PADDLESEG:
+        return load_seg_yaml(path)
+    raise ValueError(f"not a PaddleDetection or PaddleSeg suite: {suite!r}")
+
+
+def convert_mapping(data: Dict[str, Any], path: str, suite: str) -> Conversion:
+    """Convert ``data``: the ``suite`` config ``path`` as ``read_paddle_mapping`` gives it, possibly changed
+    (command-line overrides in the suite's keys, applied before the conversion as the suite would)."""
+    if suite == PADDLEDET:
+        return convert_det_mapping(data, path)
+    if suite == PADDLESEG:
+        return convert_seg_mapping(data, path)
+    raise ValueError(f"not a PaddleDetection or PaddleSeg suite: {suite!r}")
 
 
 @functools.lru_cache(maxsize=8)
@@ -102,10 +122,12 @@ __all__ = [
     "CONVERTED_NAME",
     "Conversion",
     "convert_config",
+    "convert_mapping",
     "conversion_of",
     "load_config",
     "load_paddle_config",
     "read_any_suite",
+    "read_paddle_mapping",
     "report_conversion",
     "detect_suite",
     "suite_of",

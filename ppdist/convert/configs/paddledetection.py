@@ -79,8 +79,14 @@ def load_det_yaml(path: str, _seen: Sequence[str] = ()) -> Dict[str, Any]:
 
 def convert_det(path: str) -> Conversion:
     """The ppdist config equivalent to the PaddleDetection config ``path``."""
+    return convert_det_mapping(load_det_yaml(path), path)
+
+
+def convert_det_mapping(data: Dict[str, Any], path: str) -> Conversion:
+    """The ppdist config equivalent to ``data``, the PaddleDetection config ``path`` already read
+    with its bases (and changed, e.g. by ``tools/train.py -o key=value`` in PaddleDetection's keys)."""
     report = Report()
-    top = Keys(load_det_yaml(path), "", report)
+    top = Keys(data, "", report)
     converter = _DetConverter(top, report, path)
     config = converter.run()
     return Conversion(PADDLEDET, path, config, report.unmapped, report.notes)

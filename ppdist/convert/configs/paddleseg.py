@@ -94,8 +94,14 @@ def load_seg_yaml(path: str, _seen: Sequence[str] = ()) -> Dict[str, Any]:
 
 def convert_seg(path: str) -> Conversion:
     """The ppdist config equivalent to the PaddleSeg config ``path``."""
+    return convert_seg_mapping(load_seg_yaml(path), path)
+
+
+def convert_seg_mapping(data: Dict[str, Any], path: str) -> Conversion:
+    """The ppdist config equivalent to ``data``, the PaddleSeg config ``path`` already read with its
+    bases (and changed, e.g. by ``tools/train.py --iters N --opts key=value`` in PaddleSeg's keys)."""
     report = Report()
-    top = Keys(load_seg_yaml(path), "", report)
+    top = Keys(data, "", report)
     config = _SegConverter(top, report, path).run()
     return Conversion(PADDLESEG, path, config, report.unmapped, report.notes)
 
@@ -155,14 +161,16 @@ class _SegConverter:
             save_epoch_step=100,
             use_sync_bn=True,
             cal_metric_during_train=False,
+            keep_checkpoint_max=5,
         )
         stem = os.path.splitext(os.path.basename(self.path))[0]
         glob["save_model_dir"] = os.path.join("output", stem)
         report.note(
             "PaddleSeg's command-line defaults are written to Global: --device gpu (use_gpu), "
             "--log_iters 10 (print_batch_step), --save_interval 1000 with --do_eval (eval_batch_step "
-            "[0, 1000], save_iter_step 1000; iter_epoch_N checkpoints every 100 epochs), --save_dir "
-            "output (save_model_dir output/<config name>); SyncBN on several GPUs (use_sync_bn)"
+            "[0, 1000], save_iter_step 1000; iter_epoch_N checkpoints every 100 epochs), "
+            "--keep_checkpoint_max 5 (keep_checkpoint_max), --save_dir output (save_model_dir "
+            "output/<config name>); SyncBN on several GPUs (use_sync_bn)"
         )
 
     # ------------------------------------------------------------------ data
