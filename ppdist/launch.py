@@ -1,6 +1,7 @@
 """``python -m ppdist.launch``: Paddle-style launch options, run by torchrun.
 
-For users of ``python -m paddle.distributed.launch --gpus 0,1 --ips ip1,ip2 --log_dir log tools/train.py ...``.
+For users of ``python -m paddle.distributed.launch --gpus 0,1 --ips ip1,ip2 --log_dir log tools/train.py ...``
+(and of ``fleetrun --selected_gpus 0,1 ...``; ``$FLAGS_START_PORT`` is the master port when none is given).
 This is not a launcher of its own: it turns the options into torchrun arguments, prints the equivalent
 ``torchrun`` command (to copy) and runs torchrun in this process (``torch.distributed.run``), with
 Paddle's ``log_dir/workerlog.N`` files and an explained error when the nodes do not meet.
@@ -80,10 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     procs.add_argument(
         "--gpus",
         "--devices",
+        "--selected_gpus",
+        "--selected_gpu",
         dest="gpus",
         metavar="IDS",
         help="GPU ids to use on this node, e.g. 0,1,2,3: one process each "
-        "(default: all visible GPUs, or 1 process on CPU)",
+        "(default: all visible GPUs, or 1 process on CPU); --selected_gpus/--selected_gpu: fleetrun's spelling",
     )
     procs.add_argument("--nproc_per_node", type=int, metavar="N", help="number of processes on this node")
     parser.add_argument(

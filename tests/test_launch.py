@@ -151,6 +151,19 @@ def test_port_default_from_flags_start_port(monkeypatch):
     assert "--master_port" in args_for(["--master_port", "7000", "t.py"])
 
 
+@pytest.mark.parametrize("flag", ["--selected_gpus", "--selected_gpu"])
+def test_fleetrun_selected_gpus_and_flags_start_port(monkeypatch, flag):
+    """fleetrun --ips=... --selected_gpu 0,1,2,3 with export FLAGS_START_PORT=17000 (PaddleDetection's docs)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("FLAGS_START_PORT", "17000")
+    ns = launch.parse_args(["--ips=10.0.0.1,10.0.0.2", "--node_rank", "1", flag, "0,1,2,3", "t.py", "--eval"])
+    assert (ns.nproc, ns.visible_devices) == (4, "0,1,2,3")
+    args = launch.torchrun_args(ns)
+    assert args[args.index("--master_port") + 1] == "17000"
+    assert args[args.index("--nproc_per_node") + 1] == "4" and args[-2:] == ["t.py", "--eval"]
+    assert launch.launch_env(ns) == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+
+
 def test_gpus_on_cpu_only_set_the_number_of_processes(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     ns = launch.parse_args(["--gpus", "0,1,2", "t.py"])
