@@ -1,4 +1,8 @@
-"""Train a model: ``python tools/train.py -c CFG [-o Key.sub=value ...]`` (also under torchrun)."""
+"""Train a model: ``python tools/train.py -c CFG [-o Key.sub=value ...]`` (also under torchrun).
+
+Also takes PaddleDetection's and PaddleSeg's tools/train.py flags (``--eval``, ``-r``, ``--amp``,
+``--config``, ``--iters``, ``--do_eval``, ``--opts``, ...), with their suites' meaning.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main
-from ppdist.convert.configs import conversion_of, load_config, report_conversion
+from ppdist.cli import run_main
+from ppdist.cli_compat import parse_train_args, train_command
+from ppdist.convert.configs import report_conversion
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import cleanup, init_distributed
 from ppdist.engine.logger import setup_logger
@@ -18,11 +23,9 @@ from ppdist.errors import ConfigError
 
 
 def main() -> int:
-    args = base_parser(__doc__).parse_args()
-    config = load_config(args.config, flat_overrides(args.opt))  # validated before anything runs
-    conversion = conversion_of(
-        args.config
-    )  # a PaddleDetection/PaddleSeg config, converted on load; else None
+    args = parse_train_args(__doc__)
+    command = train_command(args)  # validated before anything runs; Paddle configs converted
+    config, conversion = command.config, command.conversion
     if not config.get("Train"):
         raise ConfigError(f"{args.config}: missing required section Train")
     glob = config["Global"]
@@ -30,8 +33,8 @@ def main() -> int:
     lock = claim_run_dir(config, env)  # one run per folder, before anything is written there
     logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
     report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
-    if args.profiler_options:
-        logger.warning("-p/--profiler_options is ignored; use tools/benchmark.py")
+    for note in command.notes:
+        logger.warning("%s", note)
     try:
         ensure_synthetic_data(config, env)
         build_trainer(config, env).train()
