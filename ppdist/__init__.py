@@ -10,7 +10,8 @@ or the parts, run by the loop without a config file of their own (docs/architect
 
     model = ppdist.build_model(config)
     loader = ppdist.build_dataloader(config, "Train", "train")
-    optimizer, scheduler = ppdist.build_optimizer(config, model, steps_per_epoch=len(loader))
+    steps = loader.batch_sampler.steps_per_epoch   # optimizer steps (len(loader) / Global.accumulate_steps)
+    optimizer, scheduler = ppdist.build_optimizer(config, model, steps_per_epoch=steps)
     ppdist.Trainer(model, ppdist.build_loss(config), optimizer, scheduler, loader, epochs=2).train()
 """
 
