@@ -27,6 +27,11 @@ setup(
         "onnxruntime>=1.18",
         "onnxscript>=0.3",  # torch.onnx's dynamo exporter (fallback for graphs the TorchScript-based one rejects)
     ],
-    # ruff pinned: its formatting changes between releases (tests/test_code_style.py runs it)
-    extras_require={"test": ["pytest>=7.4", "ruff==0.17.6"]},
+    # ruff pinned: its formatting changes between releases (tests/test_code_style.py runs it).
+    # trackers: MLflow (Global.mlflow; the skinny client has the local file store) and W&B
+    # (Global.use_wandb / the wandb section); the tests run both, offline.
+    extras_require={
+        "trackers": ["mlflow-skinny>=2.9", "wandb>=0.16"],
+        "test": ["pytest>=7.4", "ruff==0.17.6", "mlflow-skinny>=2.9", "wandb>=0.16"],
+    },
 )

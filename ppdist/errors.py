@@ -26,3 +26,7 @@ class EmptyEvaluationError(DataError):
     """An evaluation saw no sample (empty Eval set, or every sample bad): it has no score."""
 
     exit_code = 2
+
+
+class TrackerError(PPDistError):
+    """An experiment tracker the config asks for (MLflow, W&B) cannot start its run."""

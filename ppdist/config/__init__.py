@@ -10,6 +10,7 @@ and ``ppdist.builder``, which is where callers find it. This package imports not
 """
 
 from ppdist.config.load import load_config
+from ppdist.config.profiler_options import ProfilerOptions, parse_profiler_options, profiler_settings
 from ppdist.config.schema import (
     ARCHITECTURE_KEYS,
     BASE_KEY,
@@ -23,6 +24,7 @@ from ppdist.config.schema import (
     UNSUPPORTED_GLOBAL,
     GlobalKey,
 )
+from ppdist.config.trackers import mlflow_settings, wandb_settings
 from ppdist.config.validate import (
     auto_scale_lr_base,
     compile_options,
@@ -53,6 +55,7 @@ __all__ = [
     "STAGE_PRETRAINED_KEY",
     "UNSUPPORTED_GLOBAL",
     "GlobalKey",
+    "ProfilerOptions",
     "YamlLoader",
     "apply_overrides",
     "auto_scale_lr_base",
@@ -62,9 +65,13 @@ __all__ = [
     "load_config",
     "load_yaml_with_bases",
     "merge_dicts",
+    "mlflow_settings",
+    "parse_profiler_options",
     "parse_value",
+    "profiler_settings",
     "read_yaml_mapping",
     "synthetic_generator",
     "validate",
     "validate_synthetic_spec",
+    "wandb_settings",
 ]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Dict, Sequence, Tuple
 
 STAGE_PRETRAINED_KEY = "pretrained"  # Architecture.Backbone.pretrained: backbone-only weights
-SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval")
+# wandb: PaddleOCR's Weights & Biases settings (optional; ppdist.config.trackers checks it)
+SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval", "wandb")
 BASE_KEY = "_BASE_"
 ARCHITECTURE_KEYS = ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels")
 # Optimizer keys ppdist handles itself; every other key is an argument of the optimizer named by ``name``
@@ -83,6 +84,31 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "save_inference_dir": GlobalKey((str, NONE_TYPE), None, "Export directory (tools/export_model.py)."),
     "use_visualdl": GlobalKey((bool,), False, "Paddle's VisualDL switch; mapped to TensorBoard."),
     "use_tensorboard": GlobalKey((bool,), False, "Write TensorBoard scalars to save_model_dir/tensorboard."),
+    "use_wandb": GlobalKey(
+        (bool, NONE_TYPE),
+        None,
+        "Weights & Biases logging from rank 0, with the wandb.init keywords of the top-level wandb "
+        "section; null: on when the config has a wandb section (PaddleOCR's rule).",
+    ),
+    "mlflow": GlobalKey(
+        (bool, dict, NONE_TYPE),
+        None,
+        "MLflow logging from rank 0: true or {tracking_uri, experiment_name, run_name, tags}; no "
+        "tracking_uri: MLFLOW_TRACKING_URI, else the file store save_model_dir/mlruns.",
+    ),
+    "tracker_checkpoints": GlobalKey(
+        (str,),
+        "reference",
+        "What MLflow / W&B record of each checkpoint written: 'reference' (its path, step and "
+        "metrics; no copy), 'artifact' (a copy uploaded, as PaddleOCR's W&B logger does) or 'none'.",
+        choices=("reference", "artifact", "none"),
+    ),
+    "profiler_options": GlobalKey(
+        (str, NONE_TYPE),
+        None,
+        "PaddleOCR's -p string, e.g. 'batch_range=[10,20];state=GPU;profile_path=prof': "
+        "torch.profiler on that window of steps, a trace for TensorBoard / Perfetto.",
+    ),
     "infer_img": GlobalKey((str, NONE_TYPE), None, "Image or folder for tools/infer.py."),
     "character_dict_path": GlobalKey(
         (str, NONE_TYPE), None, "Dictionary file, one character per line; none = 0-9a-z."
@@ -246,7 +272,6 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
 # Paddle keys we know but do not implement: accepted only when off/empty.
 UNSUPPORTED_GLOBAL = {
     "to_static": "Paddle dynamic-to-static compilation (use Global.compile: torch.compile)",
-    "use_wandb": "Weights & Biases logging (use use_tensorboard)",
     "use_xpu": "XPU devices",
     "use_npu": "NPU devices",
     "use_mlu": "MLU devices",

@@ -13,6 +13,7 @@ import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ppdist.config.inject import component_kwargs
+from ppdist.config.profiler_options import profiler_settings
 from ppdist.config.schema import (
     ARCHITECTURE_KEYS,
     COMPILE_KEYS,
@@ -25,6 +26,7 @@ from ppdist.config.schema import (
     STAGE_PRETRAINED_KEY,
     UNSUPPORTED_GLOBAL,
 )
+from ppdist.config.trackers import validate_trackers
 from ppdist.errors import ConfigError
 from ppdist.registry import (
     BACKBONES,
@@ -122,6 +124,7 @@ def _validate_global(config: Dict[str, Any]) -> None:
         if glob[key] is not None and glob[key] < 1:
             raise ConfigError(f"Global.{key} must be a positive integer, got {glob[key]}")
     early_stop_settings(glob)
+    profiler_settings(glob)
 
 
 def synthetic_generator(spec: Mapping[str, Any]) -> Callable[..., Dict[str, Any]]:
@@ -359,6 +362,7 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
         if key not in SECTIONS:
             raise ConfigError(f"unknown section {key!r}.{did_you_mean(key, SECTIONS)}")
     _validate_global(config)
+    validate_trackers(config)
     import_custom_modules(config["Global"]["custom_imports"])
     _validate_hooks(config)
     _validate_architecture(config)

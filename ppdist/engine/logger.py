@@ -1,4 +1,4 @@
-"""Rank-aware logging in PaddleOCR's shape, smoothed values and TensorBoard scalars."""
+"""Rank-aware logging in PaddleOCR's shape, smoothed values, and the writer of scalars to TensorBoard and the trackers."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import logging
 import os
 import statistics
 import sys
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
+
+from ppdist.engine.tracking import GuardedSink, Sink, TensorBoardSink, numeric_values
 
 LOGGER_NAME = "ppdist"
 
@@ -117,22 +119,34 @@ def format_train_line(
 
 
 class ScalarWriter:
-    """TensorBoard scalars on rank 0 when enabled; a no-op otherwise."""
+    """``trainer.writer``: the one place the training's scalars and checkpoints are logged to,
+    fanned out to its sinks — TensorBoard when ``log_dir`` is given, and whatever the tracker
+    hooks add on rank 0 (MLflow, W&B). Every sink sees the same numbers at the same steps; a
+    sink that fails is guarded (``GuardedSink``) and never stops the training."""
 
-    def __init__(self, log_dir: Optional[str]) -> None:
-        self.writer: Any = None
+    def __init__(self, log_dir: Optional[str] = None, sinks: Sequence[Sink] = ()) -> None:
+        self.sinks: List[GuardedSink] = []
         if log_dir:
-            from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415  (heavy; loaded when a run asks)
+            self.add_sink(TensorBoardSink(log_dir))
+        for sink in sinks:
+            self.add_sink(sink)
 
-            self.writer = SummaryWriter(log_dir=log_dir)
+    def add_sink(self, sink: Sink) -> None:
+        self.sinks.append(GuardedSink(sink))
 
-    def add_scalars(self, prefix: str, values: Mapping[str, float], step: int) -> None:
-        if self.writer is not None:
-            for key, value in values.items():
-                if not isinstance(value, (int, float)):
-                    continue  # per-class lists and the like
-                self.writer.add_scalar(f"{prefix}/{key}", float(value), step)
+    def add_scalars(self, prefix: str, values: Mapping[str, Any], step: int) -> None:
+        """The numbers of ``values`` as ``<prefix>/<key>`` at ``step`` (lists and the like are left out)."""
+        numbers = numeric_values(values)
+        for sink in self.sinks:
+            sink.log_scalars(prefix, numbers, step)
+
+    def log_checkpoint(self, name: str, path: str, step: int) -> None:
+        """The checkpoint ``name`` rank 0 just wrote to ``path`` at global step ``step``."""
+        for sink in self.sinks:
+            sink.log_checkpoint(name, path, step)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        """End every sink's run; the writer is empty afterwards."""
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            sink.close()

@@ -20,7 +20,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ppdist.builder import build_component
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
-from ppdist.config import auto_scale_lr_base, compile_options, early_stop_settings
+from ppdist.config import (
+    auto_scale_lr_base,
+    compile_options,
+    early_stop_settings,
+    mlflow_settings,
+    profiler_settings,
+    wandb_settings,
+)
 from ppdist.data.build import build_dataloader, input_size_count
 from ppdist.engine import optim
 from ppdist.engine.amp import make_autocast, make_grad_scaler
@@ -34,8 +41,11 @@ from ppdist.engine.hooks import (
     EarlyStopping,
     Evaluation,
     Hook,
+    MLflowTracker,
     NonFiniteGuard,
+    TorchProfiler,
     TrainLogger,
+    WandbTracker,
 )
 from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.position import run_length
@@ -172,6 +182,24 @@ def default_hooks(
             hooks.append(EarlyStopping(*early_stop))
     elif glob["early_stop"]:
         logger.warning("Global.early_stop needs an Eval section to judge the main indicator: it is off")
+    hooks += tracker_hooks(config)
+    profiler_options = profiler_settings(glob)
+    if profiler_options is not None:
+        hooks.append(TorchProfiler(profiler_options, os.path.join(glob["save_model_dir"], "profiler")))
+    return hooks
+
+
+def tracker_hooks(config: Mapping[str, Any]) -> List[Hook]:
+    """MLflow (``Global.mlflow``) and W&B (``Global.use_wandb`` / the ``wandb`` section) beside
+    TensorBoard; they log from rank 0 only."""
+    checkpoints = config["Global"]["tracker_checkpoints"]
+    hooks: List[Hook] = []
+    mlflow = mlflow_settings(config["Global"])
+    if mlflow is not None:
+        hooks.append(MLflowTracker(mlflow, checkpoints))
+    wandb = wandb_settings(config)
+    if wandb is not None:
+        hooks.append(WandbTracker(wandb, checkpoints))
     return hooks
 
 

@@ -416,6 +416,7 @@ class Trainer:
             state = dict(self.state_dict(), rng=rng_states, **(extra or {}))
             ckpt.save_atomic(state, path)
             logger.info("saved %s", path)
+            self.writer.log_checkpoint(name, path, self.position.global_step)
         self.last_good = (path, self.position.global_step)
 
     def check_finite(self) -> None:

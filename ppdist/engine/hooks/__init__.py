@@ -6,6 +6,8 @@ from ppdist.engine.hooks.checkpointing import Checkpointer
 from ppdist.engine.hooks.early_stopping import EarlyStopping
 from ppdist.engine.hooks.evaluation import Evaluation
 from ppdist.engine.hooks.nonfinite_guard import NonFiniteGuard
+from ppdist.engine.hooks.profiler import TorchProfiler
+from ppdist.engine.hooks.trackers import MLflowTracker, TrackerHook, WandbTracker
 from ppdist.engine.hooks.train_log import TrainLogger
 
 __all__ = [
@@ -14,6 +16,10 @@ __all__ = [
     "EarlyStopping",
     "Evaluation",
     "Hook",
+    "MLflowTracker",
     "NonFiniteGuard",
+    "TorchProfiler",
+    "TrackerHook",
     "TrainLogger",
+    "WandbTracker",
 ]

@@ -1,0 +1,58 @@
+"""The MLflow and W&B sinks on their own, offline: checkpoints uploaded as artifacts when
+Global.tracker_checkpoints asks, a crashed run marked FAILED, the flattened config params."""
+
+from __future__ import annotations
+
+import os
+
+from mlflow.tracking import MlflowClient
+from tracker_testing import wandb_artifacts, wandb_records
+
+from ppdist.engine.tracking import MLflowSink, WandbSink
+from ppdist.engine.tracking.mlflow_sink import flatten_config
+
+
+def test_config_params_are_flat_and_named_as_mlflow_accepts():
+    config = {
+        "Global": {"epoch_num": 3, "hooks": None},
+        "Train": {"dataset": {"transforms": [{"A": 1}]}},
+        "x@y": {},
+    }
+    assert flatten_config(config) == [
+        ("Global.epoch_num", "3"),
+        ("Global.hooks", "None"),
+        ("Train.dataset.transforms", "[{'A': 1}]"),
+        ("x_y", "{}"),
+    ]
+
+
+def test_mlflow_uploads_checkpoints_as_artifacts_and_marks_an_unclosed_run_failed(tmp_path):
+    store = str(tmp_path / "mlruns")
+    checkpoint = tmp_path / "latest.pt"
+    checkpoint.write_bytes(b"weights")
+    sink = MLflowSink(store, "exp", run_name="r", checkpoints="artifact")
+    sink.log_checkpoint("latest", str(checkpoint), 7)
+    client = MlflowClient(tracking_uri=store)
+    local = client.download_artifacts(sink.run_id, "checkpoints/latest.pt", str(tmp_path / "down"))
+    assert open(local, "rb").read() == b"weights"
+    sink._end_unfinished()  # what atexit does when training crashed before close
+    assert client.get_run(sink.run_id).info.status == "FAILED"
+
+
+def test_wandb_uploads_checkpoints_as_artifacts(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    checkpoint = tmp_path / "best_accuracy.pt"
+    checkpoint.write_bytes(b"weights")
+    sink = WandbSink(
+        {"mode": "offline", "dir": str(tmp_path), "project": "p"}, {"Global": {}}, checkpoints="artifact"
+    )
+    sink.log_scalars("eval", {"acc": 0.75}, 5)
+    sink.log_checkpoint("best_accuracy", str(checkpoint), 5)
+    sink.close()
+    (run_dir,) = [p for p in (tmp_path / "wandb").iterdir() if p.name.startswith("offline-run-")]
+    (artifact,) = wandb_artifacts(wandb_records(str(run_dir)))
+    assert {"best_accuracy", "best"} <= set(artifact.aliases)
+    (entry,) = artifact.manifest.contents
+    assert entry.path == "best_accuracy.pt" and entry.ref == ""  # a copy, not a reference
+    assert '"metrics":{"acc":0.75}' in artifact.metadata.replace(" ", "")
+    assert os.path.exists(checkpoint)
