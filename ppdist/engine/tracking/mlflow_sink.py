@@ -18,12 +18,17 @@ BATCH_PARAMS = 100  # MlflowClient.log_batch takes at most 100 params per call
 FILE_STORE_SWITCH = "MLFLOW_ALLOW_FILE_STORE"  # MLflow 3 keeps its file store behind this switch
 
 
+def mlflow_name(name: str) -> str:
+    """``name`` with the characters MLflow refuses in param and metric names replaced by ``_``."""
+    return re.sub(r"[^\w.\- /:]", "_", name)
+
+
 def flatten_config(config: Mapping[str, Any], prefix: str = "") -> List[Tuple[str, str]]:
     """``[("Global.epoch_num", "72"), ...]``: nested mappings joined with dots, every other value
     as text cut to ``PARAM_VALUE_MAX`` characters; characters MLflow refuses in names become ``_``."""
     items: List[Tuple[str, str]] = []
     for key, value in config.items():
-        name = re.sub(r"[^\w.\- /:]", "_", f"{prefix}{key}")
+        name = mlflow_name(f"{prefix}{key}")
         if isinstance(value, Mapping) and value:
             items += flatten_config(value, name + ".")
         else:
@@ -108,7 +113,7 @@ class MLflowSink(Sink):
         from mlflow.entities import Metric  # noqa: PLC0415
 
         now = int(time.time() * 1000)
-        metrics = [Metric(f"{prefix}/{k}", v, now, step) for k, v in values.items()]
+        metrics = [Metric(mlflow_name(f"{prefix}/{k}"), v, now, step) for k, v in values.items()]
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
         if prefix == "eval":

@@ -26,13 +26,15 @@ def test_config_params_are_flat_and_named_as_mlflow_accepts():
     ]
 
 
-def test_mlflow_uploads_checkpoints_as_artifacts_and_marks_an_unclosed_run_failed(tmp_path):
+def test_mlflow_uploads_checkpoints_renames_bad_metric_names_and_marks_an_unclosed_run_failed(tmp_path):
     store = str(tmp_path / "mlruns")
     checkpoint = tmp_path / "latest.pt"
     checkpoint.write_bytes(b"weights")
     sink = MLflowSink(store, "exp", run_name="r", checkpoints="artifact")
     sink.log_checkpoint("latest", str(checkpoint), 7)
+    sink.log_scalars("eval", {"mAP@0.5": 0.25}, 7)  # a name MLflow would refuse
     client = MlflowClient(tracking_uri=store)
+    assert [(m.step, m.value) for m in client.get_metric_history(sink.run_id, "eval/mAP_0.5")] == [(7, 0.25)]
     local = client.download_artifacts(sink.run_id, "checkpoints/latest.pt", str(tmp_path / "down"))
     assert open(local, "rb").read() == b"weights"
     sink._end_unfinished()  # what atexit does when training crashed before close
