@@ -29,6 +29,14 @@ def _chunks(data: bytes) -> Iterator[Tuple[int, bytes]]:
         pos += CHUNK_HEADER + length
 
 
+def offline_wandb(monkeypatch: Any, folder: str) -> None:
+    """W&B offline and quiet, its caches and settings in ``folder`` (not the home directory)."""
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_SILENT", "true"), ("WANDB_CONSOLE", "off")):
+        monkeypatch.setenv(name, value)
+    for name in ("WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR"):
+        monkeypatch.setenv(name, os.path.join(folder, name.lower()))
+
+
 def wandb_records(run_dir: str) -> List[Any]:
     """The protobuf records of the offline run in ``run_dir`` (``.../wandb/offline-run-*``)."""
     from wandb.proto import wandb_internal_pb2  # noqa: PLC0415

@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from ppdist_testing import tiny_run_config
 from tracker_testing import (
     eval_log_values,
+    offline_wandb,
     train_log_values,
     wandb_artifacts,
     wandb_config,
@@ -32,10 +33,8 @@ TOLERANCE = 5e-7  # the log prints 6 decimals
 
 
 @pytest.fixture
-def offline_wandb(monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_CONSOLE", "off")
+def quiet_trackers(monkeypatch, tmp_path):
+    offline_wandb(monkeypatch, str(tmp_path / "wandb_home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
@@ -55,7 +54,7 @@ def assert_close(found, expected):
         assert abs(value - want) <= TOLERANCE, (step, value, want)
 
 
-def test_mlflow_and_wandb_get_the_logged_values_config_and_checkpoints(tmp_path, digits_dir, offline_wandb):
+def test_mlflow_and_wandb_get_the_logged_values_config_and_checkpoints(tmp_path, digits_dir, quiet_trackers):
     log_file = str(tmp_path / "run.log")
     setup_logger(log_file)
     overrides = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from mlflow.tracking import MlflowClient
-from tracker_testing import wandb_artifacts, wandb_records
+from tracker_testing import offline_wandb, wandb_artifacts, wandb_records
 
 from ppdist.engine.tracking import MLflowSink, WandbSink
 from ppdist.engine.tracking.mlflow_sink import flatten_config
@@ -42,7 +42,7 @@ def test_mlflow_uploads_checkpoints_renames_bad_metric_names_and_marks_an_unclos
 
 
 def test_wandb_uploads_checkpoints_as_artifacts(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_SILENT", "true")
+    offline_wandb(monkeypatch, str(tmp_path / "wandb_home"))
     checkpoint = tmp_path / "best_accuracy.pt"
     checkpoint.write_bytes(b"weights")
     sink = WandbSink(
