@@ -33,7 +33,8 @@ def base_parser(description: str, config_required: bool = True) -> argparse.Argu
         "-p",
         "--profiler_options",
         default=None,
-        help="accepted for PaddleOCR compatibility; use tools/benchmark.py for profiling",
+        help="PaddleOCR's profiler options, e.g. 'batch_range=[10,20];profile_path=prof': tools/train.py "
+        "profiles that window of steps (Global.profiler_options); the other tools ignore it",
     )
     return parser
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ppdist.cli import base_parser, flat_overrides
-from ppdist.config import GLOBAL_SCHEMA, SECTIONS, merge_dicts, parse_value
+from ppdist.config import SECTIONS, merge_dicts, parse_value
 from ppdist.config import load_config as load_ppdist_config
 from ppdist.convert.configs import (
     PADDLEDET,
@@ -153,10 +153,6 @@ def unsupported_flags(args: argparse.Namespace) -> List[str]:
     if args.use_multilabel:
         raise ConfigError("--use_multilabel: not supported: ppdist's segmentation is single-label")
     notes = [why for dest, why in IGNORED_FLAGS.items() if getattr(args, dest)]
-    if args.use_wandb and "use_wandb" not in GLOBAL_SCHEMA:
-        notes.append("--use_wandb: ignored: no Weights & Biases logging in this ppdist (use --use_vdl)")
-    if args.profiler_options and "profiler_options" not in GLOBAL_SCHEMA:
-        notes.append("-p/--profiler_options is ignored; use tools/benchmark.py")
     return notes
 
 
@@ -325,9 +321,9 @@ def flag_settings(args: argparse.Namespace, suite: str, config: Dict[str, Any]) 
         out.append(("Global.amp_level", args.amp_level))
     if args.data_format == "NHWC":
         out.append(("Global.channels_last", True))
-    if args.use_wandb is not None and "use_wandb" in GLOBAL_SCHEMA:
+    if args.use_wandb is not None:
         out.append(("Global.use_wandb", bool(args.use_wandb)))
-    if args.profiler_options and "profiler_options" in GLOBAL_SCHEMA:
+    if args.profiler_options:
         out.append(("Global.profiler_options", args.profiler_options))
     return out
 
