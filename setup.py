@@ -23,6 +23,7 @@ setup(
         "rapidfuzz>=3.0",
         "tqdm>=4.64",
         "tensorboard>=2.12",
+        "matplotlib>=3.7",  # training curves, PR curves, confusion matrices, galleries (issue 21)
         "onnx>=1.16",
         "onnxruntime>=1.18",
         "onnxscript>=0.3",  # torch.onnx's dynamo exporter (fallback for graphs the TorchScript-based one rejects)
