@@ -34,6 +34,17 @@ class _Poisoned:
         return losses
 
 
+def poisoned_crnn_steps(nan_policy, **poison):
+    """A quick-start CRNN trainer with ``nan_policy``, its loss poisoned, and 3 device batches."""
+    config = load_config(
+        os.path.join(REPO, "configs", "rec", "quickstart_synth.yml"), ["Global.synthetic_data=null"]
+    )
+    trainer = step_trainer(config, 4, (32, 100), nan_policy=nan_policy)
+    batches = [device_batch(trainer, batch) for batch, _ in zip(trainer.train_loader, range(3))]
+    trainer.loss_fn = _Poisoned(trainer.loss_fn, trainer.model, **poison)
+    return trainer, batches
+
+
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, digits_dir):
     setup_logger(None)
     config = tiny_run_config(tmp_path, digits_dir, "run", ["Global.max_iters=12", "Global.save_iter_step=4"])
@@ -53,12 +64,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, d
 
 
 def test_nan_gradients_of_a_finite_loss_are_found_without_a_host_read_per_step():
-    config = load_config(
-        os.path.join(REPO, "configs", "rec", "quickstart_synth.yml"), ["Global.synthetic_data=null"]
-    )
-    trainer = step_trainer(config, 4, (32, 100), nan_policy="stop")
-    batches = [device_batch(trainer, batch) for batch, _ in zip(trainer.train_loader, range(3))]
-    trainer.loss_fn = _Poisoned(trainer.loss_fn, trainer.model, grad_at={2})
+    trainer, batches = poisoned_crnn_steps("stop", grad_at={2})
     trainer.step(batches[0])
     trainer.check_finite()  # nothing yet
     values, _ = trainer.step(batches[1])
@@ -69,12 +75,7 @@ def test_nan_gradients_of_a_finite_loss_are_found_without_a_host_read_per_step()
 
 
 def test_skip_leaves_the_step_out_and_the_run_goes_on(tmp_path, digits_dir, capsys):
-    config = load_config(
-        os.path.join(REPO, "configs", "rec", "quickstart_synth.yml"), ["Global.synthetic_data=null"]
-    )
-    trainer = step_trainer(config, 4, (32, 100), nan_policy="skip")
-    batches = [device_batch(trainer, batch) for batch, _ in zip(trainer.train_loader, range(3))]
-    trainer.loss_fn = _Poisoned(trainer.loss_fn, trainer.model, loss_at={2})
+    trainer, batches = poisoned_crnn_steps("skip", loss_at={2})
     trainer.step(batches[0])
     weights = {k: v.clone() for k, v in trainer.model.state_dict().items() if v.is_floating_point()}
     moments = [s["exp_avg"].clone() for s in trainer.optimizer.state.values()]
