@@ -40,6 +40,7 @@ CSPRESNET_DEFAULTS = {
     "use_large_stem": False,
     "use_alpha": False,
 }
+FREEZE_KEYS = ("freeze_at", "frozen_stages", "freeze_norm")  # PaddleDetection's ResNet keys, mmdetection's
 CSPPAN_DEFAULTS = {
     "out_channels": [1024, 512, 256],
     "act": "leaky",
@@ -304,6 +305,10 @@ class _DetConverter:
         sec.expect("depth_wise", False, "ppdist's CSPResNet has no depth-wise variant")
         sec.expect("trt", False, "TensorRT-specific activation")
         sec.expect("use_checkpoint", False, "no gradient checkpointing in ppdist")
+        for key in FREEZE_KEYS:  # fine-tuning settings a user adds (ppdist.modeling.freezing)
+            if key in sec:
+                values[key] = sec.get(key)
+                explicit.append(key)
         sec.finish()
         return component(registry, "CSPResNet", values, explicit)
 

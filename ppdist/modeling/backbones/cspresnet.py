@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ppdist.modeling.freezing import FreezableBackbone
 from ppdist.modeling.layers import (
     NormNoDecayModule,
     hard_sigmoid_paddle,
@@ -216,8 +217,11 @@ class CSPResStage(nn.Module):
 
 
 @BACKBONES.register
-class CSPResNet(NormNoDecayModule):
-    """CSPResNet returning the maps of the stages in ``return_idx`` (default strides 8/16/32)."""
+class CSPResNet(FreezableBackbone, NormNoDecayModule):
+    """CSPResNet returning the maps of the stages in ``return_idx`` (default strides 8/16/32).
+
+    Units for ``freeze_at`` / ``frozen_stages`` / ``freeze_norm`` (``ppdist.modeling.freezing``):
+    the stem, then the 4 stages."""
 
     # PaddleDetection names the stem layers ``conv1``, ``conv2`` (, ``conv3`` with use_large_stem) where
     # ppdist's ``stem`` is an indexed Sequential. Everything else (``stages.N.{conv_down, conv1, conv2,
@@ -242,6 +246,9 @@ class CSPResNet(NormNoDecayModule):
         width_mult: float = 1.0,
         depth_mult: float = 1.0,
         use_alpha: bool = False,
+        freeze_at: Optional[int] = None,
+        frozen_stages: Optional[int] = None,
+        freeze_norm: bool = False,
     ) -> None:
         super().__init__()
         if len(channels) != len(layers) + 1:
@@ -270,6 +277,7 @@ class CSPResNet(NormNoDecayModule):
         self.strides = [4 * 2**i for i in self.return_idx]
         init_paddle_conv_default(self)
         tag_norm_no_decay(self)
+        self.freeze([[self.stem], *[[stage] for stage in self.stages]], freeze_at, frozen_stages, freeze_norm)
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         x = self.stem(x)

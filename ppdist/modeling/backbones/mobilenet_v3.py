@@ -11,6 +11,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
+from ppdist.modeling.freezing import FreezableBackbone
 from ppdist.modeling.layers import ConvBNLayer, ResidualUnit, make_divisible
 from ppdist.registry import BACKBONES
 
@@ -67,6 +68,8 @@ def _small_blocks(strides: Sequence[int]) -> List[BlockSpec]:
     ]
 
 
+# the blocks that take large_stride / small_stride[i]: each starts a stage (for frozen stages)
+STAGE_STARTS = {"large": (0, 1, 3, 12), "small": (0, 1, 3, 8)}
 # model_name -> (block table builder, squeeze channels at scale 1.0, default strides)
 VARIANTS = {
     "large": (_large_blocks, 960, [1, 2, 2, 2]),
@@ -87,8 +90,12 @@ def _check_strides(name: str, strides: Optional[Sequence[int]], default: List[in
 
 
 @BACKBONES.register(name="MobileNetV3")
-class MobileNetV3(nn.Module):
-    """Recognition MobileNetV3: (B, C_in, H, W) -> (B, out_channels, H/32, W/4)."""
+class MobileNetV3(FreezableBackbone):
+    """Recognition MobileNetV3: (B, C_in, H, W) -> (B, out_channels, H/32, W/4).
+
+    Units for ``freeze_at`` / ``frozen_stages`` / ``freeze_norm`` (``ppdist.modeling.freezing``):
+    the stem (``conv1``), then 4 stages, each starting at a block that takes one of the 4
+    ``large_stride`` / ``small_stride`` entries; the last holds ``conv2``."""
 
     def __init__(
         self,
@@ -98,6 +105,9 @@ class MobileNetV3(nn.Module):
         large_stride: Optional[List[int]] = None,
         small_stride: Optional[List[int]] = None,
         disable_se: bool = False,
+        freeze_at: Optional[int] = None,
+        frozen_stages: Optional[int] = None,
+        freeze_norm: bool = False,
     ) -> None:
         super().__init__()
         if model_name not in VARIANTS:
@@ -131,6 +141,10 @@ class MobileNetV3(nn.Module):
         self.out_channels = make_divisible(squeeze * scale)
         self.conv2 = ConvBNLayer(channels, self.out_channels, 1, act="hardswish")
         self.pool = nn.MaxPool2d(kernel_size=2, stride=2, padding=0)
+        starts = (*STAGE_STARTS[model_name], len(blocks))
+        stages = [list(self.blocks[a:b]) for a, b in zip(starts, starts[1:])]
+        stages[-1].append(self.conv2)
+        self.freeze([[self.conv1], *stages], freeze_at, frozen_stages, freeze_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv2(self.blocks(self.conv1(x)))

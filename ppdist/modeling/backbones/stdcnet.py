@@ -7,11 +7,12 @@ by a chain of 3x3 convs halving the width, all outputs concatenated (no residual
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
 
+from ppdist.modeling.freezing import FreezableBackbone
 from ppdist.modeling.layers import ConvBNAct
 from ppdist.registry import BACKBONES
 
@@ -58,15 +59,26 @@ class CatBottleneck(nn.Module):
         return torch.cat([first] + outs, dim=1)
 
 
-class STDCNet(nn.Module):
-    """STDC backbone returning ``[x2, x4, x8, x16, x32]``; ``out_channels`` lists their widths."""
+class STDCNet(FreezableBackbone):
+    """STDC backbone returning ``[x2, x4, x8, x16, x32]``; ``out_channels`` lists their widths.
+
+    Units for ``freeze_at`` / ``frozen_stages`` / ``freeze_norm`` (``ppdist.modeling.freezing``):
+    the stem (the two stride-2 convolutions, x2 and x4), then the 3 stages of ``layers`` blocks
+    (x8, x16, x32)."""
 
     # Paddle names: PaddleSeg's ``STDCNet`` uses ``features.<i>`` with ``conv`` / ``bn`` (``ConvBNRelu``),
     # ``conv_list`` and ``avd_layer``, as here, so no ``paddle_names``. ImageNet STDC files hold the same
     # names without the ``backbone.`` prefix (converted with ``stage="backbone"``).
 
     def __init__(
-        self, base: int = 64, layers: Sequence[int] = (4, 5, 3), block_num: int = 4, in_channels: int = 3
+        self,
+        base: int = 64,
+        layers: Sequence[int] = (4, 5, 3),
+        block_num: int = 4,
+        in_channels: int = 3,
+        freeze_at: Optional[int] = None,
+        frozen_stages: Optional[int] = None,
+        freeze_norm: bool = False,
     ) -> None:
         super().__init__()
         self.layers = list(layers)
@@ -86,6 +98,11 @@ class STDCNet(nn.Module):
                     features.append(CatBottleneck(width, width, block_num, 1))
         self.features = nn.Sequential(*features)
         self._init_weights()
+        units, start = [list(self.features[:2])], 2
+        for count in self.layers:
+            units.append(list(self.features[start : start + count]))
+            start += count
+        self.freeze(units, freeze_at, frozen_stages, freeze_norm)
 
     def _init_weights(self) -> None:
         """PaddleSeg's STDC init: convs Normal(0, 0.001), BN 1/0 (pretrained weights replace it)."""
@@ -115,13 +132,29 @@ class STDCNet(nn.Module):
 class STDC1(STDCNet):
     """STDC1: ``[2, 2, 2]`` blocks in stages 3-5 (PP-LiteSeg-T)."""
 
-    def __init__(self, in_channels: int = 3, base: int = 64, block_num: int = 4) -> None:
-        super().__init__(base=base, layers=(2, 2, 2), block_num=block_num, in_channels=in_channels)
+    def __init__(
+        self,
+        in_channels: int = 3,
+        base: int = 64,
+        block_num: int = 4,
+        freeze_at: Optional[int] = None,
+        frozen_stages: Optional[int] = None,
+        freeze_norm: bool = False,
+    ) -> None:
+        super().__init__(base, (2, 2, 2), block_num, in_channels, freeze_at, frozen_stages, freeze_norm)
 
 
 @BACKBONES.register
 class STDC2(STDCNet):
     """STDC2: ``[4, 5, 3]`` blocks in stages 3-5 (PP-LiteSeg-B)."""
 
-    def __init__(self, in_channels: int = 3, base: int = 64, block_num: int = 4) -> None:
-        super().__init__(base=base, layers=(4, 5, 3), block_num=block_num, in_channels=in_channels)
+    def __init__(
+        self,
+        in_channels: int = 3,
+        base: int = 64,
+        block_num: int = 4,
+        freeze_at: Optional[int] = None,
+        frozen_stages: Optional[int] = None,
+        freeze_norm: bool = False,
+    ) -> None:
+        super().__init__(base, (4, 5, 3), block_num, in_channels, freeze_at, frozen_stages, freeze_norm)
