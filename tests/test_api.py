@@ -33,4 +33,10 @@ def test_build_trainer_takes_the_process_from_the_environment(tmp_path, digits_d
     setup_logger(None)
     trainer = ppdist.build_trainer(tiny_run_config(tmp_path, digits_dir, "env", ["Global.use_gpu=false"]))
     assert trainer.env.world_size == 1 and trainer.env.device.type == "cpu"
-    assert [hook.hook_name for hook in trainer.hooks] == ["bad_samples", "log", "evaluation", "checkpoint"]
+    assert [hook.hook_name for hook in trainer.hooks] == [
+        "bad_samples",
+        "log",
+        "nonfinite",
+        "evaluation",
+        "checkpoint",
+    ]
