@@ -35,13 +35,15 @@ def main() -> int:
     report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
     for note in command.notes:
         logger.warning("%s", note)
+    finished = False
     try:
         ensure_synthetic_data(config, env)
         build_trainer(config, env).train()
+        finished = True
     finally:
         if lock is not None:
             lock.release()
-        cleanup(env)
+        cleanup(env, wait_for_peers=finished)
     return 0
 
 

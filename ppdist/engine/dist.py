@@ -351,6 +351,12 @@ def all_reduce_sum(values: List[float], env: DistEnv) -> List[float]:
     return [sum(col) for col in zip(*gathered)]
 
 
-def cleanup(env: DistEnv) -> None:
+def cleanup(env: DistEnv, wait_for_peers: bool = False) -> None:
+    """Destroy the process group. ``wait_for_peers`` (the work ended normally on every process):
+    after a barrier, so that no process tears its connections down while another still uses
+    them (rank 0 writing the last checkpoint); never after an error, where a failed peer would
+    keep the others waiting for the timeout."""
     if env.distributed and dist.is_initialized():
+        if wait_for_peers:
+            dist.barrier(group=env.object_group)
         dist.destroy_process_group()
