@@ -36,6 +36,7 @@ def test_build_trainer_takes_the_process_from_the_environment(tmp_path, digits_d
     assert [hook.hook_name for hook in trainer.hooks] == [
         "bad_samples",
         "log",
+        "curves",
         "nonfinite",
         "evaluation",
         "checkpoint",

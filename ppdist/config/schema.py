@@ -215,6 +215,9 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "{patience: N, min_delta: d}: stop when the main indicator has not improved by more than d "
         "in N evaluations.",
     ),
+    "plot_curves": GlobalKey(
+        (bool,), True, "Draw save_model_dir/curves.png (loss terms, LR, eval metrics) after every evaluation."
+    ),
     "keep_checkpoint_max": GlobalKey(
         (int, NONE_TYPE),
         None,

@@ -44,6 +44,7 @@ from ppdist.engine.hooks import (
     MLflowTracker,
     NonFiniteGuard,
     TorchProfiler,
+    TrainingCurves,
     TrainLogger,
     WandbTracker,
 )
@@ -182,6 +183,8 @@ def default_hooks(
             hooks.append(EarlyStopping(*early_stop))
     elif glob["early_stop"]:
         logger.warning("Global.early_stop needs an Eval section to judge the main indicator: it is off")
+    if glob["plot_curves"]:
+        hooks.append(TrainingCurves())
     hooks += tracker_hooks(config)
     profiler_options = profiler_settings(glob)
     if profiler_options is not None:

@@ -66,6 +66,7 @@ def test_a_hook_named_in_the_config_is_built_run_saved_and_resumed(tmp_path, dig
     assert names == [
         "bad_samples",
         "log",
+        "curves",
         "nonfinite",
         "evaluation",
         "checkpoint",

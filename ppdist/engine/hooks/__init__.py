@@ -3,6 +3,7 @@
 from ppdist.engine.hooks.bad_samples import BadSampleCheck
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.hooks.checkpointing import Checkpointer
+from ppdist.engine.hooks.curves import TrainingCurves
 from ppdist.engine.hooks.early_stopping import EarlyStopping
 from ppdist.engine.hooks.evaluation import Evaluation
 from ppdist.engine.hooks.nonfinite_guard import NonFiniteGuard
@@ -19,6 +20,7 @@ __all__ = [
     "MLflowTracker",
     "NonFiniteGuard",
     "TorchProfiler",
+    "TrainingCurves",
     "TrackerHook",
     "TrainLogger",
     "WandbTracker",

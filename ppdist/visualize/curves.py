@@ -1,0 +1,98 @@
+"""Training curves: loss terms, learning rate and evaluation metrics against global step,
+several runs overlaid (``tools/plot_logs.py``, and ``curves.png`` after every evaluation)."""
+
+from __future__ import annotations
+
+import math
+from typing import List, Mapping, Optional, Sequence
+
+from ppdist.visualize.figures import new_figure, save_png
+from ppdist.visualize.train_log import Series
+
+PANEL_PX = (500, 320)
+MAX_COLUMNS = 3
+
+
+def curve_names(series: Series) -> List[str]:
+    """The names to plot in a series, without the ``train/`` / ``eval/`` prefix: the loss
+    first, then the learning rate, the other training values, then the evaluation metrics."""
+    names: List[str] = []
+    for full in sorted(series, key=lambda n: (not n.startswith("train/"), n)):
+        name = full.split("/", 1)[-1]
+        if name not in names:
+            names.append(name)
+    first = [n for n in ("loss", "lr") if n in names]
+    return first + [n for n in names if n not in first]
+
+
+def select_names(runs: Mapping[str, Series], keys: Optional[Sequence[str]]) -> List[str]:
+    """``keys`` (bare names, e.g. ``loss,lr,acc``, or ``train/acc`` / ``eval/acc``) checked against
+    what the runs logged; all of them when None."""
+    found: List[str] = []
+    for series in runs.values():
+        found += [n for n in curve_names(series) if n not in found]
+    if not keys:
+        return found
+    present = set(found) | {full for series in runs.values() for full in series}
+    unknown = [k for k in keys if k not in present]
+    if unknown:
+        raise ValueError(
+            f"no curve named {', '.join(unknown)} in these runs; they logged: {', '.join(found)}"
+        )
+    return list(keys)
+
+
+def draw_curves(runs: Mapping[str, Series], out_path: str, keys: Optional[Sequence[str]] = None) -> List[str]:
+    """One panel per name against global step, each run a colour (training lines solid,
+    evaluations dashed with markers); writes ``out_path`` (PNG) and returns the names drawn."""
+    names = select_names(runs, keys)
+    if not names:
+        raise ValueError("nothing to plot: the runs logged no values yet")
+    columns = min(MAX_COLUMNS, len(names))
+    rows = math.ceil(len(names) / columns)
+    figure = new_figure((PANEL_PX[0] * columns, PANEL_PX[1] * rows))
+    colours = [f"C{i % 10}" for i in range(len(runs))]
+    for index, name in enumerate(names):
+        axes = figure.add_subplot(rows, columns, index + 1)
+        for colour, (label, series) in zip(colours, runs.items()):
+            for full, style in _curves_of(series, name):
+                points = sorted(series[full].items())
+                axes.plot(
+                    [step for step, _ in points],
+                    [value for _, value in points],
+                    color=colour,
+                    label=f"{label} ({full.split('/')[0]})" if "/" in full else label,
+                    **style,
+                )
+        axes.set_title(name)
+        axes.set_xlabel("global step")
+        axes.grid(alpha=0.3)
+        if name in ("loss", "lr") or name.startswith("loss"):
+            _log_scale_if_wide(axes)
+        axes.legend(fontsize="x-small")
+    figure.tight_layout()
+    save_png(figure, out_path)
+    return names
+
+
+def _curves_of(series: Series, name: str) -> List[tuple]:
+    if "/" in name:
+        return [(name, _style(name))] if name in series else []
+    return [(f"{p}/{name}", _style(p)) for p in ("train", "eval") if f"{p}/{name}" in series]
+
+
+def _style(prefix_or_name: str) -> dict:
+    if prefix_or_name.startswith("eval"):
+        return {"linestyle": "--", "marker": "o", "markersize": 3}
+    return {"linewidth": 1.2}
+
+
+def _log_scale_if_wide(axes) -> None:
+    """Log scale when a positive curve spans more than two decades (a loss from 50 to 0.05)."""
+    values = [v for line in axes.get_lines() for v in line.get_ydata() if v > 0 and math.isfinite(v)]
+    if (
+        values
+        and max(values) / min(values) > 100
+        and all(v > 0 for line in axes.get_lines() for v in line.get_ydata())
+    ):
+        axes.set_yscale("log")
