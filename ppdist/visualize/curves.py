@@ -67,7 +67,7 @@ def draw_curves(runs: Mapping[str, Series], out_path: str, keys: Optional[Sequen
         axes.set_title(name)
         axes.set_xlabel("global step")
         axes.grid(alpha=0.3)
-        if name in ("loss", "lr") or name.startswith("loss"):
+        if name.split("/")[-1].startswith("loss"):
             _log_scale_if_wide(axes)
         axes.legend(fontsize="x-small")
     figure.tight_layout()
