@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 
@@ -20,8 +20,11 @@ from ppdist.errors import ConfigError
 logger = logging.getLogger("ppdist")
 
 
-def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, float]:
-    """Metrics of ``Global.checkpoints`` (or ``pretrained_model``); EMA weights when saved."""
+def evaluate_checkpoint(
+    config: Mapping[str, Any], env: DistEnv, pictures_dir: Optional[str] = None
+) -> Dict[str, float]:
+    """Metrics of ``Global.checkpoints`` (or ``pretrained_model``); EMA weights when saved. With
+    ``pictures_dir``, the metric's pictures of the evaluation are drawn there (rank 0)."""
     glob = config["Global"]
     source = weights_source(glob)
     if not source or source == "auto":
@@ -43,4 +46,6 @@ def evaluate_checkpoint(config: Mapping[str, Any], env: DistEnv) -> Dict[str, fl
     evaluator = Evaluator(loader, build_postprocess(config), build_metric(config), env, autocast, memory_nhwc)
     metrics = evaluator.run(model)
     logger.info("eval: %d process(es), fps %.2f", env.world_size, evaluator.last_fps)
+    if pictures_dir:
+        evaluator.draw_pictures(pictures_dir)
     return metrics

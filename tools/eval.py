@@ -6,6 +6,7 @@ Runs on all processes under torchrun (exact, unpadded shards) and prints the met
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import cleanup, init_distributed
 from ppdist.engine.logger import setup_logger
 from ppdist.eval_runner import evaluate_checkpoint
+from ppdist.registry import METRICS
 
 
 def main() -> int:
@@ -26,17 +28,21 @@ def main() -> int:
     parser.add_argument(
         "--output_dir",
         default=None,
-        help="metric outputs (detection: bbox.json in COCO results format); = -o Metric.output_dir=DIR",
+        help="pictures of the evaluation (detection: PR curves, confusion matrix, per-class AP table and "
+        "bbox.json; segmentation: confusion matrix, per-class IoU; recognition: the worst mistakes, "
+        "character confusions)",
     )
     parser.add_argument(
         "--classwise", action="store_true", help="per-class AP (detection); = -o Metric.classwise=true"
     )
     args = parser.parse_args()
-    extra = ([f"Metric.output_dir={args.output_dir}"] if args.output_dir else []) + (
-        ["Metric.classwise=true"] if args.classwise else []
-    )
-
+    extra = ["Metric.classwise=true"] if args.classwise else []
     config = load_config(args.config, flat_overrides(args.opt) + extra)
+    if (
+        args.output_dir
+        and "output_dir" in inspect.signature(METRICS.get(config["Metric"]["name"])).parameters
+    ):
+        config["Metric"]["output_dir"] = args.output_dir  # detection: bbox.json beside the pictures
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(None, env.rank)
@@ -45,7 +51,7 @@ def main() -> int:
     )  # Paddle config: what was not converted
     try:
         ensure_synthetic_data(config, env)
-        metrics = evaluate_checkpoint(config, env)
+        metrics = evaluate_checkpoint(config, env, pictures_dir=args.output_dir)
     finally:
         cleanup(env)
     if env.is_main:

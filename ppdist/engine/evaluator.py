@@ -81,6 +81,17 @@ class Evaluator:
         if bind is not None:
             bind(getattr(loader, "dataset", None))
 
+    def draw_pictures(self, out_dir: str) -> List[str]:
+        """The metric's pictures of the last ``run`` (PR curves, confusion matrices, the worst
+        recognition mistakes) into ``out_dir``: on rank 0, which holds the merged state; nothing
+        on the others (not collective)."""
+        if not self.env.is_main:
+            return []
+        written = self.metric.pictures(out_dir)
+        for path in written:
+            logger.info("wrote %s", path)
+        return written
+
     @torch.no_grad()
     def run(self, model: nn.Module, desc: str = "eval") -> Dict[str, float]:
         was_training = model.training

@@ -31,3 +31,8 @@ class Metric:
 
     def compute(self) -> Dict[str, float]:
         raise NotImplementedError
+
+    def pictures(self, out_dir: str) -> List[str]:
+        """Draw what the last ``compute`` saw into ``out_dir`` (called on the process holding
+        the merged state); returns the files written. None by default."""
+        return []

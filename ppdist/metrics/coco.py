@@ -25,7 +25,8 @@ from pycocotools.cocoeval import COCOeval
 
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
-from ppdist.utils.atomic import atomic_file
+from ppdist.utils.atomic import atomic_file, write_text_atomic
+from ppdist.visualize.eval_pictures import confusion_picture, detection_confusion, markdown_table, pr_curves
 
 logger = logging.getLogger("ppdist")
 STAT_NAMES = (
@@ -98,6 +99,7 @@ def coco_bbox_eval(
     classwise: bool = False,
     backend: str = "pycocotools",
     max_cells: int = MAX_EVAL_CELLS,
+    keep: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """The 12 COCO stats (and per-class AP) of ``detections`` (float64 rows ``[image_id, x, y, w, h,
     score, category_id]``) on ``image_ids``; the dicts pycocotools needs exist only during the call,
@@ -121,14 +123,13 @@ def coco_bbox_eval(
         if line.strip().startswith("Average"):
             logger.info("%s", line.rstrip())
     out = {name: float(v) for name, v in zip(STAT_NAMES, evaluator.stats)}
+    if keep is not None:  # COCOeval's own arrays, for the pictures (ppdist.visualize.eval_pictures)
+        keep.update(
+            precision=np.asarray(evaluator.eval["precision"]),
+            recall_thresholds=np.asarray(evaluator.params.recThrs),
+        )
     if classwise:
-        precision = evaluator.eval["precision"]  # [T, R, K, A, M]
-        per_class = []
-        for k in range(precision.shape[2]):
-            values = precision[:, :, k, 0, -1]
-            values = values[values > -1]
-            per_class.append(float(np.mean(values)) if values.size else 0.0)
-        out["class_ap"] = per_class
+        out["class_ap"] = class_average_precision(evaluator.eval["precision"])  # [T, R, K, A, M]
     return out
 
 
@@ -281,7 +282,10 @@ class COCOMetric(Metric):
             write_detections_json(path, table)
             logger.info("detections written to %s (COCO results format)", path)
         image_ids = self.image_ids
-        out = coco_bbox_eval(self.coco_gt, table, image_ids, self.classwise, self.backend)
+        self.last_eval = {}
+        out = coco_bbox_eval(
+            self.coco_gt, table, image_ids, self.classwise, self.backend, keep=self.last_eval
+        )
         if self.classwise and self.label_list:
             for name, ap in zip(self.label_list, out["class_ap"]):
                 logger.info("class %-20s AP %.4f", name, ap)
@@ -294,3 +298,61 @@ class COCOMetric(Metric):
             self.last_compute_s,
         )
         return out
+
+    def pictures(self, out_dir: str, iou_threshold: float = 0.5, score_threshold: float = 0.25) -> List[str]:
+        """``pr_curves.png`` (COCOeval's precision array), ``confusion_matrix.png`` (at
+        ``iou_threshold`` / ``score_threshold``) and ``class_ap.md`` of the last ``compute``."""
+        names = self.label_list or [str(c) for c in sorted(self.clsid2catid.values())]
+        written: List[str] = []
+        os.makedirs(out_dir, exist_ok=True)
+        precision = getattr(self, "last_eval", {}).get("precision")
+        if precision is not None:
+            path = os.path.join(out_dir, "pr_curves.png")
+            pr_curves(precision, self.last_eval["recall_thresholds"], names, path)
+            rows = [(name, f"{ap:.4f}") for name, ap in zip(names, class_average_precision(precision))]
+            table = os.path.join(out_dir, "class_ap.md")
+            write_text_atomic(table, markdown_table(["class", "AP (IoU 0.5:0.95)"], rows, "Per-class AP"))
+            written += [path, table]
+        matrix = self.confusion(iou_threshold, score_threshold)
+        path = os.path.join(out_dir, "confusion_matrix.png")
+        title = f"boxes at IoU >= {iou_threshold:g}, score >= {score_threshold:g}"
+        confusion_picture(matrix, list(names) + ["background"], path, title)
+        return written + [path]
+
+    def confusion(self, iou_threshold: float = 0.5, score_threshold: float = 0.25) -> np.ndarray:
+        """The detection confusion matrix of the evaluated images (``detection_confusion``; crowd
+        ground truth left out, as COCOeval ignores it)."""
+        clsid_of = {cat: cls for cls, cat in self.clsid2catid.items()}
+        image_ids = set(self.image_ids)
+        ground_truth = {}
+        for image in image_ids:
+            anns = [
+                a
+                for a in self.coco_gt.loadAnns(self.coco_gt.getAnnIds(imgIds=[image]))
+                if not a.get("iscrowd")
+            ]
+            boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in anns)]).reshape(
+                -1, 4
+            )
+            ground_truth[image] = (boxes, np.array([clsid_of[a["category_id"]] for a in anns], dtype=int))
+        table = self.detections
+        detections = {}
+        for image in image_ids:
+            rows = table[table[:, 0] == image]
+            boxes = np.concatenate([rows[:, 1:3], rows[:, 1:3] + rows[:, 3:5] - self.bias], axis=1)
+            classes = np.array([clsid_of[int(c)] for c in rows[:, 6]], dtype=int)
+            detections[image] = (boxes, classes, rows[:, 5])
+        return detection_confusion(
+            ground_truth, detections, len(self.clsid2catid), iou_threshold, score_threshold
+        )
+
+
+def class_average_precision(precision: np.ndarray) -> List[float]:
+    """Per-class AP (IoU 0.5:0.95, area all, maxDets 100) from COCOeval's precision array, as
+    its summary and ``classwise`` compute it (the mean of the defined values)."""
+    out = []
+    for k in range(precision.shape[2]):
+        values = precision[:, :, k, 0, -1]
+        values = values[values > -1]
+        out.append(float(np.mean(values)) if values.size else 0.0)
+    return out

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import heapq
 import math
+import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from rapidfuzz.distance import Levenshtein
 
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
+from ppdist.utils.atomic import write_text_atomic
+from ppdist.visualize.eval_pictures import character_confusion, mistakes_gallery
+from ppdist.visualize.figures import display_image
 
 EPS = 1e-5
+GALLERY_SIZE = 16  # mistakes shown by ``pictures`` (only their images are kept)
 INDICATORS = ("acc", "norm_edit_dis")
 _NOT_ALNUM = re.compile(r"[^0-9a-zA-Z]+")
 
@@ -44,6 +50,8 @@ class RecMetric(Metric):
         self.correct_num = 0
         self.all_num = 0
         self.edit_distances: List[float] = []
+        self.mistakes: List[Dict[str, Any]] = []  # label, pred, score, distance of every mistake
+        self.gallery: List[Dict[str, Any]] = []  # the GALLERY_SIZE worst, with their images
 
     def normalize(self, text: str) -> str:
         if self.ignore_space:
@@ -56,17 +64,34 @@ class RecMetric(Metric):
         preds, labels = results["preds"], results["labels"]
         if len(preds) != len(labels):
             raise ValueError(f"RecMetric: {len(preds)} predictions for {len(labels)} labels")
-        for pred, label in zip(preds, labels):
+        images = batch.get("image") if batch is not None else None
+        new_mistakes = []
+        for position, (pred, label) in enumerate(zip(preds, labels)):
             pred_text, label_text = self.normalize(_text(pred)), self.normalize(_text(label))
-            self.edit_distances.append(float(Levenshtein.normalized_distance(pred_text, label_text)))
+            distance = float(Levenshtein.normalized_distance(pred_text, label_text))
+            self.edit_distances.append(distance)
             self.correct_num += int(pred_text == label_text)
             self.all_num += 1
+            if pred_text != label_text:
+                score = float(pred[1]) if not isinstance(pred, str) and len(pred) > 1 else 0.0
+                new_mistakes.append(
+                    (position, {"label": label_text, "pred": pred_text, "score": score, "distance": distance})
+                )
+        self.mistakes += [mistake for _, mistake in new_mistakes]
+        candidates = self.gallery + [dict(m, position=p) for p, m in new_mistakes]
+        self.gallery = heapq.nlargest(GALLERY_SIZE, candidates, key=_badness)
+        for mistake in self.gallery:  # copy to the host only the images that make the gallery
+            position = mistake.pop("position", None)
+            if position is not None and images is not None:
+                mistake["image"] = display_image(images[position], bgr=True)
 
     def state(self) -> Dict[str, Any]:
         return {
             "correct_num": self.correct_num,
             "all_num": self.all_num,
             "edit_distances": list(self.edit_distances),
+            "mistakes": list(self.mistakes),
+            "gallery": list(self.gallery),
         }
 
     def load_states(self, states: List[Dict[str, Any]]) -> None:
@@ -75,9 +100,29 @@ class RecMetric(Metric):
             self.correct_num += int(part["correct_num"])
             self.all_num += int(part["all_num"])
             self.edit_distances.extend(float(d) for d in part["edit_distances"])
+            self.mistakes.extend(part.get("mistakes", []))
+            self.gallery.extend(part.get("gallery", []))
+        self.gallery = heapq.nlargest(GALLERY_SIZE, self.gallery, key=_badness)
 
     def compute(self) -> Dict[str, float]:
         return {
             "acc": self.correct_num / (self.all_num + EPS),
             "norm_edit_dis": 1.0 - math.fsum(self.edit_distances) / (self.all_num + EPS),
         }
+
+    def pictures(self, out_dir: str) -> List[str]:
+        """``worst_mistakes.png`` (image, label, prediction, score) and ``character_confusion.md``."""
+        os.makedirs(out_dir, exist_ok=True)
+        written = []
+        worst = [m for m in self.gallery if "image" in m]
+        if worst:
+            path = os.path.join(out_dir, "worst_mistakes.png")
+            mistakes_gallery(worst, path)
+            written.append(path)
+        table = os.path.join(out_dir, "character_confusion.md")
+        write_text_atomic(table, character_confusion([(m["label"], m["pred"]) for m in self.mistakes]))
+        return written + [table]
+
+
+def _badness(mistake: Mapping[str, Any]) -> Tuple[float, float]:
+    return (float(mistake["distance"]), float(mistake["score"]))

@@ -7,6 +7,7 @@ summing them over ranks gives exactly the single-process numbers.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Mapping
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
+from ppdist.visualize.eval_pictures import class_bars, confusion_picture
 
 INDICATORS = ("miou", "acc", "kappa", "mdice")
 
@@ -78,6 +80,7 @@ class SegMetric(Metric):
 
     def reset(self) -> None:
         self.areas = np.zeros((3, self.num_classes), dtype=np.int64)
+        self.confusion = np.zeros((self.num_classes, self.num_classes), dtype=np.int64)  # [label, pred]
         self.images = 0
 
     def update(self, results: Any, batch: Mapping[str, Any]) -> None:
@@ -88,16 +91,38 @@ class SegMetric(Metric):
                 f"prediction shape {tuple(pred.shape)} differs from label shape {tuple(label.shape)}"
             )
         self.areas += class_areas(pred, label, self.num_classes, self.ignore_index)
+        self.confusion += confusion_counts(pred, label, self.num_classes, self.ignore_index)
         self.images += int(label.shape[0])
 
     def state(self) -> Dict[str, Any]:
-        return {"areas": self.areas.tolist(), "images": self.images}
+        return {"areas": self.areas.tolist(), "confusion": self.confusion, "images": self.images}
 
     def load_states(self, states: List[Dict[str, Any]]) -> None:
         self.reset()
         for state in states:
             self.areas += np.asarray(state["areas"], dtype=np.int64)
+            self.confusion += np.asarray(state.get("confusion", 0), dtype=np.int64)
             self.images += int(state["images"])
 
     def compute(self) -> Dict[str, Any]:
         return dict(metrics_from_areas(*self.areas), images=self.images)
+
+    def pictures(self, out_dir: str) -> List[str]:
+        """``confusion_matrix.png`` (normalised per label row) and ``class_iou.png``."""
+        os.makedirs(out_dir, exist_ok=True)
+        names = [str(c) for c in range(self.num_classes)]
+        matrix = os.path.join(out_dir, "confusion_matrix.png")
+        confusion_picture(self.confusion, names, matrix, "pixels, normalised per label", normalize_rows=True)
+        bars = os.path.join(out_dir, "class_iou.png")
+        class_bars(metrics_from_areas(*self.areas)["class_iou"], names, bars, "IoU per class")
+        return [matrix, bars]
+
+
+def confusion_counts(
+    pred: torch.Tensor, label: torch.Tensor, num_classes: int, ignore_index: int
+) -> np.ndarray:
+    """``[num_classes, num_classes]`` pixel counts ``[label, prediction]`` over the non-ignored pixels."""
+    keep = label != ignore_index
+    index = label[keep].to(torch.int64) * num_classes + pred[keep].to(torch.int64).clamp(0, num_classes - 1)
+    counts = torch.bincount(index.flatten(), minlength=num_classes * num_classes)
+    return counts.reshape(num_classes, num_classes).cpu().numpy().astype(np.int64)

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
-import torch
 
 from ppdist.components import build_postprocess
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, BadSample
 from ppdist.data.build import build_dataset, build_transforms, collate
-from ppdist.visualize.figures import new_figure, save_png
+from ppdist.visualize.figures import display_image, new_figure, save_png
 
 PANEL_PX = {"det": (320, 320), "seg": (320, 320), "rec": (400, 140)}
 COLUMNS = {"det": 4, "seg": 4, "rec": 3}
@@ -50,22 +49,6 @@ class Browse:
     bad: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     class_names: List[str] = field(default_factory=list)
-
-
-def display_image(image: Any, bgr: bool) -> np.ndarray:
-    """A (C, H, W) or (H, W, C) image of any range as (H, W, 3) uint8 RGB."""
-    array = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
-    array = array.astype(np.float32)
-    if array.ndim == 2:
-        array = array[None]
-    if array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3):
-        array = array.transpose(1, 2, 0)
-    if array.shape[-1] == 1:
-        array = np.repeat(array, 3, axis=-1)
-    low, high = float(array.min()), float(array.max())
-    array = (array - low) / (high - low) * 255.0 if high > low else np.zeros_like(array)
-    array = array.round().clip(0, 255).astype(np.uint8)
-    return np.ascontiguousarray(array[..., ::-1]) if bgr else array
 
 
 def _decodes_bgr(transforms: Sequence[Any]) -> bool:

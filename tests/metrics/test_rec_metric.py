@@ -53,7 +53,13 @@ def test_compute_does_not_reset_and_reset_does():
     first = metric.compute()
     assert metric.compute() == first
     metric.reset()
-    assert metric.state() == {"correct_num": 0, "all_num": 0, "edit_distances": []}
+    assert metric.state() == {
+        "correct_num": 0,
+        "all_num": 0,
+        "edit_distances": [],
+        "mistakes": [],
+        "gallery": [],
+    }
 
 
 def random_text(rng):

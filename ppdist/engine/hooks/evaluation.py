@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ppdist.engine.evaluator import Evaluator
@@ -13,6 +14,7 @@ from ppdist.errors import EmptyEvaluationError
 
 logger = logging.getLogger("ppdist")
 BEST_NAME = "best_accuracy"
+PICTURES_DIR = "eval_pictures"  # the final evaluation's pictures, in save_model_dir
 
 
 class Evaluation(Hook):
@@ -61,11 +63,19 @@ class Evaluation(Hook):
 
     def after_train(self) -> None:
         """The schedule ended between two evaluations: evaluate the final model, and save
-        ``latest`` again so that it holds the updated best."""
+        ``latest`` again so that it holds the updated best. Then the final evaluation's pictures
+        go to ``save_model_dir/eval_pictures`` (rank 0; ``Evaluator.draw_pictures``)."""
         position = self.trainer.position
         if self.last_eval_step != position.global_step:
             self.evaluate(position.completed_epoch)
             self.trainer.save(LATEST_NAME)
+        if self.last_metrics and self.trainer.save_dir:  # the final evaluation's pictures (rank 0)
+            try:
+                self.evaluator.draw_pictures(os.path.join(self.trainer.save_dir, PICTURES_DIR))
+            except Exception as exc:  # the run is done and saved: a picture never fails it
+                logger.warning(
+                    "the final evaluation's pictures were not drawn: %s: %s", type(exc).__name__, exc
+                )
 
     def evaluate(self, epoch: int) -> Dict[str, float]:
         trainer = self.trainer

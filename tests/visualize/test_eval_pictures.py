@@ -1,0 +1,226 @@
+"""Evaluation pictures: PR curves are COCOeval's precision array, confusion matrices count what was
+evaluated, the recognition gallery shows the worst mistakes; tools/eval.py --output_dir and the
+final evaluation of a training write them."""
+
+import contextlib
+import io
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from ppdist_testing import check_ok, run_tool, tiny_config, tiny_run_config
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+from rapidfuzz.distance import Levenshtein
+
+from ppdist.engine.dist import DistEnv
+from ppdist.engine.logger import setup_logger
+from ppdist.engine.setup import build_trainer
+from ppdist.metrics.coco import COCOMetric, class_average_precision, coco_bbox_eval
+from ppdist.metrics.rec import GALLERY_SIZE, RecMetric
+from ppdist.metrics.seg import SegMetric
+from ppdist.visualize.eval_pictures import detection_confusion, pr_curves
+
+
+def assert_picture(path, min_size=(300, 200)):
+    image = np.asarray(Image.open(path).convert("RGB"))
+    assert image.shape[1] >= min_size[0] and image.shape[0] >= min_size[1]
+    assert image.std() > 10 and len(np.unique(image.reshape(-1, 3), axis=0)) > 20  # not blank
+
+
+def coco_case(tmp_path, seed=0):
+    """A small COCO ground truth (3 classes, 12 images) and noisy detections of it."""
+    rng = np.random.default_rng(seed)
+    images, annotations, detections = [], [], []
+    for image_id in range(1, 13):
+        images.append({"id": image_id, "width": 100, "height": 100, "file_name": f"{image_id}.png"})
+        for _ in range(rng.integers(1, 4)):
+            x, y, w, h = rng.uniform(0, 60, 2).tolist() + rng.uniform(10, 40, 2).tolist()
+            category = int(rng.integers(1, 4))
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": category,
+                    "bbox": [x, y, w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
+            jitter = rng.normal(0, 3, 4)
+            guess = category if rng.random() > 0.2 else int(rng.integers(1, 4))
+            detections.append(
+                [image_id, x + jitter[0], y + jitter[1], w + jitter[2], h + jitter[3], rng.random(), guess]
+            )
+        detections.append(
+            [image_id, *rng.uniform(0, 60, 2), 20, 20, rng.random() * 0.5, int(rng.integers(1, 4))]
+        )
+    path = tmp_path / "gt.json"
+    categories = [{"id": i, "name": n} for i, n in ((1, "ellipse"), (2, "rectangle"), (3, "ring"))]
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO(str(path))
+    return gt, np.array(detections, dtype=np.float64), annotations
+
+
+def test_pr_curves_are_cocoevals_precision_array(tmp_path):
+    gt, table, _ = coco_case(tmp_path)
+    keep = {}
+    coco_bbox_eval(gt, table, list(range(1, 13)), keep=keep)
+    with contextlib.redirect_stdout(io.StringIO()):  # an independent pycocotools evaluation
+        dt = gt.loadRes(
+            [
+                {"image_id": int(r[0]), "bbox": r[1:5].tolist(), "score": r[5], "category_id": int(r[6])}
+                for r in table
+            ]
+        )
+        reference = COCOeval(gt, dt, "bbox")
+        reference.evaluate()
+        reference.accumulate()
+    np.testing.assert_array_equal(keep["precision"], reference.eval["precision"])
+    curves = pr_curves(
+        keep["precision"],
+        keep["recall_thresholds"],
+        ["ellipse", "rectangle", "ring"],
+        str(tmp_path / "pr.png"),
+    )
+    for k, name in enumerate(["ellipse", "rectangle", "ring"]):
+        np.testing.assert_array_equal(
+            curves[f"{name} (IoU 0.5)"], reference.eval["precision"][0, :, k, 0, -1]
+        )
+    at_50 = reference.eval["precision"][0, :, :, 0, -1]
+    np.testing.assert_allclose(
+        curves["all classes (IoU 0.5)"], at_50.mean(axis=1)
+    )  # every class defined here
+    assert class_average_precision(keep["precision"]) == pytest.approx(
+        [reference.eval["precision"][:, :, k, 0, -1].mean() for k in range(3)]
+    )
+    assert_picture(str(tmp_path / "pr.png"), (900, 600))
+
+
+def test_detection_confusion_counts_every_box_once():
+    boxes = np.array([[0, 0, 10, 10], [20, 20, 30, 30], [50, 50, 60, 60]], dtype=float)
+    gt = {1: (boxes, np.array([0, 1, 2]))}
+    found = np.array([[0, 0, 10, 10], [21, 21, 30, 30], [80, 80, 90, 90], [0, 0, 10, 9]], dtype=float)
+    dets = {1: (found, np.array([0, 0, 1, 0]), np.array([0.9, 0.8, 0.7, 0.6]))}
+    matrix = detection_confusion(gt, dets, 3, iou_threshold=0.5, score_threshold=0.65)
+    expected = np.zeros((4, 4), int)
+    expected[0, 0] = 1  # right
+    expected[1, 0] = 1  # a rectangle called an ellipse
+    expected[3, 1] = 1  # a rectangle where there is nothing
+    expected[2, 3] = 1  # a ring missed (the 0.6 duplicate is under the score threshold)
+    np.testing.assert_array_equal(matrix, expected)
+    assert matrix.sum() == len(boxes) + 1  # the ground truth plus the unmatched prediction
+
+
+def test_segmentation_confusion_matches_the_metric_and_merges(tmp_path):
+    torch.manual_seed(0)
+    label = torch.randint(0, 4, (3, 16, 16))
+    label[:, :2] = 255
+    pred = torch.where(torch.rand(3, 16, 16) < 0.7, label.clamp(max=3), torch.randint(0, 4, (3, 16, 16)))
+    whole, parts = SegMetric(4), [SegMetric(4), SegMetric(4)]
+    whole.update(pred, {"label": label})
+    parts[0].update(pred[:1], {"label": label[:1]})
+    parts[1].update(pred[1:], {"label": label[1:]})
+    merged = SegMetric(4)
+    merged.load_states([p.state() for p in parts])
+    np.testing.assert_array_equal(merged.confusion, whole.confusion)
+    np.testing.assert_array_equal(np.diag(whole.confusion), whole.areas[0])  # intersections
+    np.testing.assert_array_equal(whole.confusion.sum(axis=1), whole.areas[2])  # label areas
+    np.testing.assert_array_equal(whole.confusion.sum(axis=0), whole.areas[1])  # prediction areas
+    assert whole.confusion.sum() == int((label != 255).sum())
+    written = whole.pictures(str(tmp_path))
+    assert [os.path.basename(p) for p in written] == ["confusion_matrix.png", "class_iou.png"]
+    for path in written:
+        assert_picture(path)
+
+
+def test_recognition_gallery_shows_the_worst_mistakes_first(tmp_path):
+    rng = np.random.default_rng(1)
+    labels, preds = [], []
+    for i in range(40):
+        label = "".join(rng.choice(list("abc01"), rng.integers(2, 6)))
+        pred = label if i % 3 == 0 else "".join(rng.choice(list("abc01"), rng.integers(1, 6)))
+        labels.append(label)
+        preds.append((pred, float(rng.random())))
+    images = torch.rand(40, 3, 32, 100) * 2 - 1
+    states = []
+    for start in (0, 20):  # two batches on two "ranks", merged as the evaluator does
+        part = RecMetric()
+        batch = {"image": images[start : start + 20]}
+        part.update({"preds": preds[start : start + 20], "labels": labels[start : start + 20]}, batch)
+        states.append(part.state())
+    metric = RecMetric()
+    metric.load_states(states)
+    wrong = [
+        (Levenshtein.normalized_distance(pred, label), score)
+        for (pred, score), label in zip(preds, labels)
+        if pred != label
+    ]
+    expected = sorted(wrong, reverse=True)[:GALLERY_SIZE]
+    assert [(m["distance"], m["score"]) for m in metric.gallery] == expected
+    assert all(m["image"].shape == (32, 100, 3) and m["image"].dtype == np.uint8 for m in metric.gallery)
+    assert len(metric.mistakes) == len(wrong)
+    written = metric.pictures(str(tmp_path))
+    assert_picture(written[0], (1000, 400))
+    text = open(written[1], encoding="utf-8").read()
+    assert (
+        f"# Character confusions of {len(wrong)} wrong prediction(s)" in text
+        and "| label char | predicted |" in text
+    )
+
+
+def test_eval_tool_and_training_write_the_pictures(tmp_path, digits_dir):
+    setup_logger(None)
+    config = tiny_run_config(
+        tmp_path, digits_dir, "run", ["Global.max_iters=3", "Global.eval_batch_epoch=null"]
+    )
+    build_trainer(config, DistEnv()).train()
+    pictures = os.path.join(config["Global"]["save_model_dir"], "eval_pictures")
+    assert sorted(os.listdir(pictures)) == ["character_confusion.md", "worst_mistakes.png"]
+    assert_picture(os.path.join(pictures, "worst_mistakes.png"), (1000, 400))
+    cfg = tiny_config(str(tmp_path / "eval.yml"), digits_dir, str(tmp_path / "run"))
+    out = str(tmp_path / "eval_out")
+    check_ok(
+        run_tool(
+            [
+                "eval.py",
+                "-c",
+                cfg,
+                "-o",
+                f"Global.checkpoints={tmp_path / 'run' / 'latest'}",
+                "Global.synthetic_data=null",
+                "--output_dir",
+                out,
+            ]
+        )
+    )
+    assert sorted(os.listdir(out)) == ["character_confusion.md", "worst_mistakes.png"]
+
+
+@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+def test_coco_metric_draws_pr_curves_confusion_and_the_ap_table(tmp_path, backend):
+    gt, table, annotations = coco_case(tmp_path, seed=2)
+    metric = COCOMetric(backend=backend)
+    names = ["ellipse", "rectangle", "ring"]
+    metric.bind_dataset(
+        SimpleNamespace(anno_file=str(tmp_path / "gt.json"), clsid2catid={0: 1, 1: 2, 2: 3}, label_list=names)
+    )
+    metric.load_states([{"detections": table, "image_ids": np.arange(1, 13)}])
+    metrics = metric.compute()
+    written = metric.pictures(str(tmp_path / "out"), iou_threshold=0.5, score_threshold=0.0)
+    assert [os.path.basename(p) for p in written] == ["pr_curves.png", "class_ap.md", "confusion_matrix.png"]
+    matrix = metric.confusion(0.5, 0.0)
+    unmatched = matrix[3].sum()
+    assert matrix[:3].sum() == len(annotations) and matrix.sum() == len(annotations) + unmatched
+    assert np.trace(matrix[:3, :3]) > 0 and unmatched >= 12  # each image has one stray detection
+    ap_table = open(written[1], encoding="utf-8").read()
+    per_class = class_average_precision(metric.last_eval["precision"])
+    assert all(f"| {n} | {ap:.4f} |" in ap_table for n, ap in zip(names, per_class))
+    assert metrics["ap"] == pytest.approx(np.mean(per_class), abs=1e-9)
+    for path in (written[0], written[2]):
+        assert_picture(path)
