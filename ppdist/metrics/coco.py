@@ -177,6 +177,8 @@ class COCOMetric(Metric):
         output_dir: Optional[str] = None,
         bias: int = 0,
         backend: str = "pycocotools",
+        confusion_iou: float = 0.5,
+        confusion_score: float = 0.25,
     ) -> None:
         if main_indicator not in STAT_NAMES:
             raise ValueError(f"COCOMetric.main_indicator must be one of {STAT_NAMES}, got {main_indicator!r}")
@@ -187,6 +189,7 @@ class COCOMetric(Metric):
         self.classwise = classwise
         self.output_dir = output_dir
         self.bias = bias
+        self.confusion_iou, self.confusion_score = float(confusion_iou), float(confusion_score)
         self.anno_file: Optional[str] = None
         self._ground_truth: Any = None
         self.clsid2catid: Dict[int, int] = {}
@@ -299,9 +302,14 @@ class COCOMetric(Metric):
         )
         return out
 
-    def pictures(self, out_dir: str, iou_threshold: float = 0.5, score_threshold: float = 0.25) -> List[str]:
+    def pictures(
+        self, out_dir: str, iou_threshold: Optional[float] = None, score_threshold: Optional[float] = None
+    ) -> List[str]:
         """``pr_curves.png`` (COCOeval's precision array), ``confusion_matrix.png`` (at
-        ``iou_threshold`` / ``score_threshold``) and ``class_ap.md`` of the last ``compute``."""
+        ``iou_threshold`` / ``score_threshold``; default ``confusion_iou`` / ``confusion_score``)
+        and ``class_ap.md`` of the last ``compute``."""
+        iou_threshold = self.confusion_iou if iou_threshold is None else iou_threshold
+        score_threshold = self.confusion_score if score_threshold is None else score_threshold
         names = self.label_list or [str(c) for c in sorted(self.clsid2catid.values())]
         written: List[str] = []
         os.makedirs(out_dir, exist_ok=True)
