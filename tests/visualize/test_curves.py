@@ -4,9 +4,8 @@ after every evaluation of a run (a resumed run included)."""
 import os
 import shutil
 
-import numpy as np
 import pytest
-from PIL import Image
+from picture_testing import assert_picture
 from ppdist_testing import check_ok, run_tool, tiny_run_config
 
 from ppdist.engine.dist import DistEnv
@@ -15,12 +14,6 @@ from ppdist.engine.setup import build_trainer
 from ppdist.visualize import draw_curves, parse_train_log, read_run, read_tensorboard
 
 COMMON = ["Global.use_tensorboard=true", "Global.print_batch_step=2", "Global.eval_batch_epoch=null"]
-
-
-def assert_picture(path, size):
-    image = np.asarray(Image.open(path).convert("RGB"))
-    assert image.shape[1::-1] == size
-    assert image.std() > 10 and len(np.unique(image.reshape(-1, 3), axis=0)) > 50  # not blank
 
 
 @pytest.fixture(scope="module")

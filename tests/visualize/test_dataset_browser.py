@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from PIL import Image
+from picture_testing import assert_picture
 from ppdist_testing import check_ok, run_tool, tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.config import load_config
@@ -21,12 +21,6 @@ def loaded(task, tmp_path, overrides=()):
     config = load_config(path, list(overrides))
     ensure_synthetic_data(config, DistEnv())
     return path, config
-
-
-def assert_picture(path, size):
-    image = np.asarray(Image.open(path).convert("RGB"))
-    assert image.shape[1::-1] == size
-    assert image.std() > 10 and len(np.unique(image.reshape(-1, 3), axis=0)) > 50  # not blank
 
 
 def test_recognition_labels_are_decoded_back_to_the_label_file_text(tmp_path):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from picture_testing import assert_picture
 from ppdist_testing import check_ok, run_tool, tiny_config, tiny_run_config
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
@@ -24,12 +24,6 @@ from ppdist.metrics.coco import COCOMetric, class_average_precision, coco_bbox_e
 from ppdist.metrics.rec import GALLERY_SIZE, RecMetric
 from ppdist.metrics.seg import SegMetric
 from ppdist.visualize.eval_pictures import detection_confusion, pr_curves
-
-
-def assert_picture(path, min_size=(300, 200)):
-    image = np.asarray(Image.open(path).convert("RGB"))
-    assert image.shape[1] >= min_size[0] and image.shape[0] >= min_size[1]
-    assert image.std() > 10 and len(np.unique(image.reshape(-1, 3), axis=0)) > 20  # not blank
 
 
 def coco_case(tmp_path, seed=0):
@@ -99,7 +93,7 @@ def test_pr_curves_are_cocoevals_precision_array(tmp_path):
     assert class_average_precision(keep["precision"]) == pytest.approx(
         [reference.eval["precision"][:, :, k, 0, -1].mean() for k in range(3)]
     )
-    assert_picture(str(tmp_path / "pr.png"), (900, 600))
+    assert_picture(str(tmp_path / "pr.png"), min_size=(900, 600))
 
 
 def test_detection_confusion_counts_every_box_once():
@@ -166,7 +160,7 @@ def test_recognition_gallery_shows_the_worst_mistakes_first(tmp_path):
     assert all(m["image"].shape == (32, 100, 3) and m["image"].dtype == np.uint8 for m in metric.gallery)
     assert len(metric.mistakes) == len(wrong)
     written = metric.pictures(str(tmp_path))
-    assert_picture(written[0], (1000, 400))
+    assert_picture(written[0], min_size=(1000, 400))
     text = open(written[1], encoding="utf-8").read()
     assert (
         f"# Character confusions of {len(wrong)} wrong prediction(s)" in text
@@ -182,7 +176,7 @@ def test_eval_tool_and_training_write_the_pictures(tmp_path, digits_dir):
     build_trainer(config, DistEnv()).train()
     pictures = os.path.join(config["Global"]["save_model_dir"], "eval_pictures")
     assert sorted(os.listdir(pictures)) == ["character_confusion.md", "worst_mistakes.png"]
-    assert_picture(os.path.join(pictures, "worst_mistakes.png"), (1000, 400))
+    assert_picture(os.path.join(pictures, "worst_mistakes.png"), min_size=(1000, 400))
     cfg = tiny_config(str(tmp_path / "eval.yml"), digits_dir, str(tmp_path / "run"))
     out = str(tmp_path / "eval_out")
     check_ok(
