@@ -1,18 +1,19 @@
-"""Look at what the model sees: ``python tools/browse_dataset.py -c CFG [-o Key=val ...] [--split Train|Eval]
---num N --out DIR [--shuffle --seed S] [--all]``.
+"""Look at what the model sees: ``python tools/browse_dataset.py -c CFG [-o Key=val ...]
+[--split Train|Eval] [--num N] [--out DIR] [--shuffle --seed S] [--all]``.
 
-Writes ``DIR/samples.png`` (the first N samples, or a seeded random N, after the config's transforms,
-with their boxes and class names, label overlays or text labels) and ``DIR/summary.json`` (image sizes,
-class histogram, boxes per image, label lengths, bad samples; of the N samples, or of the whole split
-with ``--all``), and prints the summary. Synthetic quick-start data is generated first if absent.
+Writes ``DIR/samples.png`` (pages ``samples_1.png`` ... for many samples): the first N samples,
+or a seeded random N, after the config's transforms and batch transforms, with their boxes and
+class names, label overlays or decoded text labels; and ``DIR/summary.json`` / ``summary.md``
+(printed): image sizes, class histogram, boxes per image, label lengths, bad samples — of the N
+samples, or of the whole split with ``--all``. Synthetic quick-start data is generated if absent.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
@@ -20,19 +21,14 @@ from ppdist.cli import flat_overrides, run_main
 from ppdist.convert.configs import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
-from ppdist.errors import ConfigError
-from ppdist.utils.atomic import write_text_atomic
-from ppdist.visualize.dataset_browser import (
-    choose_indices,
-    draw_samples,
-    read_samples,
-    split_dataset,
-    summarize,
-)
+from ppdist.visualize.browse import BrowseOptions, browse_dataset, check_options
+from ppdist.visualize.dataset_browser import summary_markdown
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-c", "--config", required=True, help="YAML config (any suite ppdist loads)")
     parser.add_argument("-o", "--opt", nargs="+", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--split", choices=("Train", "Eval"), default="Train")
@@ -41,28 +37,26 @@ def main() -> int:
     parser.add_argument(
         "--shuffle", action="store_true", help="a seeded random choice instead of the first N"
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--all", action="store_true", help="summarize the whole split (draw N)")
-    args = parser.parse_args()
-    config = load_config(args.config, flat_overrides(args.opt))
-    if not config.get(args.split):
-        raise ConfigError(f"{args.config} has no {args.split} section")
-    if args.num <= 0:
-        raise ConfigError(f"--num must be a positive number of samples, got {args.num}")
-    ensure_synthetic_data(config, DistEnv())
-    dataset = split_dataset(config, args.split)
-    indices = choose_indices(len(dataset), args.num, args.shuffle, args.seed)
-    drawn = read_samples(config, args.split, dataset, indices)
-    os.makedirs(args.out, exist_ok=True)
-    ignore_index = getattr(dataset, "ignore_index", 255)
-    draw_samples(drawn, os.path.join(args.out, "samples.png"), ignore_index)
-    counted = read_samples(config, args.split, dataset, range(len(dataset))) if args.all else drawn
-    summary = dict(
-        summarize(counted), of="the whole split" if args.all else f"the {len(indices)} drawn samples"
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of --shuffle's choice (default: %(default)s)"
     )
-    write_text_atomic(os.path.join(args.out, "summary.json"), json.dumps(summary, indent=1) + "\n")
-    print(json.dumps(summary, indent=1))
-    print(f"wrote {os.path.join(args.out, 'samples.png')} and summary.json")
+    parser.add_argument("--all", action="store_true", help="summarize the whole split (still draws N)")
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
+    started = time.perf_counter()
+    config = load_config(args.config, flat_overrides(args.opt))
+    options = BrowseOptions(args.split, args.num, args.out, args.shuffle, args.seed, args.all)
+    check_options(config, options)  # before any data is generated
+    ensure_synthetic_data(config, DistEnv())
+    summary = browse_dataset(config, options)
+    print(summary_markdown(summary))
+    print(
+        f"wrote {', '.join(summary['pictures'])} and summary.json / summary.md in {args.out} "
+        f"({time.perf_counter() - started:.1f} s)"
+    )
     return 0
 
 

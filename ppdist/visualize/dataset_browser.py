@@ -1,61 +1,72 @@
-"""What the model sees: samples of a config's split after its transforms (and batch transforms),
-drawn with their targets, and a summary of the split (``tools/browse_dataset.py``).
+"""What the model sees: samples of a config's split after its transforms and batch transforms
+(``ppdist.data.build``'s dataset and collate, one sample per batch, one process), with their
+targets, and what they hold (``tools/browse_dataset.py``).
 
-Detection: the image with its boxes and class names; segmentation: the label map over the image in
-a palette (``ignore_index`` white); recognition: the text line with its label decoded back with
-the dictionary. Images are shown as the network gets them, rescaled to 0..255 for display (the
-normalisation is undone by the image's own range, colours in RGB order).
+A sample keeps its display image (the normalisation undone, see ``denormalize``) only when it is
+to be drawn; the counting pass over a whole split (``--all``) keeps the targets' numbers only.
+In training mode a dataset replaces a bad sample by the next usable one (so the model sees that
+one); such a replacement is drawn but counted once only, at its own index. A detection eval
+pipeline keeps no boxes (the metric reads the annotations): its annotated boxes are shown scaled
+by the sample's ``scale_factor``.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ppdist.components import build_postprocess
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, BadSample
 from ppdist.data.build import build_dataset, build_transforms, collate
-from ppdist.visualize.figures import display_image, new_figure, save_png
+from ppdist.data.image_size import header_size
+from ppdist.visualize.denormalize import Normalization, find_normalization, to_display
 
-PANEL_PX = {"det": (320, 320), "seg": (320, 320), "rec": (400, 140)}
-COLUMNS = {"det": 4, "seg": 4, "rec": 3}
+Size = Tuple[int, int]  # (width, height)
 
 
 @dataclass
 class BrowsedSample:
-    """One sample as the model gets it: an RGB uint8 image for display and its target."""
+    """One sample as the model gets it: its size, target and (when drawn) its display image."""
 
     index: int
     origin: str
-    image: np.ndarray
-    boxes: Optional[np.ndarray] = None  # det: (N, 4) xyxy in the image's pixels
+    size: Size  # after the transforms
+    raw_size: Optional[Size] = None  # of the image file / decoded image before any transform
+    image: Optional[np.ndarray] = None  # (H, W, 3) uint8 RGB, only for samples to draw
+    boxes: Optional[np.ndarray] = None  # det: (N, 4) xyxy in the transformed image's pixels
     classes: Optional[np.ndarray] = None  # det: (N,) class indices
-    label_map: Optional[np.ndarray] = None  # seg: (H, W)
-    text: Optional[str] = None  # rec
+    label_map: Optional[np.ndarray] = None  # seg: (H, W), only for samples to draw
+    pixel_counts: Optional[Dict[int, int]] = None  # seg: label value -> pixels
+    text: Optional[str] = None  # rec: the label decoded back with the dictionary
+    replaces: Optional[str] = None  # the bad sample (train mode) this one stands in for
 
 
 @dataclass
 class Browse:
-    """The samples read and what the split's summary counts."""
+    """The samples read, the bad samples met and the split's facts the summary needs."""
 
     task: str
     split: str
+    dataset_length: int
     samples: List[BrowsedSample] = field(default_factory=list)
     bad: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     class_names: List[str] = field(default_factory=list)
+    ignore_index: Optional[int] = None
 
 
-def _decodes_bgr(transforms: Sequence[Any]) -> bool:
-    for entry in transforms or []:
-        if isinstance(entry, Mapping) and "DecodeImage" in entry:
-            return str((entry["DecodeImage"] or {}).get("img_mode", "RGB")).upper() == "BGR"
-    return False
+@dataclass
+class _Reader:
+    config: Mapping[str, Any]
+    split: str
+    dataset: Any
+    batch_ops: List[Any]
+    normalization: Optional[Normalization]
+    characters: Optional[List[str]]
 
 
 def split_dataset(config: Mapping[str, Any], split: str) -> Any:
@@ -63,128 +74,122 @@ def split_dataset(config: Mapping[str, Any], split: str) -> Any:
     return build_dataset(config, split, "train" if split == "Train" else "eval")
 
 
-def read_samples(config: Mapping[str, Any], split: str, dataset: Any, indices: Sequence[int]) -> Browse:
-    """Samples ``indices`` of ``dataset`` (``config[split]``'s) through its transforms and the
-    batch transforms (one sample per batch), with the bad samples it replaced or refused."""
-    task = config["Architecture"]["model_type"]
+def _reader(config: Mapping[str, Any], split: str, dataset: Any) -> _Reader:
     section = config[split]["dataset"]
-    batch_ops = build_transforms(section.get("batch_transforms"), config, f"{split}.dataset.batch_transforms")
-    bgr = _decodes_bgr(section.get("transforms"))
-    characters = build_postprocess(config).character if task == "rec" else None
-    browse = Browse(task, split, class_names=list(getattr(dataset, "label_list", []) or []))
-    seed = int(config["Global"]["seed"])
+    where = f"{split}.dataset.batch_transforms"
+    batch_ops = build_transforms(section.get("batch_transforms"), config, where)
+    task = config["Architecture"]["model_type"]
+    characters = list(build_postprocess(config).character) if task == "rec" else None
+    normalization = find_normalization(list(getattr(dataset, "ops", [])) + batch_ops)
+    return _Reader(config, split, dataset, batch_ops, normalization, characters)
+
+
+def read_raw(dataset: Any, index: int) -> Optional[Dict[str, Any]]:
+    """Sample ``index`` as the dataset reads it, before any transform; None when it cannot be
+    read (a bad sample: the transform pass reports it)."""
+    try:
+        return dataset.read(index)
+    except Exception:
+        return None
+
+
+def raw_size(raw: Optional[Mapping[str, Any]]) -> Optional[Size]:
+    """(width, height) of a raw sample's image as stored (file header, or the decoded array a
+    dataset reads), or None when unknown."""
+    image = raw.get("image") if raw is not None else None
+    if isinstance(image, np.ndarray) and image.ndim >= 2:
+        return int(image.shape[1]), int(image.shape[0])
+    if isinstance(image, (bytes, bytearray, memoryview, str)):
+        return header_size(image)
+    return None
+
+
+def _image_size(image: Any) -> Size:
+    shape = tuple(np.shape(image))
+    if len(shape) == 3 and shape[0] in (1, 3) and shape[-1] not in (1, 3):
+        return int(shape[2]), int(shape[1])
+    return int(shape[1]), int(shape[0])
+
+
+def _read(reader: _Reader, index: int, draw: bool, browse: Browse) -> None:
+    seed = int(reader.config["Global"]["seed"])
+    item = reader.dataset[(int(index), 1, seed)]  # epoch 1's augmentation
+    if isinstance(item, BadSample):
+        browse.bad.append(str(item))
+        return
+    batch = collate([item], reader.batch_ops)
+    replaced = batch.pop(BAD_SAMPLES_KEY, [])
+    browse.bad += replaced
+    browse.notes += batch.pop(NOTES_KEY, [])
+    if not batch:
+        return
+    image = batch["image"][0]
+    sample = BrowsedSample(int(index), reader.dataset.origin(int(index)), _image_size(image))
+    sample.replaces = replaced[0] if replaced else None
+    raw = read_raw(reader.dataset, int(index)) if sample.replaces is None else None
+    sample.raw_size = raw_size(raw)
+    if draw:
+        sample.image = to_display(image, reader.normalization, bgr=False)
+    _targets(reader, batch, sample, browse.task, draw)
+    if browse.task == "det" and "gt_bbox" not in batch and raw is not None:
+        sample.boxes, sample.classes = annotation_boxes(raw, batch)
+    browse.samples.append(sample)
+
+
+def _targets(reader: _Reader, batch: Dict[str, Any], sample: BrowsedSample, task: str, draw: bool) -> None:
+    if task == "det":
+        if "gt_bbox" not in batch:  # an eval pipeline keeps no boxes: see annotation_boxes
+            sample.boxes, sample.classes = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+            return
+        boxes = batch["gt_bbox"][0].reshape(-1, 4).numpy()
+        classes = batch["gt_class"][0].reshape(-1).numpy().astype(np.int64)
+        real = np.ones(len(boxes), bool)
+        if "pad_gt_mask" in batch:  # PadGT's padding rows are no boxes
+            real = batch["pad_gt_mask"][0].reshape(-1).numpy() > 0
+        sample.boxes, sample.classes = boxes[real], classes[real]
+    elif task == "seg":
+        label = batch["label"][0].numpy().astype(np.int64)
+        label = label.reshape(label.shape[-2:])
+        values, counts = np.unique(label, return_counts=True)
+        sample.pixel_counts = {int(v): int(n) for v, n in zip(values, counts)}
+        if draw:
+            sample.label_map = label
+    elif task == "rec":
+        length = int(batch["length"][0])
+        sample.text = "".join(reader.characters[int(i)] for i in batch["label"][0][:length])
+
+
+def annotation_boxes(raw: Mapping[str, Any], batch: Mapping[str, Any]) -> Tuple[np.ndarray, np.ndarray]:
+    """A detection sample's annotated boxes (xyxy) and classes in its transformed image, for an
+    eval pipeline that keeps no boxes: scaled by the batch's ``scale_factor`` ([sy, sx]), which
+    is what eval pipelines do to an image (resize only); crowd boxes left out."""
+    boxes = np.asarray(raw["gt_bbox"], np.float32).reshape(-1, 4)
+    classes = np.asarray(raw["gt_class"], np.int64).reshape(-1)
+    crowd = np.asarray(raw.get("is_crowd", np.zeros(len(boxes))), np.int64).reshape(-1) > 0
+    scale = np.ones(2, np.float32)
+    if "scale_factor" in batch:
+        scale = np.asarray(batch["scale_factor"][0], np.float32).reshape(2)
+    boxes = boxes * np.array([scale[1], scale[0], scale[1], scale[0]], np.float32)
+    return boxes[~crowd], classes[~crowd]
+
+
+def read_samples(
+    config: Mapping[str, Any], split: str, dataset: Any, indices: Sequence[int], draw: bool = True
+) -> Browse:
+    """Samples ``indices`` of ``dataset`` (``config[split]``'s) through its transforms and batch
+    transforms, with the bad samples it replaced or refused; ``draw`` keeps display images."""
+    task = config["Architecture"]["model_type"]
+    browse = Browse(
+        task,
+        split,
+        len(dataset),
+        class_names=list(getattr(dataset, "label_list", []) or []),
+        ignore_index=getattr(dataset, "ignore_index", None),
+    )
+    reader = _reader(config, split, dataset)
     for index in indices:
-        item = dataset[(int(index), 1, seed)]  # epoch 1's augmentation
-        if isinstance(item, BadSample):
-            browse.bad.append(str(item))
-            continue
-        batch = collate([item], batch_ops)
-        browse.bad += batch.pop(BAD_SAMPLES_KEY, [])
-        browse.notes += batch.pop(NOTES_KEY, [])
-        if not batch:
-            continue
-        sample = BrowsedSample(int(index), dataset.origin(int(index)), display_image(batch["image"][0], bgr))
-        if task == "det" and "gt_bbox" not in batch:  # an eval pipeline that keeps no boxes
-            sample.boxes, sample.classes = np.zeros((0, 4), np.float32), np.zeros(0, int)
-        elif task == "det":
-            boxes = batch["gt_bbox"][0].reshape(-1, 4).numpy()
-            classes = batch["gt_class"][0].reshape(-1).numpy().astype(int)
-            real = (
-                batch["pad_gt_mask"][0].reshape(-1).numpy() > 0
-                if "pad_gt_mask" in batch
-                else np.ones(len(boxes), bool)
-            )
-            sample.boxes, sample.classes = boxes[real], classes[real]
-        elif task == "seg":
-            sample.label_map = batch["label"][0].reshape(sample.image.shape[:2]).numpy().astype(np.int64)
-        elif task == "rec":
-            length = int(batch["length"][0])
-            sample.text = "".join(characters[int(i)] for i in batch["label"][0][:length])
-        browse.samples.append(sample)
+        _read(reader, int(index), draw, browse)
     return browse
-
-
-def palette(count: int) -> np.ndarray:
-    """``count`` distinct RGB colours (PaddleSeg-style bit-reversed palette), uint8."""
-    colours = np.zeros((count, 3), np.uint8)
-    for label in range(count):
-        value, shift = label, 7
-        while value:
-            for channel in range(3):
-                colours[label, channel] |= ((value >> channel) & 1) << shift
-            value >>= 3
-            shift -= 1
-    return colours
-
-
-def draw_samples(browse: Browse, out_path: str, ignore_index: int = 255) -> None:
-    """A grid of the browsed samples with their targets, written to ``out_path`` (PNG)."""
-    if not browse.samples:
-        raise ValueError(f"{browse.split}: no usable sample to draw ({len(browse.bad)} bad)")
-    columns = min(COLUMNS[browse.task], len(browse.samples))
-    rows = math.ceil(len(browse.samples) / columns)
-    width, height = PANEL_PX[browse.task]
-    figure = new_figure((width * columns, height * rows))
-    for position, sample in enumerate(browse.samples):
-        axes = figure.add_subplot(rows, columns, position + 1)
-        axes.set_axis_off()
-        image = sample.image
-        if sample.label_map is not None:
-            colours = palette(int(max(sample.label_map.max(), 0)) + 1)
-            overlay = colours[np.clip(sample.label_map, 0, len(colours) - 1)]
-            overlay[sample.label_map == ignore_index] = 255
-            image = (0.5 * image + 0.5 * overlay).astype(np.uint8)
-        axes.imshow(image)
-        title = f"#{sample.index}"
-        if sample.boxes is not None:
-            for box, cls in zip(sample.boxes, sample.classes):
-                colour = tuple(palette(int(cls) + 2)[int(cls) + 1] / 255.0)
-                x1, y1, x2, y2 = (float(v) for v in box)
-                axes.add_patch(_rectangle(x1, y1, x2 - x1, y2 - y1, colour))
-                name = browse.class_names[cls] if 0 <= cls < len(browse.class_names) else str(cls)
-                axes.text(x1, y1, name, color="white", fontsize=7, va="bottom", backgroundcolor=colour)
-            title += f": {len(sample.boxes)} box(es)"
-        if sample.text is not None:
-            title += f": {sample.text!r}"
-        axes.set_title(title, fontsize=8)
-    figure.tight_layout()
-    save_png(figure, out_path)
-
-
-def _rectangle(x: float, y: float, width: float, height: float, colour: tuple) -> Any:
-    from matplotlib.patches import Rectangle  # noqa: PLC0415  (matplotlib's patches: drawing only)
-
-    return Rectangle((x, y), width, height, fill=False, edgecolor=colour, linewidth=1.5)
-
-
-def summarize(browse: Browse) -> Dict[str, Any]:
-    """Image sizes, class histogram (det boxes, seg pixels, rec characters), boxes per image,
-    label lengths and the bad samples of the browsed samples."""
-    sizes = Counter(f"{s.image.shape[1]}x{s.image.shape[0]}" for s in browse.samples)
-    summary: Dict[str, Any] = {
-        "split": browse.split,
-        "task": browse.task,
-        "samples": len(browse.samples),
-        "image_sizes_after_transforms": dict(sizes.most_common()),
-        "bad_samples": list(browse.bad),
-        "changed_samples": list(browse.notes),
-    }
-    if browse.task == "det":
-        names = browse.class_names
-        counts = Counter(int(c) for s in browse.samples for c in s.classes)
-        summary["boxes_per_class"] = {
-            (names[c] if c < len(names) else str(c)): n for c, n in sorted(counts.items())
-        }
-        summary["boxes_per_image"] = dict(sorted(Counter(len(s.boxes) for s in browse.samples).items()))
-    elif browse.task == "seg":
-        values, totals = np.unique(
-            np.concatenate([s.label_map.ravel() for s in browse.samples]), return_counts=True
-        )
-        summary["pixels_per_class"] = {int(v): int(n) for v, n in zip(values, totals)}
-    elif browse.task == "rec":
-        summary["characters"] = dict(Counter("".join(s.text for s in browse.samples)).most_common())
-        summary["label_lengths"] = dict(sorted(Counter(len(s.text) for s in browse.samples).items()))
-    return summary
 
 
 def choose_indices(length: int, num: int, shuffle: bool, seed: int) -> List[int]:
@@ -192,3 +197,86 @@ def choose_indices(length: int, num: int, shuffle: bool, seed: int) -> List[int]
     if shuffle:
         return sorted(random.Random(seed).sample(range(length), min(num, length)))
     return list(range(min(num, length)))
+
+
+def _sizes(sizes: Sequence[Size], top: int = 10) -> Dict[str, Any]:
+    counts = Counter(f"{w}x{h}" for w, h in sizes)
+    out: Dict[str, Any] = dict(counts.most_common(top))
+    if len(counts) > top:
+        out["other"] = sum(n for _, n in counts.most_common()[top:])
+    if sizes:
+        widths, heights = [w for w, _ in sizes], [h for _, h in sizes]
+        out["width_range"] = [min(widths), max(widths)]
+        out["height_range"] = [min(heights), max(heights)]
+    return out
+
+
+def summarize(browse: Browse) -> Dict[str, Any]:
+    """Image sizes (after the transforms and as stored), class histogram (det boxes, seg pixels,
+    rec characters), boxes per image, label lengths and the bad samples, of the browsed samples
+    (a replacement of a bad sample is not counted: it is counted at its own index)."""
+    counted = [s for s in browse.samples if s.replaces is None]
+    summary: Dict[str, Any] = {
+        "split": browse.split,
+        "task": browse.task,
+        "dataset_samples": browse.dataset_length,
+        "samples_counted": len(counted),
+        "image_sizes_after_transforms": _sizes([s.size for s in counted]),
+        "raw_image_sizes": _sizes([s.raw_size for s in counted if s.raw_size is not None]),
+    }
+    if browse.task == "det":
+        names = browse.class_names
+        per_class = Counter(int(c) for s in counted for c in s.classes)
+        summary["boxes"] = sum(per_class.values())
+        summary["boxes_per_class"] = {
+            (names[c] if 0 <= c < len(names) else str(c)): n for c, n in sorted(per_class.items())
+        }
+        summary["boxes_per_image"] = dict(sorted(Counter(len(s.boxes) for s in counted).items()))
+    elif browse.task == "seg":
+        pixels: Counter = Counter()
+        for sample in counted:
+            pixels.update(sample.pixel_counts)
+        ignored = pixels.pop(browse.ignore_index, 0) if browse.ignore_index is not None else 0
+        summary["labelled_pixels"] = sum(pixels.values())
+        summary["pixels_per_class"] = dict(sorted(pixels.items()))
+        summary["ignored_pixels"] = ignored
+        summary["ignore_index"] = browse.ignore_index
+    elif browse.task == "rec":
+        summary["characters"] = sum(len(s.text) for s in counted)
+        summary["characters_per_class"] = dict(Counter("".join(s.text for s in counted)).most_common())
+        summary["label_lengths"] = dict(sorted(Counter(len(s.text) for s in counted).items()))
+    summary["bad_samples"] = list(browse.bad)
+    summary["changed_samples"] = list(browse.notes)
+    return summary
+
+
+def _table(values: Mapping[Any, Any], width: int = 16) -> List[str]:
+    items = list(values.items())
+    lines: List[str] = []
+    for start in range(0, len(items), width):
+        chunk = items[start : start + width]
+        lines += [
+            "| " + " | ".join(f"`{k}`" for k, _ in chunk) + " |",
+            "|" + "---|" * len(chunk),
+            "| " + " | ".join(str(v) for _, v in chunk) + " |",
+            "",
+        ]
+    return lines
+
+
+def summary_markdown(summary: Mapping[str, Any]) -> str:
+    """The summary as a short markdown document: its numbers, then one table per histogram and
+    the lists (bad samples, pictures)."""
+    lines = [f"# {summary['split']} split ({summary['task']}): {summary.get('of', '')}", ""]
+    tables: List[str] = []
+    for key, value in summary.items():
+        title = key.replace("_", " ")
+        if key in ("split", "task", "of"):
+            continue
+        if isinstance(value, Mapping):
+            tables += [f"## {title}", ""] + (_table(value) if value else ["(none)", ""])
+        elif isinstance(value, list) and key in ("bad_samples", "changed_samples", "pictures"):
+            tables += [f"## {title} ({len(value)})", ""] + [f"- {v}" for v in value] + [""]
+        else:
+            lines.append(f"- {title}: {value}")
+    return "\n".join(lines + [""] + tables).rstrip() + "\n"

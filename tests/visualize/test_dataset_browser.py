@@ -6,12 +6,16 @@ import os
 import numpy as np
 import pytest
 from picture_testing import assert_picture
+from PIL import Image
 from ppdist_testing import check_ok, run_tool, tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.config import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
-from ppdist.visualize.dataset_browser import draw_samples, read_samples, split_dataset, summarize
+from ppdist.errors import ConfigError
+from ppdist.visualize.browse import BrowseOptions, browse_dataset
+from ppdist.visualize.dataset_browser import choose_indices, read_samples, split_dataset, summarize
+from ppdist.visualize.sample_grid import IGNORE_RGB, OVERLAY_ALPHA, box_colour, overlay, render_samples
 
 MAKERS = {"rec": tiny_config, "det": tiny_det_config, "seg": tiny_seg_config}
 
@@ -23,84 +27,148 @@ def loaded(task, tmp_path, overrides=()):
     return path, config
 
 
+def read_lines(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.readlines()
+
+
 def test_recognition_labels_are_decoded_back_to_the_label_file_text(tmp_path):
     _, config = loaded("rec", tmp_path)
     dataset = split_dataset(config, "Eval")
     browse = read_samples(config, "Eval", dataset, range(6))
-    with open(os.path.join(str(tmp_path / "data"), "val.txt"), encoding="utf-8") as handle:
-        labels = [line.rstrip("\n").split("\t")[1] for line in handle][:6]
+    labels = [line.rstrip("\n").split("\t")[1] for line in read_lines(tmp_path / "data" / "val.txt")][:6]
     assert [s.text for s in browse.samples] == labels
     summary = summarize(browse)
-    assert sum(summary["characters"].values()) == sum(len(t) for t in labels)
-    assert summary["label_lengths"] == {
-        n: sum(len(t) == n for t in labels) for n in sorted(set(map(len, labels)))
-    }
-    draw_samples(browse, str(tmp_path / "rec.png"))
-    assert_picture(str(tmp_path / "rec.png"), (1200, 280))
+    assert summary["characters"] == sum(summary["characters_per_class"].values()) == sum(map(len, labels))
+    assert summary["label_lengths"] == {n: sum(len(t) == n for t in labels) for n in set(map(len, labels))}
+    assert summary["image_sizes_after_transforms"]["100x32"] == 6
+    first = Image.open(str(tmp_path / "data" / browse.samples[0].origin.split("(")[1].rstrip(")")))
+    assert summary["raw_image_sizes"]["width_range"][0] <= first.size[0]
+    figure = render_samples(browse, browse.samples)
+    assert tuple(figure.canvas.get_width_height()) == (1200, 280)
 
 
-def test_detection_boxes_are_the_annotations(tmp_path):
-    _, config = loaded("det", tmp_path, ["Train.dataset.transforms=[{Decode: {}}]"])  # no flip
+def flipped(boxes, width):
+    return np.stack([width - boxes[:, 2], boxes[:, 1], width - boxes[:, 0], boxes[:, 3]], axis=1)
+
+
+def test_detection_boxes_are_the_annotations_after_the_transforms_and_drawn_where_they_are(tmp_path):
+    _, config = loaded("det", tmp_path)
+    resize = config["Train"]["dataset"]["batch_transforms"][0]["BatchRandomResize"]
+    resize["target_size"] = [128]  # 96 -> 128: the boxes scale by 4/3 (and RandomFlip may flip)
     dataset = split_dataset(config, "Train")
-    browse = read_samples(config, "Train", dataset, range(5))
-    annotations = os.path.join(str(tmp_path / "data"), "annotations", "instances_train.json")
-    with open(annotations, encoding="utf-8") as handle:
-        coco = json.load(handle)
+    browse = read_samples(config, "Train", dataset, range(6))
+    coco = json.load(open(tmp_path / "data" / "annotations" / "instances_train.json", encoding="utf-8"))
     names = {c["id"]: c["name"] for c in coco["categories"]}
     total = 0
     for sample in browse.samples:
-        image_id = dataset.image_id(sample.index)
-        expected = [a for a in coco["annotations"] if a["image_id"] == image_id and not a.get("iscrowd")]
-        boxes = sorted([x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in expected))
-        np.testing.assert_allclose(
-            sorted(sample.boxes.tolist()), boxes, atol=1e-3
-        )  # BatchRandomBatchRandomResize to 96: identity
+        assert sample.size == (128, 128) and sample.image.shape == (128, 128, 3)
+        expected = [a for a in coco["annotations"] if a["image_id"] == dataset.image_id(sample.index)]
+        boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in expected)]) * 128 / 96
+        got = sample.boxes[np.lexsort(sample.boxes.T[::-1])]
+        candidates = [boxes, flipped(boxes, 128)]
+        assert any(np.allclose(got, c[np.lexsort(c.T[::-1])], atol=0.05) for c in candidates), sample.index
         assert sorted(browse.class_names[c] for c in sample.classes) == sorted(
             names[a["category_id"]] for a in expected
         )
         total += len(expected)
     summary = summarize(browse)
-    assert sum(summary["boxes_per_class"].values()) == total
+    assert summary["boxes"] == sum(summary["boxes_per_class"].values()) == total
     assert sum(k * v for k, v in summary["boxes_per_image"].items()) == total
-    draw_samples(browse, str(tmp_path / "det.png"))
-    assert_picture(str(tmp_path / "det.png"), (1280, 640))
+    assert sum(summary["boxes_per_image"].values()) == summary["samples_counted"] == 6
+
+    sample = max(browse.samples, key=lambda s: float(np.prod(s.boxes[:, 2:] - s.boxes[:, :2], axis=1).max()))
+    figure = render_samples(browse, [sample])
+    path = str(tmp_path / "one.png")
+    figure.savefig(path, dpi=figure.dpi)
+    drawn = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    axes, height = figure.axes[0], figure.canvas.get_width_height()[1]
+    biggest = int(np.argmax(np.prod(sample.boxes[:, 2:] - sample.boxes[:, :2], axis=1)))
+    x1, y1, x2, y2 = sample.boxes[biggest]
+    colour = np.array(box_colour(int(sample.classes[biggest]))) * 255
+    for x, y in ((x1, (y1 + y2) / 2), (x2, (y1 + y2) / 2), ((x1 + x2) / 2, y2)):  # left, right, bottom
+        px, py = axes.transData.transform((x, y))
+        patch = drawn[int(height - py) - 1 : int(height - py) + 2, int(px) - 1 : int(px) + 2]
+        assert np.abs(patch - colour).sum(axis=-1).min() < 40, (x, y, patch)
 
 
-def test_segmentation_pixels_are_counted_and_drawn(tmp_path):
+def test_segmentation_pixels_per_class_are_the_label_files_and_ignore_is_white(tmp_path):
     _, config = loaded("seg", tmp_path)
-    dataset = split_dataset(config, "Train")
-    browse = read_samples(config, "Train", dataset, range(4))
+    dataset = split_dataset(config, "Eval")
+    browse = read_samples(config, "Eval", dataset, range(5))
+    expected = np.zeros(256, np.int64)
+    for line in read_lines(tmp_path / "data" / "val.txt")[:5]:
+        label = np.asarray(Image.open(str(tmp_path / "data" / line.split()[1])))
+        expected += np.bincount(label.ravel(), minlength=256)
     summary = summarize(browse)
-    assert sum(summary["pixels_per_class"].values()) == 4 * 64 * 64
-    assert set(summary["pixels_per_class"]) <= {0, 1, 2, 3, 255}
-    draw_samples(browse, str(tmp_path / "seg.png"), dataset.ignore_index)
-    assert_picture(str(tmp_path / "seg.png"), (1280, 320))
+    assert summary["pixels_per_class"] == {c: int(n) for c, n in enumerate(expected[:255]) if n}
+    assert summary["ignored_pixels"] == expected[255] > 0
+    assert summary["labelled_pixels"] + summary["ignored_pixels"] == 5 * 64 * 64
+    sample = browse.samples[0]
+    shown = overlay(np.zeros_like(sample.image), sample.label_map, 255)
+    ignored = sample.label_map == 255
+    assert (shown[ignored] == round(OVERLAY_ALPHA * IGNORE_RGB[0])).all()
+    assert (shown[~ignored] < round(OVERLAY_ALPHA * 255)).any(axis=-1).all()  # classes: not white
+    figure = render_samples(browse, browse.samples)
+    assert tuple(figure.canvas.get_width_height()) == (3 * 520, 2 * 280 + 40)
 
 
-def test_the_tool_writes_the_picture_and_names_bad_samples(tmp_path):
-    path, config = loaded("rec", tmp_path)
-    train_list = os.path.join(str(tmp_path / "data"), "train.txt")
-    with open(train_list, encoding="utf-8") as handle:
-        lines = handle.readlines()
-    lines[1] = "images/missing.png\tabc\n"
-    with open(train_list, "w", encoding="utf-8") as handle:
-        handle.writelines(lines)
+def test_detection_eval_samples_show_their_annotations_scaled_as_the_image(tmp_path):
+    _, config = loaded("det", tmp_path)
+    config["Eval"]["dataset"]["transforms"][1]["Resize"]["target_size"] = [160, 160]  # 96 -> 160
+    dataset = split_dataset(config, "Eval")  # the eval pipeline keeps no boxes
+    browse = read_samples(config, "Eval", dataset, range(3))
+    coco = json.load(open(tmp_path / "data" / "annotations" / "instances_val.json", encoding="utf-8"))
+    for sample in browse.samples:
+        assert sample.size == (160, 160)
+        expected = [a["bbox"] for a in coco["annotations"] if a["image_id"] == dataset.image_id(sample.index)]
+        boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in expected]).reshape(-1, 4) * 160 / 96
+        np.testing.assert_allclose(sample.boxes, boxes, atol=1e-3)
+
+
+def test_a_missing_image_is_a_bad_sample_of_the_summary_and_the_rest_is_counted(tmp_path):
+    _, config = loaded("det", tmp_path)
+    dataset = split_dataset(config, "Eval")
+    missing = dataset.image_path(2)
+    os.remove(missing)
     out = str(tmp_path / "browse")
-    result = check_ok(
-        run_tool(
-            ["browse_dataset.py", "-c", path, "--num", "4", "--out", out, "-o", "Global.synthetic_data=null"]
-        )
-    )
-    assert "wrote" in result.stdout
+    summary = browse_dataset(config, BrowseOptions("Eval", num=4, out_dir=out, whole_split=True))
+    assert len(summary["bad_samples"]) == 1 and missing in summary["bad_samples"][0]
+    coco = json.load(open(tmp_path / "data" / "annotations" / "instances_val.json", encoding="utf-8"))
+    kept = [a for a in coco["annotations"] if a["image_id"] != dataset.image_id(2) and not a.get("iscrowd")]
+    assert summary["boxes"] == sum(summary["boxes_per_class"].values()) == len(kept)  # from the annotations
+    assert summary["samples_counted"] == len(dataset) - 1 and summary["of"].startswith("the whole split")
+    assert missing in open(os.path.join(out, "summary.md"), encoding="utf-8").read()
+    assert_picture(os.path.join(out, "samples.png"), (3 * 320, 320))  # 3 of the first 4 are good
+    with pytest.raises(ConfigError, match="--num must be a positive"):
+        browse_dataset(config, BrowseOptions("Eval", num=0, out_dir=out))
+
+
+def test_choosing_samples_is_the_first_n_or_a_seeded_random_choice():
+    assert choose_indices(10, 4, False, 0) == [0, 1, 2, 3]
+    assert choose_indices(3, 5, False, 0) == [0, 1, 2]
+    chosen = choose_indices(100, 8, True, 7)
+    assert chosen == choose_indices(100, 8, True, 7) != choose_indices(100, 8, True, 8)
+    assert len(set(chosen)) == 8 and chosen == sorted(chosen)
+
+
+def test_the_tool_draws_the_split_and_lists_a_missing_image_with_its_line(tmp_path):
+    path, _ = loaded("rec", tmp_path)
+    train_list = tmp_path / "data" / "train.txt"
+    lines = read_lines(train_list)
+    lines[1] = "images/missing.png\tabc\n"
+    train_list.write_text("".join(lines), encoding="utf-8")
+    out = str(tmp_path / "browse")
+    args = ["browse_dataset.py", "-c", path, "--num", "30", "--out", out, "--all"]
+    result = check_ok(run_tool(args + ["-o", "Global.synthetic_data=null"]))
     summary = json.load(open(os.path.join(out, "summary.json"), encoding="utf-8"))
-    assert summary["samples"] == 4 and summary["of"] == "the 4 drawn samples"
-    assert any("missing.png" in line for line in summary["bad_samples"]), summary["bad_samples"]
-    assert_picture(os.path.join(out, "samples.png"), (1200, 280))
-    bad = run_tool(["browse_dataset.py", "-c", path, "--num", "0", "--out", out])
-    assert bad.returncode == 2 and "--num must be a positive number" in bad.stderr
-
-
-@pytest.mark.parametrize("split", ["Nope"])
-def test_unknown_split_is_refused_by_argparse(tmp_path, split):
-    result = run_tool(["browse_dataset.py", "-c", "configs/rec/quickstart_synth.yml", "--split", split])
-    assert result.returncode == 2 and "invalid choice" in result.stderr
+    assert summary["bad_samples"] == [
+        f"{train_list}:2 (images/missing.png): " + summary["bad_samples"][0].split(": ", 1)[1]
+    ]
+    assert summary["samples_counted"] == len(lines) - 1  # the replacement is counted at its own index
+    labels = [line.rstrip("\n").split("\t")[1] for i, line in enumerate(lines) if i != 1]
+    assert summary["characters"] == sum(map(len, labels))
+    assert "missing.png" in result.stdout and "## bad samples (1)" in result.stdout
+    assert summary["pictures"] == [os.path.join(out, "samples_1.png"), os.path.join(out, "samples_2.png")]
+    assert_picture(summary["pictures"][0], (3 * 400, 8 * 140))
+    assert_picture(summary["pictures"][1], (3 * 400, 2 * 140))

@@ -198,6 +198,10 @@ def _to_channels(img: np.ndarray, channels: int) -> np.ndarray:
     return img
 
 
+RESIZE_NORM_MEAN = 0.5  # RecResizeImg's normalisation of [0, 1] pixels: (x - mean) / std
+RESIZE_NORM_STD = 0.5
+
+
 def resize_norm(
     img: np.ndarray, image_shape: List[int], padding: bool = True, variable_width: bool = False
 ) -> tuple:
@@ -219,7 +223,7 @@ def resize_norm(
     resized = cv2.resize(_to_channels(img, channels), (resized_w, img_h), interpolation=cv2.INTER_LINEAR)
     resized = resized.astype(np.float32)
     resized = resized[None] if resized.ndim == 2 else resized.transpose(2, 0, 1)
-    resized = (resized / 255.0 - 0.5) / 0.5
+    resized = (resized / 255.0 - RESIZE_NORM_MEAN) / RESIZE_NORM_STD
     out = np.zeros((channels, img_h, img_w), dtype=np.float32)
     out[:, :, :resized_w] = resized
     return out, min(1.0, resized_w / float(img_w))
