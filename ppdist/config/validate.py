@@ -308,6 +308,16 @@ def _without_stage_pretrained(entry: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in entry.items() if k != STAGE_PRETRAINED_KEY}
 
 
+def _check_freeze_spellings(entry: Dict[str, Any]) -> None:
+    """Frozen stages have two spellings (ppdist.modeling.freezing); one of them at most."""
+    if entry.get("freeze_at") is not None and entry.get("frozen_stages") is not None:
+        raise ConfigError(
+            "Architecture.Backbone: give freeze_at (PaddleDetection's: the last frozen stage, from 0) "
+            "or frozen_stages (mmdetection's: the stem and that many stages), not both "
+            f"(got freeze_at={entry['freeze_at']!r}, frozen_stages={entry['frozen_stages']!r})"
+        )
+
+
 def _validate_architecture(config: Dict[str, Any]) -> None:
     arch = config.get("Architecture")
     if not isinstance(arch, dict):
@@ -329,6 +339,8 @@ def _validate_architecture(config: Dict[str, Any]) -> None:
             raise ConfigError(f"missing required key Architecture.{key}")
         if key == "Backbone" and isinstance(entry, dict) and STAGE_PRETRAINED_KEY in entry:
             entry = _without_stage_pretrained(entry)
+        if key == "Backbone" and isinstance(entry, dict):
+            _check_freeze_spellings(entry)
         _check_component(
             registry, entry, f"Architecture.{key}", config, injected=("in_channels", "out_channels")
         )

@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from ppdist.modeling.freezing import frozen_state_names
+
 TensorLists = Tuple[
     List[torch.Tensor], List[torch.Tensor], List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]
 ]
@@ -26,7 +28,10 @@ class ModelEMA:
     divided by ``1 - d ** step``, ``d`` being the decay of the last step (no correction with the
     ``exponential`` type). ``decay_type``: ``constant`` (Paddle's ``normal``), ``threshold``
     (``min(decay, (1 + t) / (10 + t))``) or ``exponential`` (``decay * (1 - exp(-(t + 1) / 2000))``).
-    Integer buffers are copied. Before the first update ``module`` is the model itself (the
+    Integer buffers are copied, and so are the tensors training never changes (frozen stages and
+    ``freeze_norm``: ``ppdist.modeling.freezing.frozen_state_names``, PaddleDetection's
+    ``ema_filter_no_grad`` and more), which therefore stay bit-identical to the model's instead of
+    drifting by the bias correction. Before the first update ``module`` is the model itself (the
     original would give zeros).
 
     An update is a handful of ``torch._foreach_*`` kernels over cached tensor lists, not a Python
@@ -44,10 +49,11 @@ class ModelEMA:
         self.decay_type = decay_type
         self.step = 0
         self.last_decay = 0.0
+        frozen = frozen_state_names(model)
         self.average: Dict[str, torch.Tensor] = {
             name: torch.zeros_like(value, dtype=torch.float32)
             for name, value in self.module.state_dict().items()
-            if value.dtype.is_floating_point
+            if value.dtype.is_floating_point and name not in frozen
         }
         self._model: Optional[nn.Module] = None
         self._lists: Optional[TensorLists] = None
@@ -61,7 +67,8 @@ class ModelEMA:
         return self.decay
 
     def _tensor_lists(self, model: nn.Module) -> TensorLists:
-        """(averages, EMA module floats, model floats, EMA integers, model integers) by state-dict name."""
+        """(averages, EMA module averaged tensors, model ones, EMA copied tensors (integers and
+        frozen tensors), model ones) by state-dict name."""
         if self._lists is None or self._model is not model:
             current = model.state_dict(keep_vars=True)
             lists: TensorLists = ([], [], [], [], [])
@@ -79,13 +86,13 @@ class ModelEMA:
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         decay = self.current_decay()
-        averages, ema_floats, model_floats, ema_ints, model_ints = self._tensor_lists(model)
+        averages, ema_floats, model_floats, ema_copied, model_copied = self._tensor_lists(model)
         if averages:
             model_floats = [m if m.dtype == torch.float32 else m.float() for m in model_floats]
             torch._foreach_mul_(averages, decay)
             torch._foreach_add_(averages, model_floats, alpha=1.0 - decay)
-        if ema_ints:
-            torch._foreach_copy_(ema_ints, model_ints)
+        if ema_copied:
+            torch._foreach_copy_(ema_copied, model_copied)
         self.step += 1
         self.last_decay = decay
         self._apply()
@@ -119,8 +126,10 @@ class ModelEMA:
         self.step = int(state["step"])
         if "average" in state:
             self.last_decay = float(state["last_decay"])
-            for name, value in state["average"].items():
-                self.average[name].copy_(value)
+            saved, module_state = state["average"], self.module.state_dict()
+            correction = 1.0 if self.decay_type == "exponential" else 1.0 - self.last_decay**self.step
+            for name, average in self.average.items():  # a tensor frozen then, not now: its value
+                average.copy_(saved[name] if name in saved else module_state[name].float() * correction)
             return
         # a checkpoint of the earlier EMA (started from the weights, no correction): its module is
         # the average so far; continue as if it were the corrected value of the same steps

@@ -11,13 +11,14 @@ A frozen unit's parameters get ``requires_grad = False`` (so the optimizer, whic
 parameters only, and DDP leave them alone) and the unit stays in eval mode whatever
 ``model.train()`` says: ``FreezableBackbone.train`` re-applies it after every call, and finds the
 units through their containers, so BatchNorms replaced later (SyncBatchNorm conversion) are
-covered too.
+covered too. ``frozen_state_names`` lists every tensor training never changes, which the EMA
+copies instead of averaging (the bias-corrected average of a constant is not exactly it).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Set
 
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -71,21 +72,57 @@ class FreezableBackbone(nn.Module):
                 if isinstance(module, _BatchNorm):
                     module.requires_grad_(False)
         if count or self._freeze_norm:
-            logger.info(
-                "%s: %s frozen%s",
-                type(self).__name__,
-                "nothing" if not count else "the stem" + (f" and {count - 1} stage(s)" if count > 1 else ""),
-                ", and every BatchNorm (freeze_norm)" if self._freeze_norm else "",
-            )
+            self._log_frozen(count)
         self.train(self.training)
+
+    def _log_frozen(self, count: int) -> None:
+        """One line at build time: what is frozen, by module name, and how many parameters."""
+        names = {id(module): name for name, module in self.named_modules()}
+        units = [
+            ("the stem" if i == 0 else f"stage {i}") + f" ({', '.join(names[id(m)] for m in unit)})"
+            for i, unit in enumerate(self._frozen_units)
+        ]
+        if self._freeze_norm:
+            units.append("every BatchNorm (freeze_norm)")
+        frozen = sum(p.numel() for p in self.parameters() if not p.requires_grad)
+        total = sum(p.numel() for p in self.parameters())
+        logger.info(
+            "%s: frozen %s: %s of its %s parameters",
+            type(self).__name__,
+            "; ".join(units),
+            f"{frozen:,}",
+            f"{total:,}",
+        )
+
+    def frozen_modules(self) -> Iterator[nn.Module]:
+        """The modules held in eval mode: the frozen units (not their submodules) and, with
+        ``freeze_norm``, every BatchNorm (SyncBatchNorm conversions included: found anew)."""
+        for unit in getattr(self, "_frozen_units", []):
+            yield from unit
+        if getattr(self, "_freeze_norm", False):
+            yield from (module for module in self.modules() if isinstance(module, _BatchNorm))
 
     def train(self, mode: bool = True) -> "FreezableBackbone":
         super().train(mode)
-        for unit in getattr(self, "_frozen_units", []):
-            for module in unit:
-                module.eval()
-        if getattr(self, "_freeze_norm", False):
-            for module in self.modules():
-                if isinstance(module, _BatchNorm):
-                    module.eval()
+        for module in self.frozen_modules():
+            module.eval()
         return self
+
+
+def frozen_state_names(model: nn.Module) -> Set[str]:
+    """The state-dict names of ``model`` that training never changes: parameters not trained
+    (``requires_grad`` False) and every tensor of the frozen modules of its backbones (BatchNorm
+    running statistics included). The EMA copies them instead of averaging them."""
+    names = {name for name, param in model.named_parameters() if not param.requires_grad}
+    frozen = {
+        id(sub)
+        for module in model.modules()
+        if isinstance(module, FreezableBackbone)
+        for top in module.frozen_modules()
+        for sub in top.modules()
+    }
+    for prefix, module in model.named_modules():
+        if id(module) in frozen:
+            tensors = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
+            names.update(f"{prefix}.{name}" if prefix else name for name, _ in tensors)
+    return names

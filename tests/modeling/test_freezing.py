@@ -4,18 +4,23 @@ import os
 
 import pytest
 import torch
-from ppdist_testing import tiny_run_config
+from ppdist_testing import REPO, tiny_run_config
+from step_testing import device_batch, step_trainer
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ppdist.config import load_config
 from ppdist.convert.configs import PADDLEDET, convert_config
 from ppdist.engine.dist import DistEnv
+from ppdist.engine.ema import ModelEMA
+from ppdist.engine.hooks.train_log import count_trainable
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.setup import build_trainer
 from ppdist.errors import ConfigError
 from ppdist.modeling.backbones.cspresnet import CSPResNet
 from ppdist.modeling.backbones.mobilenet_v3 import MobileNetV3
 from ppdist.modeling.backbones.stdcnet import STDC1
+from ppdist.modeling.freezing import frozen_state_names
 
 FIXTURES = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "paddle_configs"
@@ -47,6 +52,14 @@ BACKBONES = {
             ("features.6.", "features.7."),
         ],
     ),
+}
+
+
+# a quick-start config per backbone (each decays weights): path, batch size, input size, overrides
+QUICKSTARTS = {
+    "MobileNetV3": (os.path.join(REPO, "configs", "rec", "quickstart_synth.yml"), 4, (32, 100), []),
+    "CSPResNet": (os.path.join(REPO, "configs", "det", "quickstart_synth.yml"), 4, (128, 128), []),
+    "STDC1": (os.path.join(REPO, "configs", "seg", "quickstart_synth.yml"), 4, (128, 128), []),
 }
 
 
@@ -130,16 +143,100 @@ def test_frozen_weights_and_statistics_are_bit_identical_after_training(tmp_path
     )
 
 
-def test_both_spellings_in_a_config_fail_by_key(tmp_path, digits_dir):
-    with pytest.raises(ConfigError, match="Architecture.Backbone"):
-        overrides = ["Architecture.Backbone.frozen_stages=1", "Architecture.Backbone.freeze_at=0"]
-        build_trainer(tiny_run_config(tmp_path, digits_dir, "run", overrides), DistEnv())
+def test_both_spellings_in_a_config_fail_by_key_before_anything_is_built(tmp_path, digits_dir):
+    overrides = ["Architecture.Backbone.frozen_stages=1", "Architecture.Backbone.freeze_at=0"]
+    with pytest.raises(ConfigError, match="Architecture.Backbone: give freeze_at .* not both"):
+        tiny_run_config(tmp_path, digits_dir, "run", overrides)  # the config's validation
 
 
 def test_a_paddledetection_config_passes_its_freeze_settings(tmp_path):
     path = tmp_path / "ppyoloe_frozen.yml"
     path.write_text(
-        f"_BASE_: ['{DET_S}']\nCSPResNet:\n  freeze_at: 0\n  freeze_norm: true\n", encoding="utf-8"
+        f"_BASE_: ['{DET_S}']\nema_filter_no_grad: true\nCSPResNet:\n  freeze_at: 0\n  freeze_norm: true\n",
+        encoding="utf-8",
     )
-    backbone = convert_config(str(path), PADDLEDET).config["Architecture"]["Backbone"]
+    conversion = convert_config(str(path), PADDLEDET)
+    backbone = conversion.config["Architecture"]["Backbone"]
     assert backbone["name"] == "CSPResNet" and backbone["freeze_at"] == 0 and backbone["freeze_norm"] is True
+    assert not [item for item in conversion.unmapped if "ema_filter_no_grad" in item or "freeze" in item]
+    assert conversion.config["Global"]["use_ema"] and any("ema_filter_no_grad" in n for n in conversion.notes)
+
+
+@pytest.mark.parametrize("name", sorted(QUICKSTARTS))
+def test_a_short_training_leaves_every_frozen_tensor_bit_identical(name):
+    """Weight decay, momentum, EMA, Paddle's BatchNorm statistics rule: none touches a frozen tensor."""
+    path, batch_size, size, overrides = QUICKSTARTS[name]
+    config = load_config(
+        path,
+        [
+            "Global.synthetic_data=null",
+            "Global.use_ema=true",
+            "Architecture.Backbone.frozen_stages=2",
+            *overrides,
+        ],
+    )
+    assert config["Global"]["bn_statistics"] == "paddle"
+    trainer = step_trainer(config, batch_size, size, steps=3)
+    model, backbone = trainer.model, trainer.model.backbone
+    assert type(backbone).__name__ == name
+    frozen = frozen_names(backbone)
+    assert frozen == expected_frozen(backbone, BACKBONES[name][1], 3)
+    decays = {group["weight_decay"] for group in trainer.optimizer.param_groups}
+    assert any(decays), "the run must decay weights"
+    in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert in_optimizer == {id(p) for p in model.parameters() if p.requires_grad}
+    frozen_prefixes = tuple(prefix for unit in BACKBONES[name][1][:3] for prefix in unit)
+    constant = {f"backbone.{k}" for k in backbone.state_dict() if k.startswith(frozen_prefixes)}
+    assert constant == frozen_state_names(model)
+    assert any(k.endswith("running_var") for k in constant)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for batch, _ in zip(trainer.train_loader, range(3)):
+        model.train()  # as the trainer does every epoch
+        trainer.step(device_batch(trainer, batch))
+    assert trainer.ema.step == 3
+    ema_state = trainer.ema.module.state_dict()
+    for key, value in model.state_dict().items():
+        if key in constant:  # weights and BatchNorm statistics, in the model and in its EMA
+            assert torch.equal(value, before[key]) and torch.equal(ema_state[key], before[key]), key
+        elif key.startswith("backbone.") and key.endswith((".weight", ".running_var")):
+            assert not torch.equal(value, before[key]), key
+    for module_name, module in backbone.named_modules():
+        if isinstance(module, _BatchNorm):
+            assert module.training != module_name.startswith(frozen_prefixes), module_name
+
+
+def test_the_ema_copies_frozen_tensors_and_resumes_across_freezing():
+    build = BACKBONES["CSPResNet"][0]
+    torch.manual_seed(0)
+    model = build(frozen_stages=1)
+    ema = ModelEMA(model, decay=0.9, decay_type="constant")
+    for _ in range(3):
+        ema.update(model)
+    frozen = frozen_state_names(model)
+    assert frozen and not frozen & set(ema.average)
+    state = model.state_dict()
+    assert all(torch.equal(ema.module.state_dict()[k], state[k]) for k in frozen)
+    # resumed with nothing frozen: a frozen tensor's average continues from its value
+    torch.manual_seed(0)
+    unfrozen_model = build()
+    unfrozen = ModelEMA(unfrozen_model, decay=0.9, decay_type="constant")
+    unfrozen.load_state_dict(ema.state_dict())
+    unfrozen.update(unfrozen_model)  # the same weights: every average stays at them
+    resumed = unfrozen.module.state_dict()
+    floats = [k for k in frozen if state[k].is_floating_point()]
+    assert floats and all(torch.allclose(resumed[k], state[k], rtol=1e-5, atol=1e-7) for k in floats)
+    ema.load_state_dict(unfrozen.state_dict())  # and back to frozen
+    assert set(ema.average) == set(unfrozen.average) - frozen
+
+
+def test_the_build_logs_what_is_frozen_once_and_the_trainable_count_drops(caplog):
+    build = BACKBONES["CSPResNet"][0]
+    with caplog.at_level("INFO", logger="ppdist"):
+        model = build(freeze_at=0)
+    lines = [r.getMessage() for r in caplog.records if "frozen" in r.getMessage()]
+    frozen = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("stem.", "stages.0.")))
+    assert lines == [
+        f"CSPResNet: frozen the stem (stem); stage 1 (stages.0): {frozen:,} of its "
+        f"{sum(p.numel() for p in build().parameters()):,} parameters"
+    ]
+    assert count_trainable(model) == count_trainable(build()) - frozen > 0

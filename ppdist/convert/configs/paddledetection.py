@@ -229,7 +229,11 @@ class _DetConverter:
                 "ema_black_list [proj_conv.weight]: ppdist keeps the DFL projection as a constant "
                 "buffer, so the EMA never changes it (same effect)"
             )
-        top.expect("ema_filter_no_grad", False, "ppdist's EMA averages every floating-point tensor")
+        if top.get("ema_filter_no_grad"):
+            self.report.note(
+                "ema_filter_no_grad: ppdist's EMA always copies the tensors training never changes "
+                "(frozen stages, freeze_norm) instead of averaging them (same effect)"
+            )
 
     # ------------------------------------------------------------------ model
     def shared(self, section: Keys, key: str, default: Any) -> Any:
