@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any, Dict, Mapping, Optional
 
@@ -16,8 +17,36 @@ from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.evaluator import Evaluator
 from ppdist.errors import ConfigError
+from ppdist.registry import METRICS
 
 logger = logging.getLogger("ppdist")
+
+
+def set_picture_options(
+    config: Dict[str, Any],
+    output_dir: Optional[str],
+    iou: Optional[float] = None,
+    score: Optional[float] = None,
+) -> None:
+    """``tools/eval.py --output_dir DIR [--iou X] [--score Y]`` in ``config["Metric"]``: a metric that
+    writes files of its own (detection: ``bbox.json``) writes them into ``output_dir``; ``iou`` /
+    ``score`` set the detection confusion matrix's matching (``COCOMetric.confusion_iou`` /
+    ``confusion_score``). ``ConfigError`` for a metric without a confusion matrix, or no ``output_dir``."""
+    metric = config["Metric"]
+    accepted = inspect.signature(METRICS.get(metric["name"])).parameters
+    if output_dir and "output_dir" in accepted:
+        metric["output_dir"] = output_dir
+    for flag, key, value in (("--iou", "confusion_iou", iou), ("--score", "confusion_score", score)):
+        if value is None:
+            continue
+        if key not in accepted or not output_dir:
+            raise ConfigError(
+                f"{flag} sets the detection confusion matrix (COCOMetric) of --output_dir; "
+                + (f"this config's Metric is {metric['name']}" if output_dir else "--output_dir is not set")
+            )
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{flag} must be between 0 and 1, got {value}")
+        metric[key] = float(value)
 
 
 def evaluate_checkpoint(

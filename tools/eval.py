@@ -1,12 +1,11 @@
 """Evaluate a checkpoint: ``python tools/eval.py -c CFG -o Global.checkpoints=PATH [--output_json F]
-[--output_dir DIR] [--classwise]``.
+[--output_dir DIR [--iou 0.5 --score 0.25]] [--classwise]``.
 
 Runs on all processes under torchrun (exact, unpadded shards) and prints the metrics.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -18,8 +17,8 @@ from ppdist.convert.configs import conversion_of, load_config, report_conversion
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import cleanup, init_distributed
 from ppdist.engine.logger import setup_logger
-from ppdist.eval_runner import evaluate_checkpoint
-from ppdist.registry import METRICS
+from ppdist.errors import ConfigError
+from ppdist.eval_runner import evaluate_checkpoint, set_picture_options
 
 
 def main() -> int:
@@ -29,8 +28,22 @@ def main() -> int:
         "--output_dir",
         default=None,
         help="pictures of the evaluation (detection: PR curves, confusion matrix, per-class AP table and "
-        "bbox.json; segmentation: confusion matrix, per-class IoU; recognition: the worst mistakes, "
-        "character confusions)",
+        "bbox.json; segmentation: confusion matrix, per-class IoU; recognition: the worst mistakes and their "
+        "list, character confusions)",
+    )
+    parser.add_argument(
+        "--iou",
+        type=float,
+        default=None,
+        help="detection confusion matrix of --output_dir: the IoU a prediction needs to match a ground-truth "
+        "box (default Metric.confusion_iou, 0.5)",
+    )
+    parser.add_argument(
+        "--score",
+        type=float,
+        default=None,
+        help="detection confusion matrix of --output_dir: the score a prediction needs to be counted "
+        "(default Metric.confusion_score, 0.25)",
     )
     parser.add_argument(
         "--classwise", action="store_true", help="per-class AP (detection); = -o Metric.classwise=true"
@@ -38,11 +51,10 @@ def main() -> int:
     args = parser.parse_args()
     extra = ["Metric.classwise=true"] if args.classwise else []
     config = load_config(args.config, flat_overrides(args.opt) + extra)
-    if (
-        args.output_dir
-        and "output_dir" in inspect.signature(METRICS.get(config["Metric"]["name"])).parameters
-    ):
-        config["Metric"]["output_dir"] = args.output_dir  # detection: bbox.json beside the pictures
+    try:
+        set_picture_options(config, args.output_dir, args.iou, args.score)
+    except ConfigError as exc:
+        parser.error(str(exc))
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(None, env.rank)

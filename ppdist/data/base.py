@@ -16,6 +16,7 @@ Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
 BAD_SAMPLES_KEY = "_bad_samples"
 NOTES_KEY = "_notes"  # what a transform changed in a sample it kept (e.g. dropped label characters)
 SAMPLE_SEED_KEY = "_sample_seed"  # seeds batch transforms (see ppdist.data.build.collate)
+SAMPLE_INDEX_KEY = "_sample_index"  # an eval sample's dataset index (metrics name their samples by it)
 
 
 class RejectedSample(Exception):
@@ -140,6 +141,8 @@ class BaseDataSet(Dataset):
         result = self.load(index)
         if isinstance(result, dict):
             result[SAMPLE_SEED_KEY] = rng_seed
+            if self.mode == "eval":
+                result[SAMPLE_INDEX_KEY] = index
         if self.mode == "eval" or not isinstance(result, BadSample):
             return result
         for step in range(1, len(self)):

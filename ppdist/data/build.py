@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
 from ppdist.builder import build_component
-from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, SAMPLE_SEED_KEY, BadSample
+from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, SAMPLE_INDEX_KEY, SAMPLE_SEED_KEY, BadSample
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
@@ -76,7 +76,8 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
 
     ``batch_ops`` run on the good samples first. The returned batch always has
     ``_bad_samples``: descriptions of the samples that were skipped or replaced in it (see
-    ``BaseDataSet``), and ``_notes`` when a transform changed a sample it kept.
+    ``BaseDataSet``), and ``_notes`` when a transform changed a sample it kept; an eval batch
+    also has ``_sample_index``, its samples' dataset indices (int64, in batch order).
     """
     bad: List[str] = []
     notes: List[str] = []
@@ -89,6 +90,7 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
         notes.extend(sample.pop(NOTES_KEY, []))
         good.append(sample)
     seeds = [int(sample.pop(SAMPLE_SEED_KEY, 0)) for sample in good]
+    indices = [sample.pop(SAMPLE_INDEX_KEY) for sample in good if SAMPLE_INDEX_KEY in sample]
     if good and batch_ops:
         good = _seeded(lambda: apply_batch_transforms(batch_ops, good), seeds)
     try:
@@ -102,6 +104,8 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
             f"for images of varying size (e.g. segmentation eval at full resolution), or add a "
             f"resize/crop transform"
         ) from None
+    if good and len(indices) == len(good):  # eval samples: their dataset indices, kept on the host
+        batch[SAMPLE_INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
     batch[BAD_SAMPLES_KEY] = bad
     if notes:
         batch[NOTES_KEY] = notes

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY
+from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, SAMPLE_INDEX_KEY
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv, gather_object_to_main, run_on_main
 from ppdist.engine.logger import format_eta
@@ -108,7 +108,7 @@ class Evaluator:
             size = batch_size_of(batch)
             if size == 0:
                 continue
-            batch = move_to_device(batch, self.env.device, self.channels_last)
+            batch = move_to_device(batch, self.env.device, self.channels_last, (SAMPLE_INDEX_KEY,))
             with self.autocast():
                 # a post-process with test-time augmentation runs the model itself
                 infer = getattr(self.postprocess, "infer", None)

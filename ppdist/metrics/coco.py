@@ -190,6 +190,9 @@ class COCOMetric(Metric):
         self.output_dir = output_dir
         self.bias = bias
         self.confusion_iou, self.confusion_score = float(confusion_iou), float(confusion_score)
+        for key, value in (("confusion_iou", self.confusion_iou), ("confusion_score", self.confusion_score)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"COCOMetric.{key} must be between 0 and 1, got {value}")
         self.anno_file: Optional[str] = None
         self._ground_truth: Any = None
         self.clsid2catid: Dict[int, int] = {}
@@ -344,12 +347,16 @@ class COCOMetric(Metric):
             )
             ground_truth[image] = (boxes, np.array([clsid_of[a["category_id"]] for a in anns], dtype=int))
         table = self.detections
+        image_of = table[:, 0].astype(np.int64)
+        order = np.argsort(image_of, kind="stable")  # each image's rows together, in their order
+        table, image_of = table[order], image_of[order]
+        class_of = np.array([clsid_of.get(int(c), -1) for c in table[:, 6]], dtype=np.int64)
+        bounds = np.flatnonzero(np.diff(image_of)) + 1
         detections = {}
-        for image in image_ids:
-            rows = table[table[:, 0] == image]
-            boxes = np.concatenate([rows[:, 1:3], rows[:, 1:3] + rows[:, 3:5] - self.bias], axis=1)
-            classes = np.array([clsid_of[int(c)] for c in rows[:, 6]], dtype=int)
-            detections[image] = (boxes, classes, rows[:, 5])
+        for rows, classes in zip(np.split(table, bounds), np.split(class_of, bounds)):
+            if len(rows) and int(rows[0, 0]) in image_ids:
+                boxes = np.concatenate([rows[:, 1:3], rows[:, 1:3] + rows[:, 3:5] - self.bias], axis=1)
+                detections[int(rows[0, 0])] = (boxes, classes, rows[:, 5])
         return detection_confusion(
             ground_truth, detections, len(self.clsid2catid), iou_threshold, score_threshold
         )

@@ -6,18 +6,24 @@ import heapq
 import math
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 from rapidfuzz.distance import Levenshtein
 
+from ppdist.data.base import SAMPLE_INDEX_KEY
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
 from ppdist.utils.atomic import write_text_atomic
-from ppdist.visualize.eval_pictures import character_confusion, mistakes_gallery
-from ppdist.visualize.figures import display_image
+from ppdist.visualize.eval_pictures import (
+    character_confusion,
+    dataset_image,
+    markdown_table,
+    mistakes_gallery,
+    sample_origin,
+)
 
 EPS = 1e-5
-GALLERY_SIZE = 16  # mistakes shown by ``pictures`` (only their images are kept)
+GALLERY_SIZE = 16  # mistakes shown by ``pictures`` (their images read again from the dataset)
 INDICATORS = ("acc", "norm_edit_dis")
 _NOT_ALNUM = re.compile(r"[^0-9a-zA-Z]+")
 
@@ -25,6 +31,17 @@ _NOT_ALNUM = re.compile(r"[^0-9a-zA-Z]+")
 def _text(item: Union[str, Sequence[Any]]) -> str:
     """The text of a ``(text, score)`` pair, or the string itself."""
     return item if isinstance(item, str) else item[0]
+
+
+class Mistake(NamedTuple):
+    """A wrong prediction: the sample's dataset index (-1: unknown), the compared texts, the
+    prediction's score and their normalised edit distance."""
+
+    index: int
+    label: str
+    pred: str
+    score: float
+    distance: float
 
 
 @METRICS.register(name="RecMetric")
@@ -44,14 +61,19 @@ class RecMetric(Metric):
         self.main_indicator = main_indicator
         self.is_filter = is_filter
         self.ignore_space = ignore_space
+        self.dataset: Any = None
         self.reset()
 
     def reset(self) -> None:
         self.correct_num = 0
         self.all_num = 0
         self.edit_distances: List[float] = []
-        self.mistakes: List[Dict[str, Any]] = []  # label, pred, score, distance of every mistake
-        self.gallery: List[Dict[str, Any]] = []  # the GALLERY_SIZE worst, with their images
+        self.mistakes: List[Mistake] = []  # every wrong prediction (no image: see ``pictures``)
+
+    def bind_dataset(self, dataset: Any) -> None:
+        """The eval dataset (called by the evaluator): ``pictures`` re-reads the images of the
+        worst mistakes from it by their ``_sample_index``."""
+        self.dataset = dataset
 
     def normalize(self, text: str) -> str:
         if self.ignore_space:
@@ -64,9 +86,9 @@ class RecMetric(Metric):
         preds, labels = results["preds"], results["labels"]
         if len(preds) != len(labels):
             raise ValueError(f"RecMetric: {len(preds)} predictions for {len(labels)} labels")
-        images = batch.get("image") if batch is not None else None
-        new_mistakes = []
-        for position, (pred, label) in enumerate(zip(preds, labels)):
+        indices = batch.get(SAMPLE_INDEX_KEY) if batch is not None else None
+        indices = [int(i) for i in indices] if indices is not None else [-1] * len(preds)
+        for index, pred, label in zip(indices, preds, labels):
             pred_text, label_text = self.normalize(_text(pred)), self.normalize(_text(label))
             distance = float(Levenshtein.normalized_distance(pred_text, label_text))
             self.edit_distances.append(distance)
@@ -74,24 +96,14 @@ class RecMetric(Metric):
             self.all_num += 1
             if pred_text != label_text:
                 score = float(pred[1]) if not isinstance(pred, str) and len(pred) > 1 else 0.0
-                new_mistakes.append(
-                    (position, {"label": label_text, "pred": pred_text, "score": score, "distance": distance})
-                )
-        self.mistakes += [mistake for _, mistake in new_mistakes]
-        candidates = self.gallery + [dict(m, position=p) for p, m in new_mistakes]
-        self.gallery = heapq.nlargest(GALLERY_SIZE, candidates, key=_badness)
-        for mistake in self.gallery:  # copy to the host only the images that make the gallery
-            position = mistake.pop("position", None)
-            if position is not None and images is not None:
-                mistake["image"] = display_image(images[position], bgr=True)
+                self.mistakes.append(Mistake(index, label_text, pred_text, score, distance))
 
     def state(self) -> Dict[str, Any]:
         return {
             "correct_num": self.correct_num,
             "all_num": self.all_num,
             "edit_distances": list(self.edit_distances),
-            "mistakes": list(self.mistakes),
-            "gallery": list(self.gallery),
+            "mistakes": [tuple(m) for m in self.mistakes],
         }
 
     def load_states(self, states: List[Dict[str, Any]]) -> None:
@@ -100,9 +112,12 @@ class RecMetric(Metric):
             self.correct_num += int(part["correct_num"])
             self.all_num += int(part["all_num"])
             self.edit_distances.extend(float(d) for d in part["edit_distances"])
-            self.mistakes.extend(part.get("mistakes", []))
-            self.gallery.extend(part.get("gallery", []))
-        self.gallery = heapq.nlargest(GALLERY_SIZE, self.gallery, key=_badness)
+            self.mistakes.extend(Mistake(*m) for m in part.get("mistakes", []))
+
+    def worst_mistakes(self, count: int = GALLERY_SIZE) -> List[Mistake]:
+        """The ``count`` worst mistakes: largest normalised edit distance (lowest per-sample
+        ``norm_edit_dis``) first, then the most confident, then by dataset index."""
+        return heapq.nsmallest(count, self.mistakes, key=lambda m: (-m.distance, -m.score, m.index))
 
     def compute(self) -> Dict[str, float]:
         return {
@@ -111,18 +126,43 @@ class RecMetric(Metric):
         }
 
     def pictures(self, out_dir: str) -> List[str]:
-        """``worst_mistakes.png`` (image, label, prediction, score) and ``character_confusion.md``."""
+        """``worst_mistakes.png`` (image, label, prediction, score of the ``GALLERY_SIZE`` worst
+        mistakes, their images read again from the bound dataset) and ``worst_mistakes.md`` (the
+        same with each sample's origin), when there is a mistake; ``character_confusion.md``."""
         os.makedirs(out_dir, exist_ok=True)
         written = []
-        worst = [m for m in self.gallery if "image" in m]
+        worst = [
+            dict(
+                m._asdict(),
+                image=dataset_image(self.dataset, m.index),
+                origin=sample_origin(self.dataset, m.index),
+            )
+            for m in self.worst_mistakes()
+        ]
         if worst:
-            path = os.path.join(out_dir, "worst_mistakes.png")
-            mistakes_gallery(worst, path)
-            written.append(path)
+            gallery = os.path.join(out_dir, "worst_mistakes.png")
+            mistakes_gallery(worst, gallery)
+            listing = os.path.join(out_dir, "worst_mistakes.md")
+            header = ["#", "label", "prediction", "score", "normalised edit distance", "sample"]
+            rows = [
+                (
+                    n + 1,
+                    _code(m["label"]),
+                    _code(m["pred"]),
+                    f"{m['score']:.4f}",
+                    f"{m['distance']:.4f}",
+                    m["origin"],
+                )
+                for n, m in enumerate(worst)
+            ]
+            title = f"The {len(worst)} worst of {len(self.mistakes)} mistake(s) in {self.all_num} sample(s)"
+            write_text_atomic(listing, markdown_table(header, rows, title))
+            written += [gallery, listing]
         table = os.path.join(out_dir, "character_confusion.md")
-        write_text_atomic(table, character_confusion([(m["label"], m["pred"]) for m in self.mistakes]))
+        write_text_atomic(table, character_confusion([(m.label, m.pred) for m in self.mistakes]))
         return written + [table]
 
 
-def _badness(mistake: Mapping[str, Any]) -> Tuple[float, float]:
-    return (float(mistake["distance"]), float(mistake["score"]))
+def _code(text: str) -> str:
+    """``text`` as inline code in a markdown table cell (``(empty)`` for no text)."""
+    return "`" + text.replace("|", "\\|").replace("`", "'") + "`" if text else "(empty)"

@@ -4,14 +4,18 @@ confusion matrices, per-class IoU bars, and a gallery of the worst recognition m
 
 from __future__ import annotations
 
+import io
 import math
 from collections import Counter
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
+from PIL import Image
 from rapidfuzz.distance import Levenshtein
 
-from ppdist.visualize.figures import new_figure, save_png
+from ppdist.visualize.figures import display_image, new_figure, save_png
+
+MAX_LEGEND_CLASSES = 20  # more classes: their PR curves drawn unnamed, thin and grey
 
 
 def pr_curves(
@@ -19,8 +23,8 @@ def pr_curves(
 ) -> Dict[str, np.ndarray]:
     """Precision against recall from COCOeval's ``eval["precision"]`` ``[T, R, K, A, M]`` (area
     all, the last maxDets): each class at IoU 0.5, and all classes at IoU 0.5 and 0.5:0.95
-    (the mean over classes and thresholds of the defined values, -1 left out). Returns the
-    plotted curves by label."""
+    (the mean over classes and thresholds of the defined values, -1 left out); each named with its
+    AP (the mean of its curve). Returns the plotted curves by label."""
     at_50 = precision[0, :, :, 0, -1]  # [R, K]
     curves: Dict[str, np.ndarray] = {}
     for k in range(at_50.shape[1]):
@@ -32,12 +36,20 @@ def pr_curves(
     )
     figure = new_figure((900, 600))
     axes = figure.add_subplot(1, 1, 1)
+    many = at_50.shape[1] > MAX_LEGEND_CLASSES  # thin grey class curves, only the summaries named
     for label, values in curves.items():
-        shown = np.where(values >= 0, values, np.nan)
-        style = {"linewidth": 2.5, "color": "black"} if label.startswith("all") else {"linewidth": 1}
-        if label.endswith("0.5:0.95)"):
-            style["linestyle"] = "--"
-        axes.plot(recall_thresholds, shown, label=label, **style)
+        shown = np.where(values >= 0, values, np.nan)  # -1: a class without ground truth
+        defined = values[values > -1]
+        label = f"{label}: AP {defined.mean():.3f}" if defined.size else f"{label}: no ground truth"
+        if label.startswith("all"):
+            style: Dict[str, Any] = {"linewidth": 2.5, "color": "black", "label": label}
+            if label.endswith("0.5:0.95)"):
+                style["linestyle"] = "--"
+        elif many:
+            style = {"linewidth": 0.6, "color": "grey", "alpha": 0.5}
+        else:
+            style = {"linewidth": 1, "label": label}
+        axes.plot(recall_thresholds, shown, **style)
     axes.set_xlabel("recall")
     axes.set_ylabel("precision")
     axes.set_xlim(0, 1)
@@ -154,21 +166,48 @@ def class_bars(values: Sequence[float], names: Sequence[str], out_path: str, tit
     save_png(figure, out_path)
 
 
-def mistakes_gallery(mistakes: Sequence[Dict[str, object]], out_path: str, columns: int = 4) -> None:
-    """A grid of recognition mistakes: ``{"image": HxWx3 uint8, "label", "pred", "score",
-    "distance"}`` each, in the order given."""
+def mistakes_gallery(mistakes: Sequence[Dict[str, Any]], out_path: str, columns: int = 4) -> None:
+    """A grid of recognition mistakes in the order given: ``{"image": HxWx3 uint8 or None,
+    "label", "pred", "score", "distance"}`` each (no image: the texts alone)."""
     rows = max(1, math.ceil(len(mistakes) / columns))
     figure = new_figure((360 * columns, 150 * rows))
     for position, item in enumerate(mistakes):
         axes = figure.add_subplot(rows, columns, position + 1)
         axes.set_axis_off()
-        axes.imshow(item["image"])
+        if item.get("image") is not None:
+            axes.imshow(item["image"])
+        else:
+            axes.text(0.5, 0.5, "(image not available)", ha="center", va="center", color="grey")
         axes.set_title(
-            f"label {item['label']!r}\npred {item['pred']!r} ({float(item['score']):.2f}, ned {float(item['distance']):.2f})",
+            f"{position + 1}. label {item['label']!r}\npred {item['pred']!r} "
+            f"(score {float(item['score']):.2f}, ned {float(item['distance']):.2f})",
             fontsize=8,
         )
     figure.tight_layout()
     save_png(figure, out_path)
+
+
+def dataset_image(dataset: Any, index: int) -> Optional[np.ndarray]:
+    """Sample ``index`` of ``dataset`` as stored (its ``read(index)["image"]``: encoded bytes or
+    an array) as HxWx3 uint8 RGB; None when there is no dataset, no index or it cannot be read."""
+    if dataset is None or index < 0 or not hasattr(dataset, "read"):
+        return None
+    try:
+        image = dataset.read(index)["image"]
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            with Image.open(io.BytesIO(bytes(image))) as decoded:
+                return np.asarray(decoded.convert("RGB"))
+        return display_image(image, bgr=False)
+    except Exception:  # a picture of the mistakes never fails the evaluation
+        return None
+
+
+def sample_origin(dataset: Any, index: int) -> str:
+    """Where sample ``index`` comes from (the dataset's ``origin``, e.g. ``val.txt:12 (img.png)``)."""
+    if dataset is None or index < 0:
+        return "?" if index < 0 else f"sample {index}"
+    origin = getattr(dataset, "origin", None)
+    return str(origin(index)) if origin is not None else f"sample {index}"
 
 
 def character_confusion(pairs: Sequence[Tuple[str, str]], top: int = 20) -> str:
@@ -187,14 +226,19 @@ def character_confusion(pairs: Sequence[Tuple[str, str]], top: int = 20) -> str:
                 inserted[pred[op.dest_pos]] += 1
     lines = [f"# Character confusions of {len(pairs)} wrong prediction(s)", ""]
     lines += ["| label char | predicted | count |", "|---|---|---|"]
-    lines += [f"| `{a}` | `{b}` | {n} |" for (a, b), n in replaced.most_common(top)]
+    lines += [f"| {_char(a)} | {_char(b)} | {n} |" for (a, b), n in replaced.most_common(top)]
     lines += ["", "| missed (deleted) | count |", "|---|---|"] + [
-        f"| `{c}` | {n} |" for c, n in deleted.most_common(top)
+        f"| {_char(c)} | {n} |" for c, n in deleted.most_common(top)
     ]
     lines += ["", "| extra (inserted) | count |", "|---|---|"] + [
-        f"| `{c}` | {n} |" for c, n in inserted.most_common(top)
+        f"| {_char(c)} | {n} |" for c, n in inserted.most_common(top)
     ]
     return "\n".join(lines) + "\n"
+
+
+def _char(char: str) -> str:
+    """One character as a markdown table cell (a space, ``|`` and a backtick stay readable)."""
+    return {" ": "(space)", "|": "`\\|`", "`": "(backtick)"}.get(char, f"`{char}`")
 
 
 def markdown_table(

@@ -8,7 +8,7 @@ import torch
 from ppdist_testing import tiny_run_config
 from torch.utils.data import DataLoader
 
-from ppdist.data.base import BAD_SAMPLES_KEY, BadSample, BaseDataSet
+from ppdist.data.base import BAD_SAMPLES_KEY, SAMPLE_INDEX_KEY, BadSample, BaseDataSet
 from ppdist.data.build import build_dataloader, collate
 from ppdist.data.samplers import TrainBatchSampler
 from ppdist.errors import DataError
@@ -71,6 +71,8 @@ def test_eval_skips_bad_sample_and_collate_reports_it():
     assert batch["x"].shape == (2, 1)
     assert batch[BAD_SAMPLES_KEY] == ["list.txt:4: FileNotFoundError: img3.jpg"]
     assert isinstance(ds[(3, 0, 0)], BadSample)
+    assert batch[SAMPLE_INDEX_KEY].tolist() == [2, 4]  # the kept samples' dataset indices
+    assert SAMPLE_INDEX_KEY not in collate([NoisyNumbers("train")[(i, 0, 0)] for i in (2, 3)])
 
 
 class _PickOneSize:

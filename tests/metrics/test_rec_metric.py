@@ -58,7 +58,6 @@ def test_compute_does_not_reset_and_reset_does():
         "all_num": 0,
         "edit_distances": [],
         "mistakes": [],
-        "gallery": [],
     }
 
 

@@ -6,24 +6,27 @@ import contextlib
 import io
 import json
 import os
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from picture_testing import assert_picture
+from PIL import Image
 from ppdist_testing import check_ok, run_tool, tiny_config, tiny_run_config
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from rapidfuzz.distance import Levenshtein
 
+from ppdist.data.base import SAMPLE_INDEX_KEY
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.setup import build_trainer
-from ppdist.metrics.coco import COCOMetric, class_average_precision, coco_bbox_eval
+from ppdist.metrics.coco import COCOMetric, class_average_precision, coco_bbox_eval, load_ground_truth
 from ppdist.metrics.rec import GALLERY_SIZE, RecMetric
 from ppdist.metrics.seg import SegMetric
-from ppdist.visualize.eval_pictures import detection_confusion, pr_curves
+from ppdist.visualize.eval_pictures import dataset_image, detection_confusion, pr_curves
 
 
 def coco_case(tmp_path, seed=0):
@@ -90,6 +93,8 @@ def test_pr_curves_are_cocoevals_precision_array(tmp_path):
     np.testing.assert_allclose(
         curves["all classes (IoU 0.5)"], at_50.mean(axis=1)
     )  # every class defined here
+    every_iou = reference.eval["precision"][:, :, :, 0, -1]  # [T, R, K]
+    np.testing.assert_allclose(curves["all classes (IoU 0.5:0.95)"], every_iou.mean(axis=(0, 2)))
     assert class_average_precision(keep["precision"]) == pytest.approx(
         [reference.eval["precision"][:, :, k, 0, -1].mean() for k in range(3)]
     )
@@ -133,6 +138,23 @@ def test_segmentation_confusion_matches_the_metric_and_merges(tmp_path):
         assert_picture(path)
 
 
+class TextLines:
+    """A stand-in rec dataset: ``read(i)`` gives sample i's PNG bytes (its grey level is i), and
+    counts the reads."""
+
+    def __init__(self, count):
+        self.count, self.reads = count, []
+
+    def read(self, index):
+        self.reads.append(index)
+        buffer = io.BytesIO()
+        Image.fromarray(np.full((32, 100, 3), 5 * index, np.uint8)).save(buffer, format="PNG")
+        return {"image": buffer.getvalue(), "label": "?"}
+
+    def origin(self, index):
+        return f"val.txt:{index + 1}"
+
+
 def test_recognition_gallery_shows_the_worst_mistakes_first(tmp_path):
     rng = np.random.default_rng(1)
     labels, preds = [], []
@@ -141,59 +163,90 @@ def test_recognition_gallery_shows_the_worst_mistakes_first(tmp_path):
         pred = label if i % 3 == 0 else "".join(rng.choice(list("abc01"), rng.integers(1, 6)))
         labels.append(label)
         preds.append((pred, float(rng.random())))
-    images = torch.rand(40, 3, 32, 100) * 2 - 1
     states = []
     for start in (0, 20):  # two batches on two "ranks", merged as the evaluator does
         part = RecMetric()
-        batch = {"image": images[start : start + 20]}
+        batch = {"image": torch.rand(20, 3, 32, 100), SAMPLE_INDEX_KEY: torch.arange(start, start + 20)}
         part.update({"preds": preds[start : start + 20], "labels": labels[start : start + 20]}, batch)
         states.append(part.state())
     metric = RecMetric()
     metric.load_states(states)
+    dataset = TextLines(40)
+    metric.bind_dataset(dataset)
     wrong = [
-        (Levenshtein.normalized_distance(pred, label), score)
-        for (pred, score), label in zip(preds, labels)
+        (-Levenshtein.normalized_distance(pred, label), -score, index)
+        for index, ((pred, score), label) in enumerate(zip(preds, labels))
         if pred != label
     ]
-    expected = sorted(wrong, reverse=True)[:GALLERY_SIZE]
-    assert [(m["distance"], m["score"]) for m in metric.gallery] == expected
-    assert all(m["image"].shape == (32, 100, 3) and m["image"].dtype == np.uint8 for m in metric.gallery)
-    assert len(metric.mistakes) == len(wrong)
+    expected = [index for _, _, index in sorted(wrong)[:GALLERY_SIZE]]  # worst distance, then score
+    assert [m.index for m in metric.worst_mistakes()] == expected
+    assert len(metric.mistakes) == len(wrong) and len(wrong) > GALLERY_SIZE
     written = metric.pictures(str(tmp_path))
+    names = [os.path.basename(p) for p in written]
+    assert names == ["worst_mistakes.png", "worst_mistakes.md", "character_confusion.md"]
+    assert sorted(dataset.reads) == sorted(expected)  # only the shown images are read, afterwards
     assert_picture(written[0], min_size=(1000, 400))
-    text = open(written[1], encoding="utf-8").read()
-    assert (
-        f"# Character confusions of {len(wrong)} wrong prediction(s)" in text
-        and "| label char | predicted |" in text
-    )
+    listing = open(written[1], encoding="utf-8").read()
+    rows = [line for line in listing.splitlines() if line.startswith("| ") and "val.txt" in line]
+    assert [row.rsplit("|", 2)[1].strip() for row in rows] == [f"val.txt:{i + 1}" for i in expected]
+    first = expected[0]
+    assert f"| 1 | `{labels[first]}` | `{preds[first][0]}` | {preds[first][1]:.4f} |" in listing
+    text = open(written[2], encoding="utf-8").read()
+    assert f"# Character confusions of {len(wrong)} wrong prediction(s)" in text
+    replaced = Counter()  # the substitution table counts rapidfuzz's edit operations
+    for label, (pred, _) in zip(labels, preds):
+        for op in Levenshtein.editops(label, pred):
+            if op.tag == "replace":
+                replaced[(label[op.src_pos], pred[op.dest_pos])] += 1
+    (a, b), count = replaced.most_common(1)[0]
+    assert f"| `{a}` | `{b}` | {count} |" in text
 
 
-def test_eval_tool_and_training_write_the_pictures(tmp_path, digits_dir):
+def test_dataset_image_decodes_what_the_dataset_stores():
+    image = dataset_image(TextLines(3), 2)
+    assert image.shape == (32, 100, 3) and image.dtype == np.uint8 and (image == 10).all()
+    assert dataset_image(None, 2) is None and dataset_image(TextLines(3), -1) is None
+
+
+def mistake_rows(path):
+    """(rank, label, prediction, score, distance, sample) of each row of a ``worst_mistakes.md``."""
+    rows = []
+    for line in open(path, encoding="utf-8").read().splitlines()[4:]:
+        n, label, pred, score, distance, origin = (cell.strip() for cell in line.strip("|").split("|"))
+        rows.append((int(n), label, pred, float(score), float(distance), origin))
+    return rows
+
+
+def test_eval_tool_and_training_write_the_pictures_with_1_and_2_processes(tmp_path, digits_dir):
     setup_logger(None)
     config = tiny_run_config(
         tmp_path, digits_dir, "run", ["Global.max_iters=3", "Global.eval_batch_epoch=null"]
     )
     build_trainer(config, DistEnv()).train()
     pictures = os.path.join(config["Global"]["save_model_dir"], "eval_pictures")
-    assert sorted(os.listdir(pictures)) == ["character_confusion.md", "worst_mistakes.png"]
+    files = ["character_confusion.md", "worst_mistakes.md", "worst_mistakes.png"]
+    assert sorted(os.listdir(pictures)) == files
     assert_picture(os.path.join(pictures, "worst_mistakes.png"), min_size=(1000, 400))
     cfg = tiny_config(str(tmp_path / "eval.yml"), digits_dir, str(tmp_path / "run"))
-    out = str(tmp_path / "eval_out")
-    check_ok(
-        run_tool(
-            [
-                "eval.py",
-                "-c",
-                cfg,
-                "-o",
-                f"Global.checkpoints={tmp_path / 'run' / 'latest'}",
-                "Global.synthetic_data=null",
-                "--output_dir",
-                out,
-            ]
-        )
-    )
-    assert sorted(os.listdir(out)) == ["character_confusion.md", "worst_mistakes.png"]
+    args = [
+        "-c",
+        cfg,
+        "-o",
+        f"Global.checkpoints={tmp_path / 'run' / 'latest'}",
+        "Global.synthetic_data=null",
+    ]
+    outs = {}
+    for nproc in (None, 2):  # one process, and two under torchrun (each evaluates half the set)
+        outs[nproc] = str(tmp_path / f"eval_{nproc}")
+        check_ok(run_tool(["eval.py", *args, "--output_dir", outs[nproc]], nproc=nproc))
+        assert sorted(os.listdir(outs[nproc])) == files
+        assert_picture(os.path.join(outs[nproc], "worst_mistakes.png"), min_size=(1000, 400))
+    one, two = (mistake_rows(os.path.join(outs[n], "worst_mistakes.md")) for n in (None, 2))
+    assert len(one) == GALLERY_SIZE and [r[:3] + r[4:] for r in one] == [r[:3] + r[4:] for r in two]
+    assert [r[3] for r in one] == pytest.approx([r[3] for r in two], abs=2e-4)  # scores: CPU batching
+    assert all(origin.startswith(os.path.join(digits_dir, "val.txt")) for *_, origin in one)
+    read = [open(os.path.join(outs[n], "character_confusion.md"), encoding="utf-8").read() for n in (None, 2)]
+    assert read[0] == read[1]
 
 
 @pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
@@ -208,9 +261,14 @@ def test_coco_metric_draws_pr_curves_confusion_and_the_ap_table(tmp_path, backen
     metrics = metric.compute()
     written = metric.pictures(str(tmp_path / "out"), iou_threshold=0.5, score_threshold=0.0)
     assert [os.path.basename(p) for p in written] == ["pr_curves.png", "class_ap.md", "confusion_matrix.png"]
+    if backend == "faster_coco_eval":  # its own precision array, equal to pycocotools'
+        keep = {}
+        coco_bbox_eval(load_ground_truth(str(tmp_path / "gt.json")), table, list(range(1, 13)), keep=keep)
+        np.testing.assert_allclose(metric.last_eval["precision"], keep["precision"], atol=1e-12)
     matrix = metric.confusion(0.5, 0.0)
     unmatched = matrix[3].sum()
     assert matrix[:3].sum() == len(annotations) and matrix.sum() == len(annotations) + unmatched
+    assert matrix[:, :3].sum() == len(table)  # score 0: every prediction counted once
     assert np.trace(matrix[:3, :3]) > 0 and unmatched >= 12  # each image has one stray detection
     ap_table = open(written[1], encoding="utf-8").read()
     per_class = class_average_precision(metric.last_eval["precision"])
