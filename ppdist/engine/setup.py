@@ -53,6 +53,7 @@ from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
 from ppdist.engine.trainer import Trainer
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
+from ppdist.modeling.sync_batch_norm import convert_sync_batchnorm
 from ppdist.registry import HOOKS
 from ppdist.utils.rng import seed_everything
 
@@ -67,20 +68,19 @@ def gradient_as_bucket_view(glob: Mapping[str, Any], device: torch.device) -> bo
 
 
 def uses_sync_bn(glob: Mapping[str, Any], env: DistEnv) -> bool:
-    """SyncBatchNorm only where it can run: CUDA with several processes."""
-    return bool(glob["use_sync_bn"]) and env.distributed and env.device.type == "cuda"
+    """SyncBatchNorm where it means something: several processes (NCCL or gloo)."""
+    return bool(glob["use_sync_bn"]) and env.distributed
 
 
 def place_model(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.Module:
-    """``model`` on the device, in channels_last when it applies, with SyncBatchNorm under multi-GPU
-    DDP, its BatchNorms updating running statistics by ``Global.bn_statistics``."""
+    """``model`` on the device, in channels_last when it applies, with ppdist's SyncBatchNorm
+    (no host read per layer) under DDP, its BatchNorms updating running statistics by
+    ``Global.bn_statistics``."""
     model = model.to(env.device)
     if channels_last(glob, env.device):
         model = model.to(memory_format=torch.channels_last)
     if uses_sync_bn(glob, env):
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    elif glob["use_sync_bn"] and env.distributed:
-        logger.warning("Global.use_sync_bn needs CUDA; BatchNorm stays per-process on CPU")
+        model = convert_sync_batchnorm(model)
     apply_statistics_rule(model, glob["bn_statistics"])
     return model
 

@@ -9,8 +9,10 @@ run's running variance grows by a visibly different rule from the original's.
 ``use_paddle_statistics(model)`` makes every BatchNorm of ``model`` follow Paddle's rule without
 replacing its kernel: a forward pre-hook multiplies ``running_var`` by ``N / (N - 1)``, torch's
 own (cuDNN) BatchNorm updates it, and a forward hook divides it back, which leaves exactly
-``(1 - m) * running_var + m * biased_var``. ``N`` comes from the input's shape (no device read);
-SyncBatchNorm all-reduces the process's count, the one number its own kernel keeps to itself.
+``(1 - m) * running_var + m * biased_var``. ``N`` comes from the input's shape (no device read).
+ppdist's ``SyncBatchNorm`` applies the same rule itself while it synchronises, with ``N`` from the
+counts it gathers anyway (``biased_running_var``); torch's own ``nn.SyncBatchNorm`` (not made by
+ppdist) gets ``N`` from an all-reduce of the process's count, one collective per layer.
 Evaluation (and BatchNorms without running statistics) is untouched.
 """
 
@@ -22,6 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+
+from ppdist.modeling.sync_batch_norm import SyncBatchNorm
 
 RULES = ("paddle", "torch")
 
@@ -38,6 +42,11 @@ def _synchronized(module: _BatchNorm) -> bool:
     return dist.get_world_size(module.process_group) > 1
 
 
+def _applies_rule_itself(module: _BatchNorm) -> bool:
+    """ppdist's SyncBatchNorm keeps Paddle's rule inside its synchronised forward."""
+    return isinstance(module, SyncBatchNorm) and module.biased_running_var and module.synchronizes()
+
+
 class _PaddleVarianceRule:
     """The pre/post forward hooks of one BatchNorm; keeps the factor between the two."""
 
@@ -45,11 +54,11 @@ class _PaddleVarianceRule:
         self.pending: Dict[int, Factor] = {}
 
     def before(self, module: _BatchNorm, args: Tuple[Any, ...]) -> None:
-        if not _updates_running_var(module):
+        if not _updates_running_var(module) or _applies_rule_itself(module):
             return
         x = args[0]
         count = x.numel() // x.shape[1] if x.dim() > 1 and x.shape[1] else 0
-        if _synchronized(module):
+        if _synchronized(module):  # torch's own SyncBatchNorm: its kernel keeps the total count
             # torch.full fills on the device (no host-to-device copy, which would wait for the stream)
             total = torch.full((1,), float(count), dtype=torch.float64, device=module.running_var.device)
             dist.all_reduce(total, group=module.process_group)
@@ -87,6 +96,8 @@ def use_paddle_statistics(model: nn.Module) -> int:
         module.register_forward_pre_hook(rule.before)
         module.register_forward_hook(rule.after, always_call=True)
         module._ppdist_paddle_statistics = True  # type: ignore[assignment]
+        if isinstance(module, SyncBatchNorm):
+            module.biased_running_var = True
     return len(modules)
 
 

@@ -28,12 +28,12 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ppdist.modeling.paddle_names import PaddleNames
 
 STAGES = ("backbone", "neck", "head")
 StageNames = Dict[str, PaddleNames]  # stage attribute of the model ("head") -> its declaration
-_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 _LSTM_NAME = re.compile(r"^(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)(_reverse)?$")
 
 
@@ -80,7 +80,7 @@ def stage_constants(model: nn.Module, stage: Optional[str] = None) -> List[Tuple
 def layer_candidates(owner: nn.Module, parent: str, leaf: str) -> List[str]:
     """Paddle names of ``owner``'s tensor ``leaf`` (``parent`` is the owner's Paddle path)."""
     prefix = parent + "." if parent else ""
-    if isinstance(owner, _BATCH_NORMS):
+    if isinstance(owner, _BatchNorm):  # 1d/2d/3d, torch's and ppdist's SyncBatchNorm
         leaf = {"running_mean": "_mean", "running_var": "_variance"}.get(leaf, leaf)
     elif isinstance(owner, (nn.LSTM, nn.GRU)):
         match = _LSTM_NAME.match(leaf)
