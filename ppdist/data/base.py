@@ -17,6 +17,7 @@ BAD_SAMPLES_KEY = "_bad_samples"
 NOTES_KEY = "_notes"  # what a transform changed in a sample it kept (e.g. dropped label characters)
 SAMPLE_SEED_KEY = "_sample_seed"  # seeds batch transforms (see ppdist.data.build.collate)
 SAMPLE_INDEX_KEY = "_sample_index"  # an eval sample's dataset index (metrics name their samples by it)
+STEP_SEED_KEY = "_step_seed"  # seeds batch transforms: the same for every sample of an optimizer step
 
 
 class RejectedSample(Exception):
@@ -62,6 +63,13 @@ def sample_seed(base_seed: int, epoch: int, index: int) -> int:
     return zlib.crc32(np.array([base_seed, epoch, index], dtype=np.int64).tobytes())
 
 
+def step_seed(base_seed: int, epoch: int, step: int) -> int:
+    """A 32-bit seed that depends on (seed, epoch, optimizer step of the epoch) only: the batch
+    transforms of every rank and micro-batch of one step draw the same random choices from it
+    (one multi-scale size per step for the whole job, so no rank waits for a larger one)."""
+    return zlib.crc32(np.array([base_seed, epoch, step, -1], dtype=np.int64).tobytes())
+
+
 def apply_transforms(ops: Sequence[Transform], data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """Run ``ops`` in order; ``None`` from any op means the sample is unusable."""
     for op in ops:
@@ -80,7 +88,8 @@ class BaseDataSet(Dataset):
     (the final output layout, applied after the transforms; failures are bad samples too).
 
     Items are requested as ``(index, epoch, seed)`` tuples by ppdist's samplers (plain ints
-    also work). A sample that fails to read or transform is reported, never silently lost:
+    also work); a training item adds the optimizer step of the epoch, whose ``step_seed`` the
+    sample carries to the batch transforms. A sample that fails to read or transform is reported, never silently lost:
     - mode ``"train"``: it is replaced by the next usable index (searching the whole data set,
       wrapping around, so a long run of bad lines is bridged) and the failure travels with the
       replacement under ``_bad_samples`` (batch shapes and DDP lockstep are kept); only when no
@@ -127,20 +136,24 @@ class BaseDataSet(Dataset):
         """The transformed sample in the layout the collate expects (subclasses may override)."""
         return data
 
-    def __getitem__(self, item: Union[int, Tuple[int, int, int]]) -> Union[Dict[str, Any], BadSample]:
-        index, epoch, seed = (item, 0, 0) if isinstance(item, (int, np.integer)) else item
-        index = int(index)
+    def __getitem__(self, item: Union[int, Tuple[int, ...]]) -> Union[Dict[str, Any], BadSample]:
+        index, epoch, seed, *step = (item, 0, 0) if isinstance(item, (int, np.integer)) else item
+        batch_seed = step_seed(seed, epoch, step[0]) if step else None
         if get_worker_info() is None:  # loading in the main process: leave its RNG streams untouched
             with kept_cpu_rng_streams():
-                return self._seeded_get(index, epoch, seed)
-        return self._seeded_get(index, epoch, seed)
+                return self._seeded_get(int(index), epoch, seed, batch_seed)
+        return self._seeded_get(int(index), epoch, seed, batch_seed)
 
-    def _seeded_get(self, index: int, epoch: int, seed: int) -> Union[Dict[str, Any], BadSample]:
+    def _seeded_get(
+        self, index: int, epoch: int, seed: int, batch_seed: Optional[int] = None
+    ) -> Union[Dict[str, Any], BadSample]:
         rng_seed = sample_seed(seed, epoch, index)
         seed_cpu_rngs(rng_seed)  # the CPU generators only (see ppdist.utils.rng)
         result = self.load(index)
         if isinstance(result, dict):
             result[SAMPLE_SEED_KEY] = rng_seed
+            if batch_seed is not None:
+                result[STEP_SEED_KEY] = batch_seed
             if self.mode == "eval":
                 result[SAMPLE_INDEX_KEY] = index
         if self.mode == "eval" or not isinstance(result, BadSample):
@@ -150,5 +163,7 @@ class BaseDataSet(Dataset):
             if not isinstance(candidate, BadSample):
                 candidate[BAD_SAMPLES_KEY] = [str(result)]  # neighbours report themselves
                 candidate[SAMPLE_SEED_KEY] = rng_seed
+                if batch_seed is not None:
+                    candidate[STEP_SEED_KEY] = batch_seed
                 return candidate
         return BadSample(self.origin(index), f"{result.reason}; and no sample of the data set is usable")

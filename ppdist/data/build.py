@@ -13,7 +13,14 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
 from ppdist.builder import build_component
-from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, SAMPLE_INDEX_KEY, SAMPLE_SEED_KEY, BadSample
+from ppdist.data.base import (
+    BAD_SAMPLES_KEY,
+    NOTES_KEY,
+    SAMPLE_INDEX_KEY,
+    SAMPLE_SEED_KEY,
+    STEP_SEED_KEY,
+    BadSample,
+)
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
@@ -63,11 +70,22 @@ def apply_batch_transforms(ops: Sequence[Any], samples: List[Dict[str, Any]]) ->
     return samples
 
 
-def _seeded(run: Any, seeds: List[int]) -> Any:
-    """Run ``run()`` with random/numpy/torch seeded from the batch's sample seeds (so a batch's
-    random choices do not depend on workers or resumes), restoring the RNG states after."""
+def batch_seed(samples: List[Dict[str, Any]]) -> int:
+    """The seed of a batch's batch transforms, taken out of its samples: their optimizer step's
+    seed (training: the same on every rank and micro-batch of the step, so all draw one size),
+    else one made of the samples' own seeds (evaluation, other samplers)."""
+    steps = {sample.pop(STEP_SEED_KEY) for sample in samples if STEP_SEED_KEY in sample}
+    seeds = [int(sample.pop(SAMPLE_SEED_KEY, 0)) for sample in samples]
+    if len(steps) == 1:
+        return int(steps.pop())
+    return zlib.crc32(np.asarray(seeds, dtype=np.int64).tobytes())
+
+
+def _seeded(run: Any, seed: int) -> Any:
+    """Run ``run()`` with random/numpy/torch seeded from ``seed`` (so a batch's random choices
+    do not depend on workers or resumes), restoring the RNG states after."""
     with kept_cpu_rng_streams():
-        seed_cpu_rngs(zlib.crc32(np.asarray(seeds, dtype=np.int64).tobytes()))
+        seed_cpu_rngs(seed)
         return run()
 
 
@@ -89,10 +107,10 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
         bad.extend(sample.pop(BAD_SAMPLES_KEY, []))
         notes.extend(sample.pop(NOTES_KEY, []))
         good.append(sample)
-    seeds = [int(sample.pop(SAMPLE_SEED_KEY, 0)) for sample in good]
+    seed = batch_seed(good)
     indices = [sample.pop(SAMPLE_INDEX_KEY) for sample in good if SAMPLE_INDEX_KEY in sample]
     if good and batch_ops:
-        good = _seeded(lambda: apply_batch_transforms(batch_ops, good), seeds)
+        good = _seeded(lambda: apply_batch_transforms(batch_ops, good), seed)
     try:
         batch: Dict[str, Any] = default_collate(good) if good else {}
     except RuntimeError as exc:

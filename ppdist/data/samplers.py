@@ -1,7 +1,10 @@
 """Batch samplers: resumable sharded training order and exact contiguous eval shards.
 
 Both yield lists of ``(index, epoch, seed)`` items; the dataset seeds its augmentation
-RNGs from that triple (see ``ppdist.data.base.sample_seed``).
+RNGs from that triple (see ``ppdist.data.base.sample_seed``). Training items carry a fourth
+number, the optimizer step of the epoch the sample is trained at: the batch transforms' random
+choices (the multi-scale size) are drawn from ``(seed, epoch, step)``, the same on every rank and
+every micro-batch of the step (``ppdist.data.base.step_seed``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Iterator, List, Tuple
 import torch
 from torch.utils.data import Sampler
 
-Item = Tuple[int, int, int]
+Item = Tuple[int, ...]  # (index, epoch, seed) or, for training, (index, epoch, seed, step)
 
 
 class TrainBatchSampler(Sampler[List[Item]]):
@@ -126,9 +129,15 @@ class TrainBatchSampler(Sampler[List[Item]]):
             for shard in shards:
                 yield shard[step * size : (step + 1) * size]
 
+    def first_step(self) -> int:
+        """The optimizer step of the epoch (0-based) that the next iteration starts with."""
+        return self.consumed // self.samples_per_step
+
     def __iter__(self) -> Iterator[List[Item]]:
-        for batch in self._micro_batches():
-            yield [(i, self.epoch, self.seed) for i in batch]
+        first = self.first_step()
+        for position, batch in enumerate(self._micro_batches()):
+            step = first + position // self.accumulate_steps
+            yield [(i, self.epoch, self.seed, step) for i in batch]
         self.consumed = 0  # only the resumed epoch starts in the middle
 
 

@@ -6,7 +6,7 @@ from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler, eval_shard
 
 
 def indices(batches):
-    return [i for batch in batches for (i, _, _) in batch]
+    return [i for batch in batches for (i, *_) in batch]
 
 
 @pytest.mark.parametrize("n,world", [(10, 1), (10, 2), (11, 2), (7, 3), (2, 4)])
@@ -26,17 +26,39 @@ def test_permutation_depends_on_seed_and_epoch_only():
     assert TrainBatchSampler(50, 4, shuffle=False).rank_indices() == list(range(50))
 
 
-def test_items_carry_epoch_and_seed():
+def test_items_carry_epoch_seed_and_the_step_of_the_epoch():
     s = TrainBatchSampler(8, 4, shuffle=True, seed=9)
     s.set_epoch(3)
-    assert all(e == 3 and seed == 9 for batch in s for (_, e, seed) in batch)
+    assert [[(e, seed, step) for (_, e, seed, step) in batch] for batch in s] == [
+        [(3, 9, 0)] * 4,
+        [(3, 9, 1)] * 4,
+    ]
+
+
+def test_every_rank_and_micro_batch_of_a_step_has_the_same_step_whatever_the_layout():
+    """2 processes x 2 micro-batches, 4 processes, and resumed mid-epoch: step k is step k."""
+
+    def steps(world, accumulate, consumed=0):
+        samplers = [
+            TrainBatchSampler(96, 3, r, world, seed=1, accumulate_steps=accumulate) for r in range(world)
+        ]
+        for sampler in samplers:
+            sampler.set_position(consumed)
+        per_rank = [[{item[3] for item in batch} for batch in sampler] for sampler in samplers]
+        assert all(len(steps) == 1 for rank in per_rank for steps in rank)
+        micro = [[steps.pop() for steps in rank] for rank in per_rank]
+        assert all(rank == micro[0] for rank in micro)  # every rank, every micro-batch
+        return micro[0][::accumulate]
+
+    assert steps(4, 1) == steps(2, 2) == steps(1, 4) == list(range(8))
+    assert steps(2, 2, consumed=3 * 12) == steps(4, 1, consumed=3 * 12) == list(range(3, 8))
 
 
 def _global_batches(samplers):
     """The steps of all ranks together: step k is the concatenation of every rank's batch k."""
     per_rank = [list(s) for s in samplers]
     assert len({len(b) for b in per_rank}) == 1  # lockstep
-    return [[i for rank in per_rank for (i, _, _) in rank[k]] for k in range(len(per_rank[0]))]
+    return [[i for rank in per_rank for (i, *_) in rank[k]] for k in range(len(per_rank[0]))]
 
 
 def test_resume_offset_continues_with_next_unseen_batch():
