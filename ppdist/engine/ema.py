@@ -37,6 +37,11 @@ class ModelEMA:
     An update is a handful of ``torch._foreach_*`` kernels over cached tensor lists, not a Python
     loop over every tensor; the model's tensors must stay the same objects after the first update
     (``load_state_dict`` copies in place, so resuming is fine).
+
+    ``update(model, skip=flag)`` gates the update on a device flag (``nan_policy: skip``): where it
+    is set the average, the step count, the decay and ``module`` stay as they were, and nothing is
+    read on the host — the step count and last decay then live on the device until ``step`` /
+    ``last_decay`` / ``state_dict`` read them.
     """
 
     def __init__(self, model: nn.Module, decay: float = 0.9998, decay_type: str = "threshold") -> None:
@@ -47,8 +52,9 @@ class ModelEMA:
             p.requires_grad_(False)
         self.decay = float(decay)
         self.decay_type = decay_type
-        self.step = 0
-        self.last_decay = 0.0
+        self._step = 0
+        self._last_decay = 0.0
+        self._on_device: Optional[torch.Tensor] = None  # [step, last decay] (float64) of gated updates
         frozen = frozen_state_names(model)
         self.average: Dict[str, torch.Tensor] = {
             name: torch.zeros_like(value, dtype=torch.float32)
@@ -57,6 +63,33 @@ class ModelEMA:
         }
         self._model: Optional[nn.Module] = None
         self._lists: Optional[TensorLists] = None
+
+    @property
+    def step(self) -> int:
+        """Updates taken so far (reads the device count after gated updates)."""
+        self._to_host()
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._to_host()
+        self._step = int(value)
+
+    @property
+    def last_decay(self) -> float:
+        """The decay of the last update taken."""
+        self._to_host()
+        return self._last_decay
+
+    @last_decay.setter
+    def last_decay(self, value: float) -> None:
+        self._to_host()
+        self._last_decay = float(value)
+
+    def _to_host(self) -> None:
+        if self._on_device is not None:
+            step, last_decay = self._on_device.tolist()
+            self._step, self._last_decay, self._on_device = int(step), float(last_decay), None
 
     def current_decay(self) -> float:
         """The decay the next update uses."""
@@ -83,8 +116,20 @@ class ModelEMA:
             self._model, self._lists = model, lists
         return self._lists
 
+    def _device_decay(self, step: torch.Tensor) -> torch.Tensor:
+        """``current_decay`` computed on the device from a device step count (float64)."""
+        if self.decay_type == "threshold":
+            return torch.clamp((1 + step) / (10 + step), max=self.decay)
+        if self.decay_type == "exponential":
+            return self.decay * (1 - torch.exp(-(step + 1) / 2000))
+        return torch.full_like(step, self.decay)
+
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
+    def update(self, model: nn.Module, skip: Optional[torch.Tensor] = None) -> None:
+        """One EMA step toward ``model``'s state; with ``skip`` (a device bool), none where it is set."""
+        if skip is not None:
+            self._gated_update(model, skip.reshape(()))
+            return
         decay = self.current_decay()
         averages, ema_floats, model_floats, ema_copied, model_copied = self._tensor_lists(model)
         if averages:
@@ -96,6 +141,36 @@ class ModelEMA:
         self.step += 1
         self.last_decay = decay
         self._apply()
+
+    def _gated_update(self, model: nn.Module, skip: torch.Tensor) -> None:
+        """``update`` where ``skip`` is not set, nothing where it is: arithmetic on device scalars
+        (a skipped step multiplies by exactly 1 and adds exactly 0; the model's tensors are finite,
+        their step's changes having been put back)."""
+        averages, ema_floats, model_floats, ema_copied, model_copied = self._tensor_lists(model)
+        if self._on_device is None:
+            device = skip.device
+            self._on_device = torch.full((2,), float(self._step), dtype=torch.float64, device=device)
+            self._on_device[1].fill_(self._last_decay)
+        step, last_decay = self._on_device[0], self._on_device[1]
+        taken = (~skip).to(torch.float64)
+        decay = torch.where(skip, torch.ones_like(step), self._device_decay(step))
+        if averages:
+            model_floats = [m if m.dtype == torch.float32 else m.float() for m in model_floats]
+            torch._foreach_mul_(averages, decay)
+            torch._foreach_add_(averages, torch._foreach_mul(model_floats, 1 - decay))
+        if ema_copied:
+            torch._foreach_copy_(ema_copied, model_copied)
+        step = step + taken
+        last_decay = torch.where(skip, last_decay, decay)
+        self._on_device = torch.stack([step, last_decay])
+        if not averages:
+            return
+        corrected = averages
+        if self.decay_type != "exponential":  # no step taken yet: 1 - d ** 0 = 0, a division avoided
+            corrected = torch._foreach_div(averages, torch.where(step > 0, 1 - last_decay**step, 1.0))
+        started = (step > 0).to(torch.float32)  # before any step taken, ``module`` stays the model's
+        torch._foreach_mul_(ema_floats, 1 - started)
+        torch._foreach_add_(ema_floats, torch._foreach_mul(corrected, started))
 
     def _apply(self) -> None:
         """``module`` = the bias-corrected average (in the module's dtypes)."""

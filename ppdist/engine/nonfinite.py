@@ -3,9 +3,13 @@
 The record lives on the device and is updated without reading anything on the host (the GPU never
 waits); ``check`` reads it — on log steps and before every checkpoint — and raises
 ``NonFiniteError`` naming the step, its loss terms and the last good checkpoint. With the
-``skip`` policy the trainer instead asks ``should_skip`` every step: one flag, all-reduced
-over the processes so that all of them skip together, read on the host (the price of skipping,
-as a GradScaler's own check).
+``skip`` policy every step makes a device flag "leave this step out", all-reduced over the
+processes so that all of them skip together, and the step is gated on it on the device: the
+optimizer takes it as ``found_inf`` (torch's fused optimizers, and the fp16 loss scaler, skip their
+update with it), the model's buffers (BatchNorm statistics of the step's forward) are put back, the
+EMA's decay is gated (``ModelEMA.update(skip=...)``). Only an optimizer that cannot take
+``found_inf`` (a non-fused one without fp16 loss scaling) needs the flag on the host, one read per
+step, as a GradScaler does. The count of skipped steps stays on the device until a log line reads it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from ppdist.engine.dist import DistEnv, all_gather_object
 from ppdist.errors import PPDistError
@@ -33,18 +38,82 @@ def gradients_finite(parameters: Iterable[torch.nn.Parameter]) -> Optional[torch
     return torch.stack(torch._foreach_norm(grads)).isfinite().all()
 
 
+def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step`` honours a ``found_inf`` device flag (torch's fused Adam, AdamW,
+    SGD, Adagrad: the contract GradScaler uses with them)."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
+    """``optimizer.step()`` that leaves parameters and state as they are where ``skip`` (a device
+    flag) is set, without reading it (``takes_found_inf`` optimizers only)."""
+    optimizer.found_inf = skip.float().reshape(())  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]
+
+
+def skip_in_scaler(
+    scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, skip: torch.Tensor
+) -> None:
+    """Make fp16's loss scaler treat this step as an overflow where ``skip`` is set: its step
+    leaves the optimizer alone and its update backs the scale off, as for inf gradients. The
+    scaler keeps its per-device ``found_inf`` after ``unscale_`` (called here if it was not)."""
+    if not scaler._found_inf_per_device(optimizer):  # not unscaled yet in this step
+        scaler.unscale_(optimizer)
+    for found in scaler._found_inf_per_device(optimizer).values():
+        found.copy_(torch.maximum(found, skip.to(found.device, found.dtype).reshape(found.shape)))
+
+
+class BufferRollback:
+    """The model's buffers (BatchNorm statistics and counts) as they were before a step's forward,
+    put back on the device where the step is left out. Four kernels per dtype: the buffers are
+    saved and restored as one flat tensor."""
+
+    def __init__(self, model: nn.Module) -> None:
+        groups: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}
+        for buffer in model.buffers():
+            groups.setdefault((buffer.device, buffer.dtype), []).append(buffer)
+        self.groups = list(groups.values())
+        self.saved: List[torch.Tensor] = []
+
+    @staticmethod
+    def _flat(group: List[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([tensor.reshape(-1) for tensor in group])
+
+    def save(self) -> None:
+        self.saved = [self._flat(group) for group in self.groups]
+
+    def restore_where(self, skip: torch.Tensor) -> None:
+        for group, saved in zip(self.groups, self.saved):
+            kept = torch.where(skip.reshape(()), saved, self._flat(group))
+            parts = kept.split([tensor.numel() for tensor in group])
+            torch._foreach_copy_(group, [part.view_as(tensor) for part, tensor in zip(parts, group)])
+
+
 class NonFiniteWatch:
     """Keeps, on the device, the first step whose loss terms (or gradients) were not finite and
-    those loss terms; ``skipped`` counts the steps the ``skip`` policy left out."""
+    those loss terms (``stop``), or the count of the steps the ``skip`` policy left out."""
 
     def __init__(self, policy: str = "stop") -> None:
         if policy not in POLICIES:
             raise ValueError(f"nan_policy must be one of {POLICIES}, got {policy!r}")
         self.policy = policy
-        self.skipped = 0
+        self.skipped_before = 0  # steps left out before a resume (from the checkpoint)
+        self.skip_count: Optional[torch.Tensor] = None  # steps left out since, on the device
         self.names: List[str] = []
         self.first_step: Optional[torch.Tensor] = None
         self.first_values: Optional[torch.Tensor] = None
+
+    @property
+    def skipped(self) -> int:
+        """Steps left out so far (reads the device count: log steps and checkpoints only)."""
+        return self.skipped_before + (int(self.skip_count.item()) if self.skip_count is not None else 0)
+
+    @skipped.setter
+    def skipped(self, value: int) -> None:
+        self.skipped_before, self.skip_count = int(value), None
 
     def observe(
         self, values: Dict[str, torch.Tensor], grads_finite: Optional[torch.Tensor], global_step: int
@@ -55,6 +124,8 @@ class NonFiniteWatch:
         bad = ~terms.isfinite().all()
         if grads_finite is not None:
             bad = bad | ~grads_finite
+        if self.policy == "skip":  # left out, not a reason to stop
+            return bad
         if self.first_step is None or names != self.names:
             self.names = names
             self.first_step = torch.full((), -1, dtype=torch.int64, device=terms.device)
@@ -64,17 +135,14 @@ class NonFiniteWatch:
         self.first_values = torch.where(first, terms, self.first_values)
         return bad
 
-    def should_skip(self, bad: torch.Tensor, env: DistEnv) -> bool:
-        """The ``skip`` policy's per-step decision, the same on every process; counts it. Clears
-        the record of that step, which is left out rather than stopping the run."""
+    def skip_flag(self, bad: torch.Tensor, env: DistEnv) -> torch.Tensor:
+        """The ``skip`` policy's decision as a device flag (bool, shape [1]), the same on every
+        process (one all-reduce, no host read); counted on the device."""
         flag = bad.to(torch.int32).reshape(1)
         if env.distributed:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        skip = bool(flag.item())
-        if skip:
-            self.skipped += 1
-            self.first_step = None  # the step is left out: nothing to stop for
-        return skip
+        self.skip_count = flag.clone() if self.skip_count is None else self.skip_count + flag
+        return flag.bool()
 
     def found(self, env: DistEnv) -> Optional[Tuple[int, Dict[str, float], int]]:
         """Collective: ``(step, loss terms, rank)`` of the earliest recorded non-finite step over

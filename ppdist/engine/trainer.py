@@ -39,7 +39,14 @@ from ppdist.engine.dist import DistEnv, all_gather_object
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import ScalarWriter
-from ppdist.engine.nonfinite import NonFiniteWatch, gradients_finite
+from ppdist.engine.nonfinite import (
+    BufferRollback,
+    NonFiniteWatch,
+    gradients_finite,
+    skip_in_scaler,
+    step_unless,
+    takes_found_inf,
+)
 from ppdist.engine.position import Layout, RunPosition, run_length
 from ppdist.errors import CheckpointError, ConfigError, DataError
 from ppdist.losses.normalizer import NORMALIZER_KEY
@@ -136,6 +143,8 @@ class Trainer:
         self.host_keys = tuple(getattr(loss_fn, "host_keys", ()))
         self.normalizer_floor = float(getattr(loss_fn, "normalizer_floor", 0.0))  # ppdist.losses.normalizer
         self.nonfinite = NonFiniteWatch(nan_policy) if nan_policy else None
+        # the model's buffers before each forward, put back when nan_policy skip leaves a step out
+        self.rollback = BufferRollback(model) if nan_policy == "skip" else None
         self.last_good: Optional[Tuple[str, int]] = None  # the last checkpoint written: (path, global_step)
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
@@ -251,6 +260,8 @@ class Trainer:
         """Forward and backward of each micro-batch (DDP syncs gradients on the last only),
         the gradient of their average, then optimizer and LR schedule, EMA."""
         self.optimizer.zero_grad(set_to_none=True)
+        if self.rollback is not None:
+            self.rollback.save()
         terms: List[Dict[str, torch.Tensor]] = []
         normalizers: List[torch.Tensor] = []
         preds: Any = None
@@ -282,32 +293,46 @@ class Trainer:
         values = terms[0] if count == 1 else {k: torch.stack([t[k] for t in terms]).mean() for k in terms[0]}
         if self.clip_gradients is not None:
             self.scaler.unscale_(self.optimizer)
-        if self.nonfinite is not None and self._watch_step(values):
-            return values, detach(preds)
+        skip = self._watch_step(values) if self.nonfinite is not None else None
         if self.clip_gradients is not None:
             self.clip_gradients(self.model)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.scheduler.step()
-        if self.ema is not None:
-            self.ema.update(self.model)
+        skip = self._update_weights(skip)
+        self.scheduler.step()  # a skipped step counts too (the schedule follows global_step)
+        if self.ema is not None and skip is not True:
+            self.ema.update(self.model, skip=skip if isinstance(skip, torch.Tensor) else None)
         return values, detach(preds)
 
-    def _watch_step(self, values: Dict[str, torch.Tensor]) -> bool:
+    def _watch_step(self, values: Dict[str, torch.Tensor]) -> Optional[torch.Tensor]:
         """Record whether the step's loss terms and gradients are finite (on the device; under an
         fp16 GradScaler the gradients are its business: it skips overflowing steps itself); with
-        ``nan_policy: skip``, leave a non-finite step out. Returns whether it was left out."""
+        ``nan_policy: skip``, the device flag "leave this step out", the same on every process."""
         grads_finite = None if self.scaler.is_enabled() else gradients_finite(self.model.parameters())
         bad = self.nonfinite.observe(values, grads_finite, self.position.global_step + 1)
-        if self.nonfinite.policy != "skip" or not self.nonfinite.should_skip(bad, self.env):
-            return False
-        if self.scaler.is_enabled():  # back the loss scale off, as for an overflow
-            if self.clip_gradients is None:
-                self.scaler.unscale_(self.optimizer)
+        return self.nonfinite.skip_flag(bad, self.env) if self.nonfinite.policy == "skip" else None
+
+    def _update_weights(self, skip: Optional[torch.Tensor]) -> Any:
+        """The optimizer step (through the loss scaler), left out where ``skip`` is set: on the device
+        when the optimizer or the fp16 scaler takes the flag (then the model's buffers are put back
+        on the device too), else by reading it on the host. Returns the flag as the EMA needs it:
+        None (no skip policy), a device flag, or the host's decision (True: left out)."""
+        if skip is None:
+            self.scaler.step(self.optimizer)
             self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()  # the step counts (the schedule follows global_step); nothing is learnt
-        return True
+            return None
+        if self.scaler.is_enabled():
+            skip_in_scaler(self.scaler, self.optimizer, skip)  # as an overflow: no step, the scale backs off
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        elif takes_found_inf(self.optimizer):
+            step_unless(self.optimizer, skip)
+        else:  # a non-fused optimizer cannot take the flag: read it (one host read per step)
+            if bool(skip.item()):
+                self.rollback.restore_where(skip)
+                return True
+            self.optimizer.step()
+            return False
+        self.rollback.restore_where(skip)
+        return skip
 
     def _gradient_sync(self, enabled: bool) -> ContextManager[Any]:
         """DDP's ``no_sync`` while accumulating (gradients are all-reduced with the last micro-batch)."""

@@ -67,7 +67,9 @@ def distribution_focal_loss(pred_logits: torch.Tensor, target: torch.Tensor) -> 
     """DFL per box ``[P]`` from bin logits ``[P, 4, R+1]`` and distances ``[P, 4]`` in ``[0, R)``:
     cross entropy to the two neighbouring bins weighted by proximity, averaged over the sides."""
     log_probs = F.log_softmax(pred_logits, dim=-1)
-    left = target.floor().long()
+    # targets lie in [0, R - 0.01] (bbox2distance): the clamp only keeps a NaN target (a diverged
+    # step, to be reported or skipped) from indexing outside the bins; its loss stays NaN
+    left = target.floor().long().clamp(0, pred_logits.shape[-1] - 2)
     right = left + 1
     weight_left = right.to(target.dtype) - target
     weight_right = 1.0 - weight_left

@@ -6,6 +6,8 @@ same samples with the same augmentation make each step, CTC's batch mean and PP-
 all-reduced normaliser (here in the TAL phase) come out the same, and the LR schedule counts
 optimizer steps. BatchNorm running statistics differ by design: the 2-process run keeps rank
 0's (updated by its batches only), the accumulating process updates them with both micro-batches.
+PP-YOLOE runs without SyncBN here: synchronised, the 2 processes normalise by the statistics of
+both batches, where one process accumulating normalises each micro-batch by its own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ RUNS = {
     "crnn": (tiny_config, ["Global.max_iters=6", "Global.eval_batch_epoch=null"]),
     "ppyoloe": (
         tiny_det_config,
-        ["Global.max_iters=4", "Global.eval_batch_epoch=null", "Loss.static_assigner_epoch=0"],
+        [
+            "Global.max_iters=4",
+            "Global.eval_batch_epoch=null",
+            "Loss.static_assigner_epoch=0",
+            "Global.use_sync_bn=false",
+        ],
     ),
 }
 STATISTICS = ("running_mean", "running_var", "num_batches_tracked")

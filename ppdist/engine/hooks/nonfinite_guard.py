@@ -37,15 +37,16 @@ class NonFiniteGuard(Hook):
         if watch is None:
             return
         trainer.check_finite()
-        if watch.skipped > self.reported:
+        skipped = watch.skipped  # read on the host here only (the count stays on the device)
+        if skipped > self.reported:
             logger.warning(
                 "Global.nan_policy skip: %d step(s) with a non-finite loss or gradient left out up to "
                 "global_step %d (%d in this run)",
-                watch.skipped - self.reported,
+                skipped - self.reported,
                 trainer.position.global_step,
-                watch.skipped,
+                skipped,
             )
-            self.reported = watch.skipped
+            self.reported = skipped
 
     def state_dict(self) -> Dict[str, Any]:
         watch = self.trainer.nonfinite
@@ -58,4 +59,5 @@ class NonFiniteGuard(Hook):
 
     def summary(self) -> Dict[str, Any]:
         watch = self.trainer.nonfinite
-        return {"skipped_steps": watch.skipped} if watch is not None and watch.skipped else {}
+        skipped = watch.skipped if watch is not None else 0
+        return {"skipped_steps": skipped} if skipped else {}
