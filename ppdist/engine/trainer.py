@@ -28,14 +28,13 @@ from typing import (
 )
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.amp import load_scaler_state
 from ppdist.engine.batch import batch_size_of, detach, move_to_device
-from ppdist.engine.dist import DistEnv, all_gather_object
+from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_tensors
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import ScalarWriter
@@ -412,8 +411,7 @@ class Trainer:
         if not self.env.distributed:
             return
         tensors = list(self.model.buffers()) + (self.ema.synced_tensors() if self.ema is not None else [])
-        for tensor in tensors:
-            dist.broadcast(tensor.data, src=0)
+        broadcast_tensors(tensors, src=0)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:

@@ -1,4 +1,5 @@
-"""With EMA and no SyncBatchNorm every rank evaluates the model rank 0 saves (BN buffers synced)."""
+"""With EMA and no SyncBatchNorm every rank evaluates the model rank 0 saves (BN buffers synced,
+one broadcast per dtype)."""
 
 import torch
 import torch.distributed as dist
@@ -51,8 +52,17 @@ def worker(rank: int, store_path: str, out_path: str) -> None:
             model(({"image": torch.randn(4, 3, 8, 8) + rank}))
         ema.update(model)
         before = [b.clone() for b in ema.module.buffers()]
-        trainer.sync_buffers()
+        calls = []
+        broadcast = dist.broadcast
+        dist.broadcast = lambda tensor, *args, **kwargs: (
+            calls.append(tensor.dtype) or broadcast(tensor, *args, **kwargs)
+        )
+        try:
+            trainer.sync_buffers()
+        finally:
+            dist.broadcast = broadcast
         buffers = {
+            "calls": calls,
             "before": before,
             "model": [b.clone() for b in model.buffers()],
             "ema": [b.clone() for b in ema.module.buffers()],
@@ -81,3 +91,5 @@ def test_sync_buffers_covers_the_ema_model(tmp_path):
             assert torch.equal(a, b), kind
     # the EMA statistics did differ before the sync (else the test would pass vacuously)
     assert not torch.equal(rank0["before"][0], rank1["before"][0])
+    # 6 float buffers (model, EMA, EMA averages) and 2 counters: one broadcast per dtype
+    assert sorted(map(str, rank0["calls"])) == ["torch.float32", "torch.int64"]
