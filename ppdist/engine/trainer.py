@@ -47,6 +47,7 @@ from ppdist.engine.nonfinite import (
     takes_found_inf,
 )
 from ppdist.engine.position import Layout, RunPosition, run_length
+from ppdist.engine.prefetch import DevicePrefetcher
 from ppdist.errors import CheckpointError, ConfigError, DataError
 from ppdist.losses.normalizer import NORMALIZER_KEY
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
@@ -172,7 +173,8 @@ class Trainer:
             self.epoch = self.position.next_epoch
             self.position.enter_epoch(self.sampler)
             self.train_model.train()
-            micro_batches = iter(self.train_loader)
+            # on CUDA the next batch's copy to the device overlaps with the current step
+            micro_batches = DevicePrefetcher.for_device(self.train_loader, self.to_device, self.env.device)
             tick = time.perf_counter()
             for batch in micro_batches:  # the first micro-batch of a step; run_step takes the others
                 reader_cost = time.perf_counter() - tick
@@ -241,10 +243,14 @@ class Trainer:
                     f"({len(bad)} bad in this batch, e.g. {'; '.join(bad[:3])}); check Train.dataset"
                 )
             record.local_samples += size
-            batch = move_to_device(batch, self.env.device, self.channels_last, keep_on_host=self.host_keys)
+            batch = self.to_device(batch)  # (a prefetched batch is there already)
             batch[EPOCH_KEY] = self.epoch - 1
             record.batch = batch
             yield batch
+
+    def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        """``batch``'s tensors on the training device (non-blocking), but the loss's ``host_keys``."""
+        return move_to_device(batch, self.env.device, self.channels_last, keep_on_host=self.host_keys)
 
     def step(self, batch: Dict[str, Any], *more: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
         """One optimizer step on ``batch`` (already on the device) and, for gradient accumulation,
