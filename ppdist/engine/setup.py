@@ -238,6 +238,7 @@ def build_trainer(
     train_metric = (postprocess, build_metric(config)) if glob["cal_metric_during_train"] else None
     optimizer, scheduler = build_optimizer(config, model, steps_per_epoch, sampler.samples_per_step)
     autocast, use_scaler = make_autocast(glob, env.device)
+    log_precision_hint(glob, env)
     ema = build_ema(model, glob)
     evaluator = (
         Evaluator(eval_loader, postprocess, metric, env, autocast, channels_last(glob, env.device))
@@ -277,6 +278,18 @@ def build_trainer(
     seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own
     resume_or_initialize(trainer, config)
     return trainer
+
+
+def log_precision_hint(glob: Mapping[str, Any], env: DistEnv) -> None:
+    """On CUDA in fp32 (the originals' precision, ppdist's default): say what the GPU's full rate
+    needs (docs/benchmarks.md has the measurements)."""
+    if env.device.type == "cuda" and not glob["use_amp"] and env.is_main:
+        logger.info(
+            "training in fp32 (TF32 with float32_matmul_precision %s), as the original recipe; for a "
+            "GPU's full rate use bf16 AMP (channels_last follows): -o Global.use_amp=true "
+            "Global.amp_dtype=bfloat16",
+            glob["float32_matmul_precision"],
+        )
 
 
 def log_lr_scaling(glob: Mapping[str, Any], trainer: Trainer, sampler: Any) -> None:

@@ -32,6 +32,8 @@ def test_two_process_training_learns(trained):
         r".*avg_samples: 16, ips: [\d.]+ samples/s",
         log,
     ), log[-2000:]
+    # the recipe's use_sync_bn: ppdist's SyncBatchNorm synchronises the 2 CPU processes too
+    assert re.search(r"2 process\(es\) \(process group: gloo\), device cpu, \d+ SyncBatchNorm layers", log)
     best = torch.load(os.path.join(trained["out"], "best_accuracy.pt"), weights_only=True)
     assert best["position"]["world_size"] == 2 and best["ema"] is not None
     assert best["metrics"]["ap50"] > 0.1, best["metrics"]  # an untrained model scores ~0

@@ -10,6 +10,7 @@ import torch
 
 from ppdist.engine.hooks.base import PRIORITY_LOG, Hook, ends_window
 from ppdist.engine.logger import SmoothedValues, format_metrics, format_train_line
+from ppdist.modeling.sync_batch_norm import SyncBatchNorm
 
 logger = logging.getLogger("ppdist")
 
@@ -49,10 +50,13 @@ class TrainLogger(Hook):
         trainer = self.trainer
         position = trainer.position
         logger.info("trainable parameters: %s", f"{count_trainable(trainer.model):,}")
+        sync_bn = sum(isinstance(m, SyncBatchNorm) for m in trainer.model.modules())
         logger.info(
-            "%d process(es), device %s, %d batches/epoch per process, %d epochs, %d steps",
+            "%d process(es)%s, device %s%s, %d batches/epoch per process, %d epochs, %d steps",
             trainer.env.world_size,
+            f" (process group: {trainer.env.backend})" if trainer.env.backend else "",
             trainer.env.device,
+            f", {sync_bn} SyncBatchNorm layers" if sync_bn else "",
             position.layout.steps_per_epoch,
             trainer.epoch_num,
             trainer.total_steps,
