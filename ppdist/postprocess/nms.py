@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 import torch
 from torchvision.ops import batched_nms
 
+from ppdist.ops.ranges import Length, index_range
 from ppdist.registry import POSTPROCESSES
 
 
@@ -46,6 +47,11 @@ def multiclass_nms(
     return {"boxes": candidate_boxes[keep], "scores": values[keep].float(), "labels": labels[keep]}
 
 
+def _at_most(size: Length, limit: int) -> Length:
+    """``min(size, limit)``; a traced size (a 0-d tensor) stays a tensor, so the graph stays dynamic."""
+    return size.clamp(max=limit) if isinstance(size, torch.Tensor) else min(size, limit)
+
+
 def batched_multiclass_nms(
     scores: torch.Tensor,
     boxes: torch.Tensor,
@@ -61,7 +67,7 @@ def batched_multiclass_nms(
     y2)`` grouped by image in batch order, best first, and ``bbox_num`` [B] rows per image.
     """
     batch, num_classes, num_anchors = scores.shape
-    k = num_anchors if nms_top_k < 0 else torch.clamp(torch.as_tensor(num_anchors), max=nms_top_k)
+    k = num_anchors if nms_top_k < 0 else _at_most(num_anchors, nms_top_k)
     top_scores, top_anchors = torch.topk(scores, k, dim=2)  # [B, C, k] per class, best first
     image, label, slot = torch.nonzero(top_scores > score_threshold, as_tuple=True)
     values = top_scores[image, label, slot]
@@ -69,10 +75,10 @@ def batched_multiclass_nms(
     candidates = boxes[image, anchors].float()
     keep = batched_nms(candidates, values.float(), image * num_classes + label, nms_threshold)  # by score
     image, label, values, candidates = image[keep], label[keep], values[keep].float(), candidates[keep]
-    position = torch.arange(image.shape[0], device=image.device)  # kept boxes come best first
+    position = index_range(image.shape[0], image)  # kept boxes come best first
     order = torch.argsort(image * image.shape[0] + position)  # by image, best first; unique keys, exact
     image, label, values, candidates = image[order], label[order], values[order], candidates[order]
-    one_hot = (image.unsqueeze(1) == torch.arange(batch, device=image.device)).long()  # [M, B]
+    one_hot = (image.unsqueeze(1) == index_range(batch, image)).long()  # [M, B]
     rank = (one_hot.cumsum(0) * one_hot).sum(1) - 1  # position inside its image
     kept = rank < keep_top_k if keep_top_k > -1 else torch.ones_like(rank, dtype=torch.bool)
     bbox = torch.cat([label[kept].unsqueeze(1).float(), values[kept].unsqueeze(1), candidates[kept]], dim=1)

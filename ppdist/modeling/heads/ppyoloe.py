@@ -31,33 +31,37 @@ from ppdist.modeling.layers import (
     tag_norm_no_decay,
 )
 from ppdist.modeling.paddle_names import PaddleNames
+from ppdist.ops.ranges import Length, index_range
 from ppdist.registry import HEADS
 
 AnchorSet = Tuple[torch.Tensor, torch.Tensor, List[int], torch.Tensor]
 
 
 def generate_anchors(
-    feats_shapes: Sequence[Tuple[int, int]],
+    feats_shapes: Sequence[Tuple[Length, Length]],
     strides: Sequence[int],
     grid_cell_scale: float = 5.0,
     grid_cell_offset: float = 0.5,
-    device: Optional[torch.device] = None,
+    like: Optional[torch.Tensor] = None,
     dtype: torch.dtype = torch.float32,
 ) -> AnchorSet:
-    """Grid anchors for feature maps of sizes ``(h, w)`` at ``strides``.
+    """Grid anchors for feature maps of sizes ``(h, w)`` at ``strides``, on the device of ``like``
+    (a feature map; the CPU without one).
 
     Returns ``anchors`` [A, 4] (xyxy squares of side ``grid_cell_scale * stride``),
     ``anchor_points`` [A, 2] (pixel centres ``((j + offset) s, (i + offset) s)``),
     ``num_anchors_list`` and ``stride_tensor`` [A, 1]; levels in the given order. The sizes may be
-    symbolic (traced) shape values: an exported graph then computes the anchors for any input size.
+    symbolic (traced) shape values: an exported graph then computes the anchors for any input size,
+    and records no device (the ranges are made from ``like``: ``ops.index_range``).
     """
     if len(feats_shapes) != len(strides):
         raise ValueError(f"{len(feats_shapes)} feature maps but {len(strides)} strides")
+    like = torch.zeros(()) if like is None else like
     anchors, points, counts, stride_list = [], [], [], []
     for (h, w), stride in zip(feats_shapes, strides):
         half = grid_cell_scale * stride * 0.5
-        xs = (torch.arange(w, device=device, dtype=torch.float32) + grid_cell_offset) * stride
-        ys = (torch.arange(h, device=device, dtype=torch.float32) + grid_cell_offset) * stride
+        xs = (index_range(w, like, torch.float32) + grid_cell_offset) * stride
+        ys = (index_range(h, like, torch.float32) + grid_cell_offset) * stride
         yy, xx = torch.meshgrid(ys, xs, indexing="ij")
         point = torch.stack([xx, yy], dim=-1).reshape(-1, 2)
         points.append(point)
@@ -165,7 +169,7 @@ class PPYOLOEHead(NormNoDecayModule):
                 self.fpn_strides,
                 self.grid_cell_scale,
                 self.grid_cell_offset,
-                feats[0].device,
+                feats[0],
                 feats[0].dtype,
             )
             self._anchor_cache[key] = cached
@@ -211,7 +215,7 @@ class PPYOLOEHead(NormNoDecayModule):
                 self.fpn_strides,
                 self.grid_cell_scale,
                 self.grid_cell_offset,
-                feats[0].device,
+                feats[0],
                 feats[0].dtype,
             )
         # fp32 whatever the autocast state: fp16 sigmoids tie in COCO's score ranking
