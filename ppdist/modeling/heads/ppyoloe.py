@@ -11,7 +11,8 @@ Training returns raw logits plus anchors (for the assigners and losses)::
 
 Eval returns ``{"scores": [B, C, A] sigmoid, "boxes": [B, A, 4] xyxy in input pixels}``, in fp32
 also under autocast.
-Anchors are always derived from the feature shapes (cached), so any input size works.
+Anchors are always derived from the feature shapes (cached), in float32 whatever the autocast
+dtype, so any input size works.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ def generate_anchors(
     grid_cell_scale: float = 5.0,
     grid_cell_offset: float = 0.5,
     like: Optional[torch.Tensor] = None,
-    dtype: torch.dtype = torch.float32,
 ) -> AnchorSet:
-    """Grid anchors for feature maps of sizes ``(h, w)`` at ``strides``, on the device of ``like``
-    (a feature map; the CPU without one).
+    """Grid anchors for feature maps of sizes ``(h, w)`` at ``strides``, in float32 on the device
+    of ``like`` (a feature map; the CPU without one). Float32 whatever ``like``'s dtype: in bf16
+    the anchor points would move by up to 4 px past 1024 px (8 bits of mantissa).
 
     Returns ``anchors`` [A, 4] (xyxy squares of side ``grid_cell_scale * stride``),
     ``anchor_points`` [A, 2] (pixel centres ``((j + offset) s, (i + offset) s)``),
@@ -68,12 +69,7 @@ def generate_anchors(
         anchors.append(torch.cat([point - half, point + half], dim=-1))
         counts.append(point.shape[0])
         stride_list.append(torch.ones_like(point[:, :1]) * float(stride))
-    return (
-        torch.cat(anchors).to(dtype),
-        torch.cat(points).to(dtype),
-        counts,
-        torch.cat(stride_list).to(dtype),
-    )
+    return torch.cat(anchors), torch.cat(points), counts, torch.cat(stride_list)
 
 
 def distance2bbox(points: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
@@ -157,9 +153,10 @@ class PPYOLOEHead(NormNoDecayModule):
             nn.init.constant_(reg_conv.bias, 1.0)
 
     def anchors_for(self, feats: Sequence[torch.Tensor]) -> AnchorSet:
-        """``generate_anchors`` for these feature maps, cached by shapes, device and dtype."""
+        """``generate_anchors`` (float32 also under autocast) for these feature maps, cached by
+        shapes and device."""
         shapes = tuple((int(f.shape[2]), int(f.shape[3])) for f in feats)
-        key = (shapes, feats[0].device, feats[0].dtype)
+        key = (shapes, feats[0].device)
         cached = self._anchor_cache.get(key)
         if cached is None:
             if len(self._anchor_cache) >= 16:
@@ -170,7 +167,6 @@ class PPYOLOEHead(NormNoDecayModule):
                 self.grid_cell_scale,
                 self.grid_cell_offset,
                 feats[0],
-                feats[0].dtype,
             )
             self._anchor_cache[key] = cached
         return cached
@@ -216,7 +212,6 @@ class PPYOLOEHead(NormNoDecayModule):
                 self.grid_cell_scale,
                 self.grid_cell_offset,
                 feats[0],
-                feats[0].dtype,
             )
         # fp32 whatever the autocast state: fp16 sigmoids tie in COCO's score ranking
         scores = at_least_fp32(torch.cat(cls_list, dim=2)).sigmoid()
