@@ -17,7 +17,8 @@ PAIRS_PER_CHUNK = {"cpu": 2**21, "cuda": 2**25}
 def float32_threshold(threshold: float) -> float:
     """The float32 ``t`` with ``iou > t`` exactly when ``iou > threshold`` in float64, for every
     float32 ``iou`` (torchvision's CPU kernel compares in double; comparing with the threshold
-    rounded up to float32, e.g. 0.6, would also suppress at IoU == float32(0.6))."""
+    rounded up to float32, e.g. 0.6, would also suppress at IoU == float32(0.6), as torchvision's
+    CUDA kernel does: the only IoU at which the two kernels disagree)."""
     rounded = np.float32(threshold)
     if float(rounded) > threshold:
         rounded = np.nextafter(rounded, np.float32(-np.inf))

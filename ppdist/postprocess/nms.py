@@ -70,8 +70,8 @@ def multiclass_nms_batch(
 
     Equal to ``multiclass_nms`` per image (``torchvision.ops.nms`` per class: its IoU arithmetic
     and order), without a loop over images or classes: ``ops.grouped_nms`` over the (image, class)
-    groups. Host reads per batch: the candidates (``nonzero``), the group table's size, one per
-    suppression round (a handful) and the kept rows; the per-image version reads ~6 per image and
+    groups. Host reads per batch: the candidates (``nonzero``), the group sizes, one per
+    suppression round (a handful) and the kept rows; the per-image version reads ~5 per image, and
     torchvision's ``batched_nms`` loops over the classes (2 reads each) past 1000 boxes on the CPU
     (5000 on CUDA).
     """
