@@ -57,7 +57,9 @@ class Evaluator:
 
     Every rank evaluates its contiguous shard with no collective inside the loop (ranks may
     hold different numbers of batches), then the metric states are all-gathered in rank
-    order and merged, so every rank returns exactly the single-process numbers.
+    order and merged, so every rank returns exactly the single-process numbers. Batch entries
+    named in the post-process's ``host_keys`` (e.g. detection's image ids and scale factors)
+    stay on the host, as the trainer does with the loss's.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Evaluator:
         self.env = env
         self.autocast = autocast
         self.channels_last = channels_last
+        self.host_keys = (SAMPLE_INDEX_KEY,) + tuple(getattr(postprocess, "host_keys", ()))
         self.last_fps = 0.0
         self.last_bad: List[str] = []
         bind = getattr(metric, "bind_dataset", None)  # e.g. COCO ground truth and category ids
@@ -108,7 +111,7 @@ class Evaluator:
             size = batch_size_of(batch)
             if size == 0:
                 continue
-            batch = move_to_device(batch, self.env.device, self.channels_last, (SAMPLE_INDEX_KEY,))
+            batch = move_to_device(batch, self.env.device, self.channels_last, self.host_keys)
             with self.autocast():
                 # a post-process with test-time augmentation runs the model itself
                 infer = getattr(self.postprocess, "infer", None)

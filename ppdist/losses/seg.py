@@ -32,6 +32,13 @@ def _check_weight(weight: Optional[torch.Tensor], logit: torch.Tensor) -> Option
     return weight.to(logit.device)
 
 
+def kth_smallest(values: torch.Tensor, k: int) -> torch.Tensor:
+    """``torch.kthvalue(values, k).values`` of a 1-D tensor, as the largest of its ``k`` smallest
+    (ties included, exactly): CUDA's ``kthvalue`` selects each slice in one thread block (one
+    slice of ~2M pixels here), ``topk``'s radix select spreads over the GPU; no host read."""
+    return torch.topk(values, k, largest=False, sorted=False).values.amax()
+
+
 class PixelLoss(nn.Module):
     """A per-output pixel loss: ``forward(logit, label)``; called as a top-level ``Loss``
     (``forward(preds, batch)``) it scores a single-output model."""
@@ -123,7 +130,7 @@ class OhemCrossEntropyLoss(PixelLoss):
             return valid
         prob = torch.softmax(logit, dim=1).gather(1, torch.where(valid, label, 0).unsqueeze(1)).squeeze(1)
         prob = torch.where(valid, prob, prob + 1.0).reshape(-1)  # ignored pixels sort last
-        kth = torch.kthvalue(prob, min(prob.numel(), self.min_kept)).values
+        kth = kth_smallest(prob, min(prob.numel(), self.min_kept))
         hard = valid & (prob.reshape(label.shape) < kth.clamp(min=self.thresh))
         return torch.where(valid.sum() <= self.min_kept, valid, hard)
 

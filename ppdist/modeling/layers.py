@@ -8,6 +8,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
+from ppdist.ops.ranges import Length, index_range
+
 Stride = Union[int, Tuple[int, int]]
 
 SUPPORTED_ACTIVATIONS = (None, "relu", "hardswish")
@@ -228,13 +230,14 @@ class NormNoDecayModule(nn.Module):
         tag_norm_no_decay(self)
 
 
-def _pooling_matrix(length: torch.Tensor, bins: int, like: torch.Tensor) -> torch.Tensor:
+def _pooling_matrix(length: Length, bins: int, like: torch.Tensor) -> torch.Tensor:
     """[bins, length] averaging weights of adaptive pooling along one axis: bin i covers
-    ``[floor(i * L / bins), ceil((i + 1) * L / bins))``, as ``F.adaptive_avg_pool2d``."""
-    index = torch.arange(bins, device=like.device).unsqueeze(1)
+    ``[floor(i * L / bins), ceil((i + 1) * L / bins))``, as ``F.adaptive_avg_pool2d``. The ranges
+    are made from ``like`` (``index_range``), so a traced graph records no device."""
+    index = index_range(bins, like).unsqueeze(1)
     start = torch.div(index * length, bins, rounding_mode="floor")
     end = torch.div((index + 1) * length + bins - 1, bins, rounding_mode="floor")
-    position = torch.arange(length, device=like.device).unsqueeze(0)
+    position = index_range(length, like).unsqueeze(0)
     inside = ((position >= start) & (position < end)).to(like.dtype)
     return inside / (end - start).to(like.dtype)
 
@@ -250,8 +253,8 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
         bins_h, bins_w = (
             (self.output_size, self.output_size) if isinstance(self.output_size, int) else self.output_size
         )
-        rows = _pooling_matrix(torch.as_tensor(x.shape[2]), int(bins_h), x)
-        cols = _pooling_matrix(torch.as_tensor(x.shape[3]), int(bins_w), x)
+        rows = _pooling_matrix(x.shape[2], int(bins_h), x)  # a traced size is a 0-d tensor
+        cols = _pooling_matrix(x.shape[3], int(bins_w), x)
         return torch.matmul(torch.matmul(rows, x), cols.transpose(0, 1))
 
 

@@ -9,6 +9,7 @@ from ppdist.ops.boxes import (
     pairwise_iou,
     points_inside_boxes,
 )
+from ppdist.ops.ranges import index_range
 
 __all__ = [
     "bbox2distance",
@@ -16,6 +17,7 @@ __all__ = [
     "box_centers",
     "distance2bbox",
     "giou",
+    "index_range",
     "pairwise_iou",
     "points_inside_boxes",
 ]

@@ -1,16 +1,20 @@
-"""Building a run from its config: DDP options, and the user's hooks of Global.hooks."""
+"""Building a run from its config: DDP options, the user's hooks of Global.hooks, torch.compile over
+multi-scale training."""
 
 from __future__ import annotations
 
+import random
 import textwrap
 
 import pytest
 import torch
 from ppdist_testing import tiny_run_config
 
+from ppdist.components import build_model
+from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.logger import setup_logger
-from ppdist.engine.setup import build_trainer, gradient_as_bucket_view
+from ppdist.engine.setup import build_trainer, compile_for_training, gradient_as_bucket_view
 from ppdist.errors import ConfigError
 
 HOOK_MODULE = "ppdist_test_user_hooks"
@@ -151,3 +155,53 @@ def test_eval_during_train_false_builds_no_evaluation(tmp_path, digits_dir, eval
     trainer = build_trainer(config)
     names = [hook.hook_name for hook in trainer.hooks]
     assert ("evaluation" in names) == evaluate, names
+
+
+def test_compiled_detector_over_the_multi_scale_sizes_compiles_once_or_twice(repo_root):
+    """PP-YOLOE's recipe model (narrowed) through ``compile_for_training`` over 60 random draws of
+    15 sizes: one graph for the first size and one with dynamic sizes for the others, where the
+    head's anchor cache (guarded by dynamo) used to invalidate every graph at each new size (29
+    compiles at d9515f6, about to hit the limit of 32, which fails the run).
+
+    The recipe's 320..768 less 256: the same 15 sizes 32 apart (multiples of the largest stride;
+    the smallest stride-32 map is 2x2, dynamo specialises sizes 0 and 1), ~7x cheaper. A batch of 2:
+    with 1 image CPU convolutions choose their backend by size (numel > 20480) and dynamo guards on
+    it, which a GPU does not do.
+    """
+    config = load_config(
+        f"{repo_root}/configs/det/ppyoloe_crn_s_300e_coco.yml",
+        ["Global.width_mult=0.0625", "Global.depth_mult=0.1", "Global.num_classes=4"],
+    )
+    (resize,) = [
+        t["BatchRandomResize"]
+        for t in config["Train"]["dataset"]["batch_transforms"]
+        if "BatchRandomResize" in t
+    ]
+    sizes = [size - 256 for size in resize["target_size"]]
+    assert len(sizes) == 15 and sizes[0] == 64 and all(b - a == 32 for a, b in zip(sizes, sizes[1:]))
+    torch.manual_seed(0)
+    model = build_model(config).train()
+    compiles = []
+
+    def counting_eager(graph_module, example_inputs):
+        compiles.append(len(example_inputs))
+        return graph_module.forward
+
+    dynamo = torch._dynamo.config
+    saved = dynamo.recompile_limit, dynamo.fail_on_recompile_limit_hit
+    torch._dynamo.reset()
+    try:
+        compiled = compile_for_training(model, {"backend": counting_eager}, input_sizes=len(sizes))
+        assert dynamo.fail_on_recompile_limit_hit  # past the limit the loop below would raise
+        rng = random.Random(0)
+        seen = set()
+        for _ in range(60):
+            size = rng.choice(sizes)
+            seen.add(size)
+            out = compiled({"image": torch.randn(2, 3, size, size)})
+            assert out["anchor_points"].shape == (sum((size // s) ** 2 for s in (32, 16, 8)), 2)
+    finally:
+        torch._dynamo.reset()
+        dynamo.recompile_limit, dynamo.fail_on_recompile_limit_hit = saved
+    assert len(seen) == 15
+    assert len(compiles) <= 2, f"{len(compiles)} compiles for {len(seen)} sizes"

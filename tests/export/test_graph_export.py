@@ -1,6 +1,10 @@
-"""Each task's deploy module exports to ONNX (dynamic sizes) and TorchScript and matches PyTorch."""
+"""Each task's deploy module exports to ONNX (dynamic sizes) and TorchScript and matches PyTorch;
+the TorchScript graphs record no device."""
 
 from __future__ import annotations
+
+import warnings
+from typing import Iterator, List
 
 import pytest
 import torch
@@ -67,3 +71,44 @@ def _check_nms_graph(path, module, spec):
         got_bbox, got_num = session.run(None, {n: t.numpy() for n, t in zip(spec.input_names, inputs)})
         assert got_num.tolist() == num.tolist() and bbox.shape[0] > 0
         assert abs(got_bbox[:, :2] - bbox[:, :2].numpy()).max() < 1e-5  # labels and scores, in order
+
+
+def _nodes(block) -> Iterator[torch._C.Node]:
+    for node in block.nodes():
+        yield node
+        for inner in node.blocks():
+            yield from _nodes(inner)
+
+
+def device_constants(graph) -> List[str]:
+    """The nodes of ``graph`` (and of its nested blocks) that take a constant ``Device``, e.g.
+    ``aten::arange(..., device="cpu")`` traced on the CPU: such a graph fails on any other device
+    (``torch.jit.load(map_location=...)`` moves tensors, not Device constants)."""
+    found = []
+    for node in _nodes(graph):
+        for value in node.inputs():
+            if value.type().kind() == "DeviceObjType" and value.node().kind() == "prim::Constant":
+                where = node.sourceRange().strip().splitlines()[0] if node.sourceRange() else "?"
+                found.append(f"{node.kind()} with device={value.toIValue()} ({where})")
+    return found
+
+
+@pytest.mark.parametrize("task", sorted(MAKERS))
+def test_torchscript_graphs_record_no_device(tmp_path, task):
+    """Traced on the CPU, traced and frozen (as export_torchscript writes it): no factory or copy
+    names a device, so the file runs on the device it is loaded onto (tests/cuda loads it on a GPU)."""
+    cfg = MAKERS[task](str(tmp_path / "c.yml"), str(tmp_path / "data"), str(tmp_path / "out"))
+    config = load_config(cfg, ["Global.synthetic_data=null"])
+    model = convert_to_deploy(build_model(config).eval())
+    module, spec = build_deploy(model, config)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(module, example_inputs(spec, spec.example_shapes[0]), check_trace=False)
+        path = str(tmp_path / "model.pt")
+        export_torchscript(module, spec, path)
+        frozen = torch.jit.load(path)
+    for name, graph in (("traced", traced.inlined_graph), ("frozen", frozen.graph)):
+        found = device_constants(graph)
+        assert not found, f"the {name} {task} graph names a device in {len(found)} node(s):\n" + "\n".join(
+            found
+        )

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import ppdist.components  # noqa: F401
 from ppdist.errors import ConfigError
-from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntropyLoss
+from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntropyLoss, kth_smallest
 from ppdist.utils.host_sync import HostSyncCounter
 
 
@@ -125,6 +125,24 @@ def test_ohem_is_sync_free_and_equals_the_host_decision(min_kept, ignored):
             ohem.kept_mask(logit.detach(), label), reference_kept_mask(ohem, logit.detach(), label)
         )
     assert torch.isfinite(total)
+
+
+@pytest.mark.parametrize("k", [1, 7, 500, 1999, 2000])
+def test_kth_smallest_equals_kthvalue_with_ties(k):
+    generator = torch.Generator().manual_seed(k)
+    values = torch.randint(0, 9, (2000,), generator=generator).float() / 8  # 9 values, many ties
+    values[::7] = 2.0  # as OHEM's ignored pixels (p + 1)
+    assert torch.equal(kth_smallest(values, k), torch.kthvalue(values, k).values)
+
+
+def test_ohem_with_tied_probabilities_equals_the_host_decision():
+    generator = torch.Generator().manual_seed(0)
+    logit = torch.randint(0, 3, (2, 4, 16, 16), generator=generator).float()  # few distinct probabilities
+    label = torch.randint(0, 4, (2, 16, 16), generator=generator)
+    label[:, :2] = 255
+    for min_kept in (1, 40, 100, 300):
+        ohem = OhemCrossEntropyLoss(thresh=0.2, min_kept=min_kept)
+        assert torch.equal(ohem.kept_mask(logit, label), reference_kept_mask(ohem, logit, label))
 
 
 def test_cross_entropy_with_weights_and_top_k_is_sync_free():

@@ -3,12 +3,14 @@
 import json
 import types
 
+import numpy as np
 import pytest
 import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from ppdist.metrics.coco import COCOMetric
+from ppdist.metrics import coco
+from ppdist.metrics.coco import STAT_NAMES, COCOMetric
 
 
 @pytest.fixture()
@@ -117,20 +119,88 @@ def test_metric_needs_a_coco_dataset():
         COCOMetric().bind_dataset(object())
 
 
-def test_faster_backend_gives_the_pycocotools_numbers(gt):
+def _random_coco(tmp_path, images=40, seed=0):
+    """A COCO set with every kind of case COCOeval distinguishes: 6 categories with sparse ids,
+    small / medium / large and crowd boxes, images without objects; detections that hit (jittered),
+    take the wrong class, duplicate a hit or miss, with tied scores. Returns (dataset, batches)."""
+    rng = np.random.default_rng(seed)
+    cat_ids = [1, 3, 5, 8, 13, 21]
+    coco_images, anns, batches = [], [], []
+    for image_id in range(1, images + 1):
+        coco_images.append({"id": image_id, "file_name": f"{image_id}.jpg", "width": 640, "height": 480})
+        boxes, labels, scores = [], [], []
+        for _ in range(rng.integers(0, 9)):
+            side = float(rng.choice([12.0, 24.0, 60.0, 140.0, 300.0])) * rng.uniform(0.7, 1.3)
+            x, y = rng.uniform(0, 640 - side), rng.uniform(0, 480 - side * 0.8)
+            label = int(rng.integers(0, 6))
+            box = [x, y, side, side * 0.8]
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": image_id,
+                    "category_id": cat_ids[label],
+                    "bbox": box,
+                    "area": box[2] * box[3],
+                    "iscrowd": int(rng.random() < 0.05),
+                }
+            )
+            for _ in range(int(rng.choice([0, 1, 1, 1, 2]))):  # missed, found, found twice
+                jitter = rng.normal(0, side * 0.08, 4)
+                x1, y1 = x + jitter[0], y + jitter[1]
+                boxes.append([x1, y1, x1 + box[2] + jitter[2], y1 + box[3] + jitter[3]])
+                labels.append(label if rng.random() < 0.85 else int(rng.integers(0, 6)))
+                scores.append(round(float(rng.uniform(0.05, 1.0)), 1))  # ties
+        for _ in range(rng.integers(0, 6)):  # false positives
+            x1, y1, w, h = rng.uniform(0, 500), rng.uniform(0, 380), rng.uniform(8, 140), rng.uniform(8, 100)
+            boxes.append([x1, y1, x1 + w, y1 + h])
+            labels.append(int(rng.integers(0, 6)))
+            scores.append(round(float(rng.uniform(0.01, 0.6)), 1))
+        batches.append(
+            [
+                {
+                    "im_id": image_id,
+                    "boxes": torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+                    "scores": torch.tensor(scores, dtype=torch.float32),
+                    "labels": torch.tensor(labels, dtype=torch.long),
+                }
+            ]
+        )
+    path = tmp_path / "random_gt.json"
+    categories = [{"id": c, "name": f"c{c}"} for c in cat_ids]
+    path.write_text(json.dumps({"images": coco_images, "annotations": anns, "categories": categories}))
+    dataset = types.SimpleNamespace(
+        anno_file=str(path), clsid2catid=dict(enumerate(cat_ids)), label_list=[c["name"] for c in categories]
+    )
+    return dataset, batches
+
+
+@pytest.mark.parametrize("case", ["three images", "random set"])
+def test_faster_backend_gives_the_pycocotools_numbers(gt, tmp_path, case):
+    dataset, batches = (gt, _results()) if case == "three images" else _random_coco(tmp_path)
     metrics = {}
     for backend in ("pycocotools", "faster_coco_eval"):
         metric = COCOMetric(classwise=True, backend=backend)
-        metric.bind_dataset(gt)
-        for res in _results():
+        assert metric.backend == backend
+        metric.bind_dataset(dataset)
+        for res in batches:
             metric.update(res, {})
         metrics[backend] = metric.compute()
     reference, faster = metrics["pycocotools"], metrics["faster_coco_eval"]
-    assert reference.keys() == faster.keys() and reference["ap"] > 0
+    assert reference.keys() == faster.keys() and 0 < reference["ap"] < 1
+    assert len({reference[name] for name in STAT_NAMES}) > 6  # not a degenerate case
     for key in reference:
         assert reference[key] == pytest.approx(faster[key], abs=1e-12), key
     with pytest.raises(ValueError, match="backend"):
         COCOMetric(backend="detectron2")
+
+
+def test_the_default_backend_is_faster_coco_eval_when_installed(monkeypatch):
+    assert COCOMetric().backend == "faster_coco_eval"
+    assert COCOMetric(backend="pycocotools").backend == "pycocotools"
+    monkeypatch.setattr(coco, "COCOeval_faster", None)  # as without the package
+    assert COCOMetric().backend == "pycocotools"
+    with pytest.raises(ValueError, match="faster_coco_eval is not installed"):
+        COCOMetric(backend="faster_coco_eval")
 
 
 @pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])

@@ -10,7 +10,7 @@ import ppdist.modeling  # noqa: F401  (registers the components)
 from ppdist.modeling.architectures import BaseModel
 from ppdist.modeling.backbones.cspresnet import RepVggBlock
 from ppdist.modeling.deploy import convert_to_deploy
-from ppdist.modeling.heads.ppyoloe import distance2bbox, generate_anchors
+from ppdist.modeling.heads.ppyoloe import PPYOLOEHead, distance2bbox, generate_anchors
 
 SCALES = {"s": (0.50, 0.33), "m": (0.75, 0.67), "l": (1.0, 1.0), "x": (1.25, 1.33)}
 # verified_numbers.md: PaddleDetection release/2.7.1 with paddlepaddle 2.6.2, 80 classes
@@ -225,3 +225,26 @@ def test_eval_scores_and_boxes_are_fp32_under_autocast():
     assert out["scores"].dtype == torch.float32 and out["boxes"].dtype == torch.float32
     expected = torch.cat([logit.flatten(2) for logit in logits], dim=2).float().sigmoid()
     assert torch.equal(out["scores"], expected)  # the sigmoid itself in fp32, not rounded to bf16
+
+
+def test_anchors_are_fp32_under_bf16_autocast_past_1024_px():
+    """At 1088 px bf16 (8 bits of mantissa) would move anchor points by 4 px: the anchors of the
+    training outputs and the points the eval boxes are decoded from stay exact float32."""
+    size = 1088
+    shapes = [(size // s, size // s) for s in STRIDES]
+    anchors, points, counts, strides = generate_anchors(shapes, STRIDES)
+    assert not torch.equal(points.bfloat16().float(), points)  # bf16 anchors would be wrong here
+    torch.manual_seed(0)
+    feats = [torch.randn(1, 4, h, w).bfloat16() for h, w in shapes]
+    head = PPYOLOEHead([4, 4, 4], num_classes=2, fpn_strides=STRIDES)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = head(feats)
+    for key, want in (("anchors", anchors), ("anchor_points", points), ("stride_tensor", strides)):
+        assert out[key].dtype == torch.float32 and torch.equal(out[key], want), key
+    assert out["num_anchors_list"] == counts
+    head = PPYOLOEHead([4, 4, 4], num_classes=2, fpn_strides=STRIDES).eval()  # a fresh anchor cache
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        boxes = head(feats)["boxes"][0]
+    # initial regression: uniform bins, an expected distance of 8 strides on every side
+    expected = distance2bbox(points, torch.full((points.shape[0], 4), 8.0) * strides)
+    assert boxes.dtype == torch.float32 and (boxes - expected).abs().max() < 1e-3

@@ -11,7 +11,8 @@ Training returns raw logits plus anchors (for the assigners and losses)::
 
 Eval returns ``{"scores": [B, C, A] sigmoid, "boxes": [B, A, 4] xyxy in input pixels}``, in fp32
 also under autocast.
-Anchors are always derived from the feature shapes (cached), so any input size works.
+Anchors are always derived from the feature shapes (cached), in float32 whatever the autocast
+dtype, so any input size works.
 """
 
 from __future__ import annotations
@@ -31,45 +32,44 @@ from ppdist.modeling.layers import (
     tag_norm_no_decay,
 )
 from ppdist.modeling.paddle_names import PaddleNames
+from ppdist.ops.ranges import Length, index_range
 from ppdist.registry import HEADS
 
 AnchorSet = Tuple[torch.Tensor, torch.Tensor, List[int], torch.Tensor]
 
 
 def generate_anchors(
-    feats_shapes: Sequence[Tuple[int, int]],
+    feats_shapes: Sequence[Tuple[Length, Length]],
     strides: Sequence[int],
     grid_cell_scale: float = 5.0,
     grid_cell_offset: float = 0.5,
-    device: Optional[torch.device] = None,
-    dtype: torch.dtype = torch.float32,
+    like: Optional[torch.Tensor] = None,
 ) -> AnchorSet:
-    """Grid anchors for feature maps of sizes ``(h, w)`` at ``strides``.
+    """Grid anchors for feature maps of sizes ``(h, w)`` at ``strides``, in float32 on the device
+    of ``like`` (a feature map; the CPU without one). Float32 whatever ``like``'s dtype: in bf16
+    the anchor points would move by up to 4 px past 1024 px (8 bits of mantissa).
 
     Returns ``anchors`` [A, 4] (xyxy squares of side ``grid_cell_scale * stride``),
     ``anchor_points`` [A, 2] (pixel centres ``((j + offset) s, (i + offset) s)``),
     ``num_anchors_list`` and ``stride_tensor`` [A, 1]; levels in the given order. The sizes may be
-    symbolic (traced) shape values: an exported graph then computes the anchors for any input size.
+    symbolic (traced) shape values: an exported graph then computes the anchors for any input size,
+    and records no device (the ranges are made from ``like``: ``ops.index_range``).
     """
     if len(feats_shapes) != len(strides):
         raise ValueError(f"{len(feats_shapes)} feature maps but {len(strides)} strides")
+    like = torch.zeros(()) if like is None else like
     anchors, points, counts, stride_list = [], [], [], []
     for (h, w), stride in zip(feats_shapes, strides):
         half = grid_cell_scale * stride * 0.5
-        xs = (torch.arange(w, device=device, dtype=torch.float32) + grid_cell_offset) * stride
-        ys = (torch.arange(h, device=device, dtype=torch.float32) + grid_cell_offset) * stride
+        xs = (index_range(w, like, torch.float32) + grid_cell_offset) * stride
+        ys = (index_range(h, like, torch.float32) + grid_cell_offset) * stride
         yy, xx = torch.meshgrid(ys, xs, indexing="ij")
         point = torch.stack([xx, yy], dim=-1).reshape(-1, 2)
         points.append(point)
         anchors.append(torch.cat([point - half, point + half], dim=-1))
         counts.append(point.shape[0])
         stride_list.append(torch.ones_like(point[:, :1]) * float(stride))
-    return (
-        torch.cat(anchors).to(dtype),
-        torch.cat(points).to(dtype),
-        counts,
-        torch.cat(stride_list).to(dtype),
-    )
+    return torch.cat(anchors), torch.cat(points), counts, torch.cat(stride_list)
 
 
 def distance2bbox(points: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
@@ -153,20 +153,25 @@ class PPYOLOEHead(NormNoDecayModule):
             nn.init.constant_(reg_conv.bias, 1.0)
 
     def anchors_for(self, feats: Sequence[torch.Tensor]) -> AnchorSet:
-        """``generate_anchors`` for these feature maps, cached by shapes, device and dtype."""
-        shapes = tuple((int(f.shape[2]), int(f.shape[3])) for f in feats)
-        key = (shapes, feats[0].device, feats[0].dtype)
+        """``generate_anchors`` (float32 also under autocast) for these feature maps, cached by
+        shapes and device.
+
+        Under ``torch.compile`` the cache is bypassed: dynamo guards on the dict's contents, so
+        each new multi-scale size would invalidate every compiled graph (29 compiles in 60 random
+        steps over PP-YOLOE's 15 sizes); built inside the graph, the anchors follow its sizes.
+        """
+        if torch.compiler.is_compiling():
+            shapes = [(f.shape[2], f.shape[3]) for f in feats]
+            return generate_anchors(
+                shapes, self.fpn_strides, self.grid_cell_scale, self.grid_cell_offset, feats[0]
+            )
+        key = (tuple((int(f.shape[2]), int(f.shape[3])) for f in feats), feats[0].device)
         cached = self._anchor_cache.get(key)
         if cached is None:
             if len(self._anchor_cache) >= 16:
                 self._anchor_cache.clear()
             cached = generate_anchors(
-                shapes,
-                self.fpn_strides,
-                self.grid_cell_scale,
-                self.grid_cell_offset,
-                feats[0].device,
-                feats[0].dtype,
+                key[0], self.fpn_strides, self.grid_cell_scale, self.grid_cell_offset, feats[0]
             )
             self._anchor_cache[key] = cached
         return cached
@@ -211,8 +216,7 @@ class PPYOLOEHead(NormNoDecayModule):
                 self.fpn_strides,
                 self.grid_cell_scale,
                 self.grid_cell_offset,
-                feats[0].device,
-                feats[0].dtype,
+                feats[0],
             )
         # fp32 whatever the autocast state: fp16 sigmoids tie in COCO's score ranking
         scores = at_least_fp32(torch.cat(cls_list, dim=2)).sigmoid()
