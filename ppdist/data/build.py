@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -122,6 +122,16 @@ class Collate:
         return collate(samples, self.batch_ops)
 
 
+def build_input_pipeline(config: Mapping[str, Any], section: str, mode: str) -> Tuple[Any, Collate]:
+    """The dataset of ``config[section]`` and the collate (with the batch transforms) that
+    ``build_dataloader`` puts together: what one process does to turn sample indices into a batch."""
+    dataset = build_dataset(config, section, mode)
+    batch_ops = build_transforms(
+        config[section]["dataset"].get("batch_transforms"), config, f"{section}.dataset.batch_transforms"
+    )
+    return dataset, Collate(batch_ops)
+
+
 def input_size_count(loader: Any) -> int:
     """How many input sizes ``loader``'s batches come in: the number of ``sizes`` of its
     multi-scale batch transform (PP-YOLOE's ``BatchRandomResize``), else 1."""
@@ -174,10 +184,7 @@ def build_dataloader(
     device_type: str = "cpu",
 ) -> DataLoader:
     """A DataLoader over ``config[section]`` with ppdist's samplers and collate."""
-    dataset = build_dataset(config, section, mode)
-    batch_ops = build_transforms(
-        config[section]["dataset"].get("batch_transforms"), config, f"{section}.dataset.batch_transforms"
-    )
+    dataset, collate_fn = build_input_pipeline(config, section, mode)
     loader_cfg = config[section]["loader"]
     seed = int(config["Global"]["seed"])
     batch_size = int(loader_cfg["batch_size_per_card"])
@@ -221,7 +228,7 @@ def build_dataloader(
         dataset,
         batch_sampler=sampler,
         num_workers=workers,
-        collate_fn=Collate(batch_ops),
+        collate_fn=collate_fn,
         worker_init_fn=WorkerInit(seed, rank, loader_cfg.get("cv2_num_threads", 0)),
         generator=generator,
         **loader_options(loader_cfg, device_type),
