@@ -73,6 +73,10 @@ class _SegBase(BaseDataSet):
     def origin(self, index: int) -> str:
         return self.items[index].origin
 
+    def image_file(self, index: int) -> str:
+        """The path of sample ``index``'s image file."""
+        return self.items[index].image
+
     def read(self, index: int) -> Dict[str, Any]:
         item = self.items[index]
         if not item.ok:
