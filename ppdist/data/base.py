@@ -132,10 +132,13 @@ class BaseDataSet(Dataset):
         index = int(index)
         if get_worker_info() is None:  # loading in the main process: leave its RNG streams untouched
             with kept_cpu_rng_streams():
-                return self._seeded_get(index, epoch, seed)
-        return self._seeded_get(index, epoch, seed)
+                return self.seeded_sample(index, epoch, seed)
+        return self.seeded_sample(index, epoch, seed)
 
-    def _seeded_get(self, index: int, epoch: int, seed: int) -> Union[Dict[str, Any], BadSample]:
+    def seeded_sample(self, index: int, epoch: int, seed: int) -> Union[Dict[str, Any], BadSample]:
+        """What a loader worker returns for ``(index, epoch, seed)``: the sample with the CPU RNGs
+        seeded by ``sample_seed`` (left so: the caller keeps its streams if it needs them), or its
+        replacement / ``BadSample`` (see the class doc)."""
         rng_seed = sample_seed(seed, epoch, index)
         seed_cpu_rngs(rng_seed)  # the CPU generators only (see ppdist.utils.rng)
         result = self.load(index)
