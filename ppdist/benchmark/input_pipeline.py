@@ -2,7 +2,8 @@
 --input_pipeline``).
 
 One thread (torch 1, OpenCV sequential as in the loader's workers) runs what one loader worker
-runs for a split: the dataset's read, each sample transform, the dataset's output layout
+runs for a split (``seeded_sample``: no saving of the RNG streams per sample, which only loading in
+the main process does): the dataset's read, each sample transform, the dataset's output layout
 (``finish``), each batch transform (its time divided by the batch size) and the collate. Times are
 the thread's CPU time (``time.thread_time``), so other load on the machine barely moves them.
 Work the loader leaves to the device (e.g. the normalisation) is named and not timed. The total is
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from ppdist.data.build import build_input_pipeline
+from ppdist.utils.rng import kept_cpu_rng_streams
 
 Clock = Dict[str, float]
 
@@ -125,13 +127,13 @@ def profile_split(config: Mapping[str, Any], section: str, images: int) -> Dict[
 
     def run(indices: List[int]) -> Dict[str, float]:
         start = cpu_time()
-        samples = [dataset[(index, 1, seed)] for index in indices]
+        samples = [dataset.seeded_sample(index, 1, seed) for index in indices]  # as in a worker
         loaded = cpu_time()
         collate(samples)
         done = cpu_time()
         return {"samples": loaded - start, "collate": done - loaded}
 
-    with single_thread():
+    with single_thread(), kept_cpu_rng_streams():
         run(batches[0])  # warm-up: imports, allocator, file cache
         clock.clear()
         wall = time.perf_counter()
