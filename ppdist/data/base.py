@@ -17,6 +17,9 @@ BAD_SAMPLES_KEY = "_bad_samples"
 NOTES_KEY = "_notes"  # what a transform changed in a sample it kept (e.g. dropped label characters)
 SAMPLE_SEED_KEY = "_sample_seed"  # seeds batch transforms (see ppdist.data.build.collate)
 SAMPLE_INDEX_KEY = "_sample_index"  # an eval sample's dataset index (metrics name their samples by it)
+DEVICE_TRANSFORM_KEY = (
+    "_device_transform"  # what the loader left to the device (ppdist.data.device_transforms)
+)
 
 
 class RejectedSample(Exception):
@@ -126,6 +129,14 @@ class BaseDataSet(Dataset):
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """The transformed sample in the layout the collate expects (subclasses may override)."""
         return data
+
+    #: ``finish`` changes the image from HWC to CHW (and float32) and can leave that to the device
+    layout_change_in_finish = False
+
+    def leave_layout_to_device(self) -> None:
+        """From now on ``finish`` keeps the image HWC in the dtype the transforms gave (the loader's
+        device transform makes it float32 CHW); only for datasets with ``layout_change_in_finish``."""
+        raise NotImplementedError(f"{type(self).__name__} changes no image layout in finish")
 
     def __getitem__(self, item: Union[int, Tuple[int, int, int]]) -> Union[Dict[str, Any], BadSample]:
         index, epoch, seed = (item, 0, 0) if isinstance(item, (int, np.integer)) else item

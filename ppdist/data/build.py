@@ -13,7 +13,15 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
 from ppdist.builder import build_component
-from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, SAMPLE_INDEX_KEY, SAMPLE_SEED_KEY, BadSample
+from ppdist.data.base import (
+    BAD_SAMPLES_KEY,
+    DEVICE_TRANSFORM_KEY,
+    NOTES_KEY,
+    SAMPLE_INDEX_KEY,
+    SAMPLE_SEED_KEY,
+    BadSample,
+)
+from ppdist.data.device_transforms import DeviceImageTransform, defer_to_device
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
@@ -71,13 +79,18 @@ def _seeded(run: Any, seeds: List[int]) -> Any:
         return run()
 
 
-def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]:
+def collate(
+    samples: List[Any],
+    batch_ops: Sequence[Any] = (),
+    device_transform: Optional[DeviceImageTransform] = None,
+) -> Dict[str, Any]:
     """Stack dict samples into a batch; drop and report ``BadSample`` entries.
 
     ``batch_ops`` run on the good samples first. The returned batch always has
     ``_bad_samples``: descriptions of the samples that were skipped or replaced in it (see
     ``BaseDataSet``), and ``_notes`` when a transform changed a sample it kept; an eval batch
-    also has ``_sample_index``, its samples' dataset indices (int64, in batch order).
+    also has ``_sample_index``, its samples' dataset indices (int64, in batch order); a batch of
+    a loader that leaves work to the device has ``_device_transform`` (``move_to_device`` applies it).
     """
     bad: List[str] = []
     notes: List[str] = []
@@ -106,6 +119,8 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
         ) from None
     if good and len(indices) == len(good):  # eval samples: their dataset indices, kept on the host
         batch[SAMPLE_INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
+    if good and device_transform is not None:
+        batch[DEVICE_TRANSFORM_KEY] = device_transform
     batch[BAD_SAMPLES_KEY] = bad
     if notes:
         batch[NOTES_KEY] = notes
@@ -113,23 +128,39 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
 
 
 class Collate:
-    """``collate`` with the section's batch transforms (picklable for worker processes)."""
+    """``collate`` with the section's batch transforms and the work it leaves to the device
+    (picklable for worker processes)."""
 
-    def __init__(self, batch_ops: Sequence[Any] = ()) -> None:
+    def __init__(
+        self, batch_ops: Sequence[Any] = (), device_transform: Optional[DeviceImageTransform] = None
+    ) -> None:
         self.batch_ops = list(batch_ops)
+        self.device_transform = device_transform
 
     def __call__(self, samples: List[Any]) -> Dict[str, Any]:
-        return collate(samples, self.batch_ops)
+        return collate(samples, self.batch_ops, self.device_transform)
 
 
 def build_input_pipeline(config: Mapping[str, Any], section: str, mode: str) -> Tuple[Any, Collate]:
     """The dataset of ``config[section]`` and the collate (with the batch transforms) that
-    ``build_dataloader`` puts together: what one process does to turn sample indices into a batch."""
+    ``build_dataloader`` puts together: what one process does to turn sample indices into a batch.
+
+    With ``loader.normalize_on_device`` (the default) the pipeline's trailing normalisation and
+    layout change are taken off the CPU: images stay uint8 through the loader and
+    ``ppdist.engine.batch.move_to_device`` applies them (bitwise the same; see
+    ``ppdist.data.device_transforms``).
+    """
     dataset = build_dataset(config, section, mode)
     batch_ops = build_transforms(
         config[section]["dataset"].get("batch_transforms"), config, f"{section}.dataset.batch_transforms"
     )
-    return dataset, Collate(batch_ops)
+    transform = None
+    if config[section]["loader"].get("normalize_on_device", True):
+        in_finish = bool(dataset.layout_change_in_finish)
+        dataset.ops, batch_ops, transform = defer_to_device(dataset.ops, batch_ops, in_finish)
+        if transform is not None and in_finish:
+            dataset.leave_layout_to_device()
+    return dataset, Collate(batch_ops, transform)
 
 
 def input_size_count(loader: Any) -> int:

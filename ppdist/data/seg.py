@@ -66,6 +66,7 @@ class _SegBase(BaseDataSet):
         self.root = "/"  # the folder the items' paths must stay in (a subclass narrows it)
         self.max_image_pixels: Optional[int] = DEFAULT_MAX_IMAGE_PIXELS
         self.allow_paths_outside_root = True
+        self.layout_on_device = False  # see leave_layout_to_device
 
     def __len__(self) -> int:
         return len(self.items)
@@ -118,11 +119,20 @@ class _SegBase(BaseDataSet):
                 f"[0, {self.num_classes}) and not ignore_index {self.ignore_index}"
             )
 
+    layout_change_in_finish = True
+
+    def leave_layout_to_device(self) -> None:
+        self.layout_on_device = True
+
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
-        """``image`` float32 [C, H, W] and ``label`` int64 [H, W]; nothing else."""
+        """``image`` float32 [C, H, W] (or, when the loader leaves the layout to the device, [H, W, C]
+        as the transforms made it, e.g. uint8) and ``label`` int64 [H, W]; nothing else."""
         image = np.asarray(data["image"])
-        image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
-        out = {"image": np.ascontiguousarray(image, dtype=np.float32)}
+        if self.layout_on_device:
+            out = {"image": np.ascontiguousarray(image[:, :, None] if image.ndim == 2 else image)}
+        else:
+            image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
+            out = {"image": np.ascontiguousarray(image, dtype=np.float32)}
         if "label" in data:
             label = np.asarray(data["label"])
             if label.ndim == 3 and label.shape[0] == 1:

@@ -167,7 +167,7 @@ def test_random_crop_keeps_centres_and_never_empties():
 def test_resize_detection_scale_factor_and_boxes():
     data = _sample()
     out = Resize(target_size=[30, 160], keep_ratio=False, interp=2)(data)  # [h, w] for detection
-    assert out["image"].shape == (30, 160, 3) and out["image"].dtype == np.float32
+    assert out["image"].shape == (30, 160, 3) and out["image"].dtype == np.uint8  # as decoded
     assert out["im_shape"].tolist() == [30, 160]
     np.testing.assert_allclose(out["scale_factor"], [0.5, 2.0])
     np.testing.assert_allclose(out["gt_bbox"][0], [20, 2.5, 60, 12.5])

@@ -1,6 +1,6 @@
 """Object-detection transforms (PaddleDetection semantics and names).
 
-A sample holds ``image`` (H, W, 3 RGB; uint8 after ``Decode``, float32 after a resize),
+A sample holds ``image`` (H, W, 3 RGB; uint8 after ``Decode``, float32 after ``NormalizeImage``),
 ``gt_bbox`` (N, 4) float32 pixel xyxy, ``gt_class`` (N, 1) and ``is_crowd`` (N, 1), plus
 ``im_shape`` = [h, w] of the current image and ``scale_factor`` = [sy, sx] (resized / original).
 Per-box arrays always follow the boxes (crops drop rows from all of them).
@@ -123,7 +123,8 @@ def resize_detection(data: Sample, target: Tuple[int, int], keep_ratio: bool, in
     """Resize a detection sample to ``target`` = (h, w) (PaddleDetection's ``Resize``).
 
     ``keep_ratio`` scales by ``min(min(target) / min(h, w), max(target) / max(h, w))``. The
-    image becomes float32; boxes are scaled and clipped; ``im_shape`` is the new [h, w] and
+    image keeps its dtype (uint8 stays uint8: ``NormalizeImage`` / ``Permute`` make it float32,
+    on the host or on the device); boxes are scaled and clipped; ``im_shape`` is the new [h, w] and
     ``scale_factor`` is multiplied by (new / old) per axis.
     """
     img = _image(data, "Resize")
@@ -134,7 +135,7 @@ def resize_detection(data: Sample, target: Tuple[int, int], keep_ratio: bool, in
     else:
         new_h, new_w = target
     sy, sx = new_h / h, new_w / w
-    data["image"] = cv2.resize(img, (new_w, new_h), interpolation=interp).astype(np.float32, copy=False)
+    data["image"] = cv2.resize(img, (new_w, new_h), interpolation=interp)
     data["im_shape"] = np.array([new_h, new_w], dtype=np.float32)
     old = np.asarray(data.get("scale_factor", (1.0, 1.0)), dtype=np.float32).reshape(2)
     data["scale_factor"] = np.array([old[0] * sy, old[1] * sx], dtype=np.float32)
@@ -389,6 +390,15 @@ class NormalizeImage:
         self.is_scale = bool(is_scale)
         self.norm_type = norm_type
 
+    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
+        """The same float32 arithmetic for the device (see ``ppdist.data.device_transforms``)."""
+        steps: List[Tuple[str, Tuple[float, ...]]] = []
+        if self.is_scale:
+            steps.append(("mul", (float(np.float32(1.0 / 255.0)),)))
+        if self.norm_type == "mean_std":
+            steps += [("sub", tuple(self.mean.tolist())), ("div", tuple(self.std.tolist()))]
+        return steps
+
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "NormalizeImage").astype(np.float32)
         if self.is_scale:
@@ -410,6 +420,10 @@ class Permute:
 
     def __init__(self) -> None:
         pass
+
+    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
+        """float32 and NHWC -> NCHW on the device (see ``ppdist.data.device_transforms``)."""
+        return [("to_chw", ())]
 
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "Permute")
@@ -468,6 +482,7 @@ class PadGT:
     never empty), and at least ``num_max_boxes`` when that is set. ``gt_class`` becomes int64."""
 
     batch_op = True
+    touches_image = False  # the image may be normalised on the device after it
 
     def __init__(self, num_max_boxes: Optional[int] = None) -> None:
         if num_max_boxes is not None and num_max_boxes < 1:

@@ -360,6 +360,10 @@ class Normalize:
         self.mean = np.asarray(mean, dtype=np.float32)
         self.std = np.asarray(std, dtype=np.float32)
 
+    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
+        """The same float32 arithmetic for the device (see ``ppdist.data.device_transforms``)."""
+        return [("div", (255.0,)), ("sub", tuple(self.mean.tolist())), ("div", tuple(self.std.tolist()))]
+
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "Normalize")
         channels = img.shape[2] if img.ndim == 3 else 1
