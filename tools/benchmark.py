@@ -6,8 +6,8 @@ PyTorch loop over the same pre-loaded batches (the ratio is the trainer's overhe
 loader alone against the model's consumption rate, 1 vs K processes under torchrun (with
 ``--nproc K``), evaluation and inference throughput, and the environment. See docs/benchmarks.md.
 
-``--input_pipeline [--images N] [--synthetic]`` instead measures the input pipeline alone, in one
-thread: CPU ms per image of each transform of the Train and Eval splits against a plain decode of
+``--input_pipeline [--images N] [--synthetic] [--repeat R]`` instead measures the input pipeline
+alone, in one thread: CPU ms per image of each transform of the Train and Eval splits against a plain decode of
 the same image bytes (``--synthetic``: a synthetic set at the recipe's real image size).
 """
 
@@ -69,7 +69,8 @@ def build_parser():
         type=int,
         default=1,
         help="alternate bare loop and trainer (and the 1- and K-process runs) R times and keep the "
-        "best of each, which is the least disturbed by other load (default 1)",
+        "best of each, which is the least disturbed by other load (default 1); --input_pipeline: "
+        "R passes over the same images, the fastest reported",
     )
     parser.add_argument(
         "--weights",
@@ -221,7 +222,7 @@ def run_input_pipeline_part(args, config, output_dir: str) -> dict:
         data_root = os.path.join(os.path.dirname(output_dir), "synthetic")
         print(f"benchmark: synthetic data at the recipe's size under {data_root}", flush=True)
         config = with_synthetic_data(config, data_root, args.images)
-    splits = run_input_pipeline(config, args.images, ("Train", "Eval"))
+    splits = run_input_pipeline(config, args.images, ("Train", "Eval"), max(1, args.repeat))
     result = {
         "config": args.config,
         "synthetic": bool(args.synthetic),

@@ -55,10 +55,10 @@ def test_each_step_gets_its_own_time(monkeypatch):
     collate = Collate([Costly(clock, 0.016, batch_op=True)])
     monkeypatch.setattr(input_pipeline, "cpu_time", clock)
     monkeypatch.setattr(input_pipeline, "build_input_pipeline", lambda *args: (dataset, collate))
-    monkeypatch.setattr(input_pipeline, "plain_decode_ms", lambda blobs: 0.5)
+    monkeypatch.setattr(input_pipeline, "plain_decode_ms", lambda blobs, passes: 0.5)
     config = {"Global": {"seed": 0}, "Train": {"loader": {"batch_size_per_card": 4}}}
-    split = profile_split(config, "Train", images=10)  # whole batches of the first 10: 4 + 4 + 2
-    assert split["images"] == 10 and split["batch_size"] == 4
+    split = profile_split(config, "Train", images=10, passes=2)  # whole batches of 10: 4 + 4 + 2
+    assert split["images"] == 10 and split["batch_size"] == 4 and split["passes"] == 2
     assert split["ms_per_image"] == pytest.approx(
         {
             "read": 1.0,
@@ -75,6 +75,7 @@ def test_each_step_gets_its_own_time(monkeypatch):
     assert split["decode_ms"] == 0.5 and split["ratio"] == pytest.approx(split["total_ms"] / 0.5)
     table = markdown_table(split)
     assert "| Costly (batch_transforms[0]) | 4.80 |" in table and "| **total** | **10.80** |" in table
+    assert "best of 2 passes" in table
 
 
 def test_the_tool_reports_both_splits(tmp_path):
