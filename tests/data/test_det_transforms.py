@@ -252,3 +252,26 @@ def test_pad_gt_masks():
     assert empty[0]["gt_bbox"].shape == (1, 4) and empty[0]["pad_gt_mask"].tolist() == [[0.0]]
     fixed = PadGT(num_max_boxes=5)([_sample()])
     assert fixed[0]["gt_bbox"].shape == (5, 4) and fixed[0]["pad_gt_mask"].sum() == 3
+
+
+def test_box_iou_is_bitwise_the_formula():
+    """RandomCrop's prepared IoU (boxes set up once per sample) computes what the plain float32
+    formula does, bit for bit (so crops are accepted exactly as before)."""
+
+    def formula(boxes, box):
+        lt = np.maximum(boxes[:, :2], box[:2])
+        rb = np.minimum(boxes[:, 2:], box[2:])
+        inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
+        area = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
+        union = area + np.prod(box[2:] - box[:2]) - inter
+        return inter / np.maximum(union, 1e-10)
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        xy = rng.uniform(0, 500, (int(rng.integers(1, 20)), 2))
+        boxes = np.concatenate([xy, xy + rng.uniform(0, 200, xy.shape)], 1).astype(np.float32)
+        x, y = rng.integers(0, 400, 2)
+        crop = np.array([x, y, x + rng.integers(1, 300), y + rng.integers(1, 300)], np.float32)
+        ours, reference = det.BoxIoU(boxes)(crop), formula(boxes, crop)
+        assert ours.dtype == reference.dtype == np.float32
+        assert np.array_equal(ours.view(np.int32), reference.view(np.int32))

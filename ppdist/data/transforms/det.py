@@ -109,14 +109,27 @@ def _take_boxes(data: Sample, keep: np.ndarray) -> None:
             data[key] = np.asarray(data[key])[keep]
 
 
+class BoxIoU:
+    """IoU of fixed ``boxes`` (N, 4) with one box after another (all xyxy, float32 arithmetic):
+    the boxes' corners and areas are prepared once (``RandomCrop`` tries up to hundreds of crops)."""
+
+    def __init__(self, boxes: np.ndarray) -> None:
+        self.lt, self.rb = boxes[:, :2], boxes[:, 2:]
+        wh = self.rb - self.lt
+        self.area = wh[:, 0] * wh[:, 1]
+
+    def __call__(self, box: np.ndarray) -> np.ndarray:
+        wh = np.minimum(self.rb, box[2:]) - np.maximum(self.lt, box[:2])
+        np.maximum(wh, 0, out=wh)
+        inter = wh[:, 0] * wh[:, 1]
+        side = box[2:] - box[:2]
+        union = self.area + side[0] * side[1] - inter
+        return inter / np.maximum(union, 1e-10)
+
+
 def box_iou(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
     """IoU of each of ``boxes`` (N, 4) with one ``box`` (4,), all xyxy."""
-    lt = np.maximum(boxes[:, :2], box[:2])
-    rb = np.minimum(boxes[:, 2:], box[2:])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
-    area = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
-    union = area + np.prod(box[2:] - box[:2]) - inter
-    return inter / np.maximum(union, 1e-10)
+    return BoxIoU(boxes)(box)
 
 
 def resize_detection(data: Sample, target: Tuple[int, int], keep_ratio: bool, interp: int) -> Sample:
@@ -286,8 +299,8 @@ class RandomCrop:
         scale = np.random.uniform(*self.scaling)
         if self.aspect_ratio is not None:
             lo, hi = max(self.aspect_ratio[0], scale**2), min(self.aspect_ratio[1], scale**-2)
-            aspect = np.random.uniform(lo, hi)
-            h_scale, w_scale = scale / np.sqrt(aspect), scale * np.sqrt(aspect)
+            root = np.sqrt(np.random.uniform(lo, hi))
+            h_scale, w_scale = scale / root, scale * root
         else:
             h_scale, w_scale = np.random.uniform(*self.scaling), np.random.uniform(*self.scaling)
             if not 0.5 <= h_scale * h / max(w_scale * w, 1e-6) <= 2.0:
@@ -319,6 +332,7 @@ class RandomCrop:
         h, w = img.shape[:2]
         choices: List[Any] = list(self.thresholds) + (["no_crop"] if self.allow_no_crop else [])
         order = np.random.permutation(len(choices))
+        iou_with = BoxIoU(boxes)
         for idx in order:
             thresh = choices[idx]
             if thresh == "no_crop":
@@ -327,7 +341,7 @@ class RandomCrop:
                 crop = self._draw(h, w)
                 if crop is None:
                     continue
-                iou = box_iou(boxes, crop)
+                iou = iou_with(crop)
                 if iou.max() < thresh or (self.cover_all_box and iou.min() < thresh):
                     continue
                 clipped, keep = self._kept(boxes, crop)
