@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+from ppdist.data.pending_image import materialize
 from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
@@ -97,6 +98,9 @@ class BaseDataSet(Dataset):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         self.ops = list(transforms)
         self.mode = mode
+        # samples may leave with their detection geometry pending (``ppdist.data.pending_image``):
+        # set by the loader, whose collate draws it (often inside a resize) before stacking
+        self.keep_pending_images = False
 
     def read(self, index: int) -> Dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -118,6 +122,8 @@ class BaseDataSet(Dataset):
                         "character of the dictionary)",
                     )
             data = self.finish(data)
+            if not self.keep_pending_images:
+                materialize(data)
         except RejectedSample as exc:
             return BadSample(self.origin(index), str(exc))
         except Exception as exc:  # any reader/transform failure is a bad sample

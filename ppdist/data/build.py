@@ -22,6 +22,7 @@ from ppdist.data.base import (
     BadSample,
 )
 from ppdist.data.device_transforms import DeviceImageTransform, defer_to_device
+from ppdist.data.pending_image import materialize
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
@@ -106,6 +107,7 @@ def collate(
     indices = [sample.pop(SAMPLE_INDEX_KEY) for sample in good if SAMPLE_INDEX_KEY in sample]
     if good and batch_ops:
         good = _seeded(lambda: apply_batch_transforms(batch_ops, good), seeds)
+    good = [materialize(sample) for sample in good]  # geometry still pending (no resize drew it)
     try:
         batch: Dict[str, Any] = default_collate(good) if good else {}
     except RuntimeError as exc:
@@ -154,6 +156,7 @@ def build_input_pipeline(config: Mapping[str, Any], section: str, mode: str) -> 
     batch_ops = build_transforms(
         config[section]["dataset"].get("batch_transforms"), config, f"{section}.dataset.batch_transforms"
     )
+    dataset.keep_pending_images = True  # the collate draws them
     transform = None
     if config[section]["loader"].get("normalize_on_device", True):
         in_finish = bool(dataset.layout_change_in_finish)

@@ -1,6 +1,8 @@
 """Object-detection transforms (PaddleDetection semantics and names).
 
-A sample holds ``image`` (H, W, 3 RGB; uint8 after ``Decode``, float32 after ``NormalizeImage``),
+A sample holds ``image`` (H, W, 3 RGB; uint8 after ``Decode``, float32 after ``NormalizeImage``;
+between ``RandomExpand`` / ``RandomCrop`` / ``RandomFlip`` and the next op that needs pixels, a
+``PendingImage``: the geometry recorded, drawn once by that op, see ``ppdist.data.pending_image``),
 ``gt_bbox`` (N, 4) float32 pixel xyxy, ``gt_class`` (N, 1) and ``is_crowd`` (N, 1), plus
 ``im_shape`` = [h, w] of the current image and ``scale_factor`` = [sy, sx] (resized / original).
 Per-box arrays always follow the boxes (crops drop rows from all of them).
@@ -24,6 +26,7 @@ import cv2
 import numpy as np
 
 from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
+from ppdist.data.pending_image import PendingImage, materialize, pending
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 
@@ -86,10 +89,19 @@ def _range(value: Any, where: str, low: float = 0.0) -> Tuple[float, float]:
 
 
 def _image(data: Sample, op: str) -> np.ndarray:
-    img = data.get("image")
+    """The sample's pixels (pending geometry materialised: see ``ppdist.data.pending_image``)."""
+    img = materialize(data).get("image")
     if not isinstance(img, np.ndarray) or img.ndim != 3:
         raise TypeError(f"{op} expects a decoded (H, W, C) image in data['image'] (put Decode first)")
     return img
+
+
+def _geometry(data: Sample, op: str) -> PendingImage:
+    """The sample's image as a ``PendingImage`` to record a crop / flip / expansion on."""
+    img = data.get("image")
+    if not isinstance(img, (np.ndarray, PendingImage)) or img.ndim != 3:
+        raise TypeError(f"{op} expects a decoded (H, W, C) image in data['image'] (put Decode first)")
+    return pending(data)
 
 
 def _boxes(data: Sample) -> Optional[np.ndarray]:
@@ -99,7 +111,7 @@ def _boxes(data: Sample) -> Optional[np.ndarray]:
     return np.asarray(data["gt_bbox"], dtype=np.float32).reshape(-1, 4)
 
 
-def _set_shape(data: Sample, img: np.ndarray) -> None:
+def _set_shape(data: Sample, img: Union[np.ndarray, PendingImage]) -> None:
     data["im_shape"] = np.array(img.shape[:2], dtype=np.float32)
 
 
@@ -140,7 +152,7 @@ def resize_detection(data: Sample, target: Tuple[int, int], keep_ratio: bool, in
     on the host or on the device); boxes are scaled and clipped; ``im_shape`` is the new [h, w] and
     ``scale_factor`` is multiplied by (new / old) per axis.
     """
-    img = _image(data, "Resize")
+    img = _geometry(data, "Resize")  # a pending canvas is drawn by the resize itself
     h, w = img.shape[:2]
     if keep_ratio:
         scale = min(min(target) / min(h, w), max(target) / max(h, w))
@@ -148,7 +160,7 @@ def resize_detection(data: Sample, target: Tuple[int, int], keep_ratio: bool, in
     else:
         new_h, new_w = target
     sy, sx = new_h / h, new_w / w
-    data["image"] = cv2.resize(img, (new_w, new_h), interpolation=interp)
+    data["image"] = img.resized(new_w, new_h, interp)
     data["im_shape"] = np.array([new_h, new_w], dtype=np.float32)
     old = np.asarray(data.get("scale_factor", (1.0, 1.0)), dtype=np.float32).reshape(2)
     data["scale_factor"] = np.array([old[0] * sy, old[1] * sx], dtype=np.float32)
@@ -193,7 +205,7 @@ class Decode:
             img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
             if img is None:
                 raise ValueError(f"Decode: cannot decode the image ({buf.size} bytes; not an image file?)")
-            img = np.ascontiguousarray(img[:, :, ::-1])  # BGR -> RGB
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
         data["image"] = img
         data["h"], data["w"] = int(img.shape[0]), int(img.shape[1])
         data["ori_shape"] = np.array(img.shape[:2], dtype=np.float32)
@@ -208,7 +220,8 @@ class RandomExpand:
     """With probability ``prob`` place the image at a random offset on a canvas ``r`` times
     larger per side, ``r ~ U[1, ratio]``, filled with ``fill_value`` (RGB); boxes are shifted.
 
-    The canvas keeps the image dtype (a uint8 image gets the fill rounded).
+    The canvas keeps the image dtype (a uint8 image gets the fill rounded). It is recorded, not
+    drawn: the first op that needs pixels draws only what is left of it (``pending_image``).
     """
 
     def __init__(
@@ -233,7 +246,7 @@ class RandomExpand:
         self.fill = np.array(fill, dtype=np.float32)
 
     def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "RandomExpand")
+        img = _geometry(data, "RandomExpand")
         if np.random.uniform(0.0, 1.0) >= self.prob:
             return data
         h, w = img.shape[:2]
@@ -244,11 +257,9 @@ class RandomExpand:
         y = np.random.randint(0, new_h - h + 1)
         x = np.random.randint(0, new_w - w + 1)
         fill = np.round(self.fill) if np.issubdtype(img.dtype, np.integer) else self.fill
-        canvas = np.empty((new_h, new_w, img.shape[2]), dtype=img.dtype)
-        canvas[:] = fill.astype(img.dtype)[: img.shape[2]]
-        canvas[y : y + h, x : x + w] = img
-        data["image"] = canvas
-        _set_shape(data, canvas)
+        values = tuple(float(v) for v in fill.astype(img.dtype)[: img.shape[2]])
+        data["image"] = img.expand(new_h, new_w, y, x, values)
+        _set_shape(data, data["image"])
         boxes = _boxes(data)
         if boxes is not None:
             data["gt_bbox"] = boxes + np.array([x, y, x, y], dtype=np.float32)
@@ -325,7 +336,7 @@ class RandomCrop:
         return clipped, np.flatnonzero(inside)
 
     def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "RandomCrop")
+        img = _geometry(data, "RandomCrop")
         boxes = _boxes(data)
         if boxes is None or len(boxes) == 0 or random.random() > self.prob:
             return data
@@ -348,7 +359,7 @@ class RandomCrop:
                 if keep.size == 0:
                     continue
                 x1, y1, x2, y2 = (int(v) for v in crop)
-                data["image"] = np.ascontiguousarray(img[y1:y2, x1:x2])
+                data["image"] = img.crop(x1, y1, x2, y2)
                 _set_shape(data, data["image"])
                 data["gt_bbox"] = clipped[keep]
                 _take_boxes(data, keep)
@@ -364,11 +375,11 @@ class RandomFlip:
         self.prob = _check_prob(prob, "RandomFlip.prob")
 
     def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "RandomFlip")
+        img = _geometry(data, "RandomFlip")
         if np.random.uniform(0.0, 1.0) >= self.prob:
             return data
         w = img.shape[1]
-        data["image"] = np.ascontiguousarray(img[:, ::-1])
+        data["image"] = img.flip()
         boxes = _boxes(data)
         if boxes is not None and len(boxes):
             flipped = boxes.copy()

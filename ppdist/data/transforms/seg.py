@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 import cv2
 import numpy as np
 
+from ppdist.data.pending_image import materialize
 from ppdist.data.transforms import photometric
 from ppdist.data.transforms.det import resize_detection
 from ppdist.errors import ConfigError
@@ -61,7 +62,7 @@ def gt_keys(data: Sample) -> List[str]:
 
 
 def _image(data: Sample, op: str) -> np.ndarray:
-    img = data.get("image")
+    img = materialize(data).get("image")  # a detection sample's pending geometry drawn
     if not isinstance(img, np.ndarray) or img.ndim not in (2, 3):
         raise TypeError(f"{op} expects a decoded (H, W[, C]) image array in data['image']")
     return img
