@@ -26,6 +26,7 @@ from ppdist.data.pending_image import materialize
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
+from ppdist.utils.memory import keep_freed_memory
 from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 
@@ -177,7 +178,8 @@ class WorkerInit:
     """Seeds ``random``/``numpy``/``torch`` in each worker differently per rank and worker, and
     limits each worker to one torch thread and ``cv2_num_threads`` OpenCV threads (0: OpenCV
     runs single-threaded, the default; -1: OpenCV's own default), so workers do not oversubscribe the cores
-    the training process computes on.
+    the training process computes on; glibc keeps the worker's freed memory for its next images
+    (``ppdist.utils.memory.keep_freed_memory``).
 
     Samples are additionally re-seeded per (seed, epoch, index) by the dataset, which is
     what makes augmentation independent of the worker count and exact across resumes.
@@ -191,6 +193,7 @@ class WorkerInit:
     def __call__(self, worker_id: int) -> None:
         cv2.setNumThreads(int(self.cv2_num_threads))
         torch.set_num_threads(1)
+        keep_freed_memory()
         # torch gives every worker a fresh base seed each time the workers (re)start
         worker_seed = (torch.initial_seed() + 1000003 * self.rank + worker_id) % 2**32
         random.seed(worker_seed)
