@@ -16,7 +16,6 @@ import numpy as np
 from PIL import Image, ImageEnhance
 
 _LEVELS = np.arange(256, dtype=np.float32)
-_IDENTITY = np.arange(256, dtype=np.uint8)
 # added before OpenCV's rounding so that it truncates like PIL (exact integers stay themselves)
 _TRUNCATE = -0.5 + 1e-3
 
@@ -49,11 +48,13 @@ def saturation(img: np.ndarray, factor: float) -> np.ndarray:
 
 
 def hue(img: np.ndarray, delta: float) -> np.ndarray:
-    """Rotate the hue by ``delta`` steps of PIL's 8-bit hue (255 per turn; truncated, wrapping)."""
+    """Rotate the hue by ``delta`` steps of PIL's 8-bit hue (255 per turn): OpenCV's hue (256 per
+    turn) plus ``floor(delta * 256 / 255)``, wrapping (PIL truncates ``hue + delta``: the same
+    but for hues less than ``-delta`` when turning down, one step apart)."""
     hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV_FULL)
-    shifted = np.trunc(_LEVELS.astype(np.float64) + delta * 256.0 / 255.0).astype(np.int64) % 256
-    table = np.stack([shifted.astype(np.uint8), _IDENTITY, _IDENTITY], axis=1).reshape(256, 1, 3)
-    return cv2.cvtColor(cv2.LUT(hsv, table), cv2.COLOR_HSV2RGB_FULL)
+    plane = hsv[:, :, 0]
+    np.add(plane, np.uint8(int(np.floor(delta * 256.0 / 255.0)) % 256), out=plane)  # uint8 wraps
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB_FULL)
 
 
 def sharpness(img: np.ndarray, factor: float) -> np.ndarray:
