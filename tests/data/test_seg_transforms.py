@@ -170,3 +170,16 @@ def test_resize_and_keep_ratio():
 def test_bad_params_raise_config_error(build, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
         build()
+
+
+def test_flip_of_every_dtype_is_numpys():
+    from ppdist.data.transforms.seg import flip
+
+    rng = np.random.default_rng(0)
+    for dtype in (np.uint8, np.int32, np.int64, np.float32, np.bool_, np.uint16):
+        for shape in ((5, 7), (5, 7, 3), (5, 7, 6)):
+            arr = (rng.integers(0, 200, shape)).astype(dtype)
+            for axis in (0, 1):
+                out = flip(arr, axis)
+                assert out.dtype == arr.dtype and out.flags.c_contiguous
+                np.testing.assert_array_equal(out, np.flip(arr, axis))

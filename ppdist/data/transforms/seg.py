@@ -68,6 +68,16 @@ def _image(data: Sample, op: str) -> np.ndarray:
     return img
 
 
+_CV_FLIP_DTYPES = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64)
+
+
+def flip(arr: np.ndarray, axis: int) -> np.ndarray:
+    """``arr`` mirrored along ``axis`` (0 or 1), a new contiguous array (cv2 where it can)."""
+    if arr.dtype.type in _CV_FLIP_DTYPES and arr.ndim in (2, 3) and (arr.ndim == 2 or arr.shape[2] <= 4):
+        return cv2.flip(arr, 1 if axis == 1 else 0)
+    return np.ascontiguousarray(np.flip(arr, axis=axis))
+
+
 def resize_nearest(label: np.ndarray, width: int, height: int) -> np.ndarray:
     """cv2 nearest-neighbour resize for any dtype (index gather where cv2 lacks the type)."""
     if label.dtype.type in _CV_NEAREST_DTYPES:
@@ -181,7 +191,7 @@ class _RandomFlip:
         _image(data, type(self).__name__)
         if random.random() < self.prob:
             for key in ["image"] + gt_keys(data):
-                data[key] = np.ascontiguousarray(np.flip(data[key], axis=self.axis))
+                data[key] = flip(data[key], self.axis)
         return data
 
 
