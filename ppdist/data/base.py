@@ -139,9 +139,11 @@ class BaseDataSet(Dataset):
     #: ``finish`` changes the image from HWC to CHW (and float32) and can leave that to the device
     layout_change_in_finish = False
 
-    def leave_layout_to_device(self) -> None:
+    def leave_layout_to_device(self) -> Dict[str, str]:
         """From now on ``finish`` keeps the image HWC in the dtype the transforms gave (the loader's
-        device transform makes it float32 CHW); only for datasets with ``layout_change_in_finish``."""
+        device transform makes it float32 CHW), and other entries as compact as they are; returns
+        the torch dtype each such entry must be cast to on the device. Only for datasets with
+        ``layout_change_in_finish``."""
         raise NotImplementedError(f"{type(self).__name__} changes no image layout in finish")
 
     def __getitem__(self, item: Union[int, Tuple[int, int, int]]) -> Union[Dict[str, Any], BadSample]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import zlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -21,7 +22,7 @@ from ppdist.data.base import (
     SAMPLE_SEED_KEY,
     BadSample,
 )
-from ppdist.data.device_transforms import DeviceImageTransform, defer_to_device
+from ppdist.data.device_transforms import DeviceTransform, defer_to_device
 from ppdist.data.pending_image import materialize
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
@@ -84,7 +85,7 @@ def _seeded(run: Any, seeds: List[int]) -> Any:
 def collate(
     samples: List[Any],
     batch_ops: Sequence[Any] = (),
-    device_transform: Optional[DeviceImageTransform] = None,
+    device_transform: Optional[DeviceTransform] = None,
 ) -> Dict[str, Any]:
     """Stack dict samples into a batch; drop and report ``BadSample`` entries.
 
@@ -135,7 +136,7 @@ class Collate:
     (picklable for worker processes)."""
 
     def __init__(
-        self, batch_ops: Sequence[Any] = (), device_transform: Optional[DeviceImageTransform] = None
+        self, batch_ops: Sequence[Any] = (), device_transform: Optional[DeviceTransform] = None
     ) -> None:
         self.batch_ops = list(batch_ops)
         self.device_transform = device_transform
@@ -163,7 +164,8 @@ def build_input_pipeline(config: Mapping[str, Any], section: str, mode: str) -> 
         in_finish = bool(dataset.layout_change_in_finish)
         dataset.ops, batch_ops, transform = defer_to_device(dataset.ops, batch_ops, in_finish)
         if transform is not None and in_finish:
-            dataset.leave_layout_to_device()
+            casts = dataset.leave_layout_to_device()
+            transform = dataclasses.replace(transform, casts=tuple(sorted(casts.items())))
     return dataset, Collate(batch_ops, transform)
 
 

@@ -6,7 +6,7 @@ An op that can run on the device says how, with ``device_steps()``: elementwise 
 ``("mul" | "sub" | "div", per-channel values)`` in the order it computes them in float32, or
 ``[("to_chw", ())]`` for a layout change. ``defer_to_device`` takes the trailing run of such ops
 off a pipeline (ops that declare ``touches_image = False``, e.g. ``PadGT``, may sit between them
-and stay where they are) and returns one ``DeviceImageTransform``; the collate records it in each
+and stay where they are) and returns one ``DeviceTransform``; the collate records it in each
 batch (``DEVICE_TRANSFORM_KEY``) and ``ppdist.engine.batch.move_to_device`` applies it after the
 copy. Each step is one float32 operation, as numpy computes it on the host, so the result is
 bitwise the host's.
@@ -24,15 +24,24 @@ ELEMENTWISE = ("mul", "sub", "div")
 
 
 @dataclass(frozen=True)
-class DeviceImageTransform:
+class DeviceTransform:
     """uint8 (or float) images -> float32, ``steps`` on the channel axis, then NHWC -> NCHW when
     ``to_chw`` (a permuted view: channels_last memory for free). ``sources`` names the ops it
-    stands for; ``key`` is the batch entry it applies to."""
+    stands for; ``key`` is the batch entry it applies to; ``casts`` (key, torch dtype name) are the
+    other entries the dataset left compact (e.g. a uint8 label the loss takes as int64)."""
 
     steps: Tuple[Step, ...]
     to_chw: bool
     sources: Tuple[str, ...]
     key: str = "image"
+    casts: Tuple[Tuple[str, str], ...] = ()
+
+    def cast(self, key: str, value: torch.Tensor) -> torch.Tensor:
+        """``value`` of batch entry ``key`` in the dtype the dataset would have given it."""
+        for name, dtype in self.casts:
+            if name == key:
+                return value.to(getattr(torch, dtype))
+        return value
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         out = images.to(torch.float32)  # a new tensor: the in-place steps below never touch the input
@@ -49,14 +58,6 @@ class DeviceImageTransform:
         return out.permute(0, 3, 1, 2) if self.to_chw else out
 
 
-def apply_device_transform(batch: dict, key: str) -> dict:
-    """``batch`` with the transform recorded under ``key`` applied where it is (popped)."""
-    transform = batch.pop(key, None)
-    if transform is not None and transform.key in batch:
-        batch[transform.key] = transform(batch[transform.key])
-    return batch
-
-
 def _steps_of(op: Any) -> Optional[List[Step]]:
     steps = getattr(op, "device_steps", None)
     return None if steps is None else list(steps())
@@ -64,13 +65,14 @@ def _steps_of(op: Any) -> Optional[List[Step]]:
 
 def defer_to_device(
     sample_ops: Sequence[Any], batch_ops: Sequence[Any], layout_in_finish: bool = False
-) -> Tuple[List[Any], List[Any], Optional[DeviceImageTransform]]:
+) -> Tuple[List[Any], List[Any], Optional[DeviceTransform]]:
     """``(sample_ops, batch_ops, transform)`` with the pipeline's trailing device-capable ops taken
     off into ``transform`` (None, and the ops unchanged, when there are none).
 
     The elementwise ops may be followed by one layout change (``Permute``); ``layout_in_finish``
     says the dataset's output layout does that change itself (segmentation: HWC -> CHW) and can
-    leave it to the device as well (see ``BaseDataSet.leave_layout_to_device``).
+    leave it to the device as well (see ``BaseDataSet.leave_layout_to_device``, whose casts the
+    caller adds).
     """
     pipeline = [("sample", op) for op in sample_ops] + [("batch", op) for op in batch_ops]
     taken: List[int] = []
@@ -98,9 +100,7 @@ def defer_to_device(
                 to_chw = True
             else:
                 steps.append((name, tuple(float(v) for v in values)))
-    transform = DeviceImageTransform(
-        tuple(steps), to_chw, tuple(type(pipeline[p][1]).__name__ for p in taken)
-    )
+    transform = DeviceTransform(tuple(steps), to_chw, tuple(type(pipeline[p][1]).__name__ for p in taken))
     kept = [entry for p, entry in enumerate(pipeline) if p not in taken]
     return (
         [op for where, op in kept if where == "sample"],

@@ -121,12 +121,14 @@ class _SegBase(BaseDataSet):
 
     layout_change_in_finish = True
 
-    def leave_layout_to_device(self) -> None:
+    def leave_layout_to_device(self) -> Dict[str, str]:
         self.layout_on_device = True
+        return {"label": "int64"}
 
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
-        """``image`` float32 [C, H, W] (or, when the loader leaves the layout to the device, [H, W, C]
-        as the transforms made it, e.g. uint8) and ``label`` int64 [H, W]; nothing else."""
+        """``image`` float32 [C, H, W] and ``label`` int64 [H, W]; nothing else. When the loader
+        leaves the layout to the device: the image [H, W, C] and the label as the transforms made
+        them (e.g. uint8; the device makes them float32 CHW and int64)."""
         image = np.asarray(data["image"])
         if self.layout_on_device:
             out = {"image": np.ascontiguousarray(image[:, :, None] if image.ndim == 2 else image)}
@@ -137,7 +139,8 @@ class _SegBase(BaseDataSet):
             label = np.asarray(data["label"])
             if label.ndim == 3 and label.shape[0] == 1:
                 label = label[0]
-            out["label"] = np.ascontiguousarray(label, dtype=np.int64)
+            dtype = label.dtype if self.layout_on_device and label.dtype.kind in "iu" else np.int64
+            out["label"] = np.require(label, dtype, ["C", "W"])  # PIL's arrays are read-only
         return out
 
 

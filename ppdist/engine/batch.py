@@ -19,7 +19,7 @@ def move_to_device(
     """Tensors of ``batch`` on ``device`` (non-blocking), but those named in ``keep_on_host``
     (values a loss needs on the host, e.g. CTC lengths); 4-D float tensors channels_last when
     asked, else contiguous. The work the loader left to the device (``_device_transform``: e.g.
-    the normalisation of uint8 images) is done here, after the copy."""
+    the normalisation of uint8 images, int64 of uint8 labels) is done here, after the copy."""
     non_blocking = device.type == "cuda"
     transform = batch.get(DEVICE_TRANSFORM_KEY)
     out: Dict[str, Any] = {}
@@ -32,6 +32,8 @@ def move_to_device(
                 value = transform(value)
                 if not channels_last:
                     value = value.contiguous()
+            elif transform is not None:
+                value = transform.cast(key, value)
             if channels_last and value.ndim == 4 and value.is_floating_point():
                 value = value.contiguous(memory_format=torch.channels_last)
         out[key] = value

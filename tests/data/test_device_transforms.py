@@ -94,6 +94,8 @@ def test_device_normalisation_is_bitwise_the_host_one(recipe, section, channels_
     cpu = torch.device("cpu")
     for on_device, on_host in zip(device_batches, host_batches):
         assert on_device["image"].dtype == torch.uint8 and on_device["image"].shape[-1] == 3  # NHWC
+        if task == "seg":  # the label travels as read (uint8), the device makes it int64
+            assert on_device["label"].dtype == torch.uint8 and on_host["label"].dtype == torch.int64
         assert DEVICE_TRANSFORM_KEY not in on_host
         moved = move_to_device(on_device, cpu, channels_last)
         expected = move_to_device(on_host, cpu, channels_last)
@@ -105,7 +107,7 @@ def test_device_normalisation_is_bitwise_the_host_one(recipe, section, channels_
         assert image.is_contiguous(memory_format=layout)
         for key, value in expected.items():
             if key != "image" and isinstance(value, torch.Tensor):
-                assert torch.equal(moved[key], value), key
+                assert moved[key].dtype == value.dtype and torch.equal(moved[key], value), key
 
 
 def test_the_switch_is_validated():
