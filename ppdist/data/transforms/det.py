@@ -201,7 +201,7 @@ class Decode:
                     f"got {type(raw).__name__}"
                 )
             if buf.size:
-                check_image_pixels(buf.tobytes(), self.max_image_pixels)
+                check_image_pixels(memoryview(buf), self.max_image_pixels)
             img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
             if img is None:
                 raise ValueError(f"Decode: cannot decode the image ({buf.size} bytes; not an image file?)")
