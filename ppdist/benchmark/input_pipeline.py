@@ -187,13 +187,14 @@ def markdown_table(split: Mapping[str, Any]) -> str:
         "| step | ms/image |",
         "|---|---:|",
     ]
+    digits = 3 if split["total_ms"] < 1 else 2  # text lines: tens of microseconds
     for name, value in split["ms_per_image"].items():
-        lines.append(f"| {name} | {value:.2f} |")
+        lines.append(f"| {name} | {value:.{digits}f} |")
     for name in split["on_device"]:
         lines.append(f"| {name} | on the device (not counted) |")
     lines += [
-        f"| **total** | **{split['total_ms']:.2f}** |",
-        f"| plain decode (`cv2.imdecode`, same bytes) | {split['decode_ms']:.2f} |",
+        f"| **total** | **{split['total_ms']:.{digits}f}** |",
+        f"| plain decode (`cv2.imdecode`, same bytes) | {split['decode_ms']:.{digits}f} |",
         f"| **ratio total / decode** | **{split['ratio']:.2f}** |",
     ]
     return "\n".join(lines)
