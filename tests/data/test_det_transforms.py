@@ -276,3 +276,62 @@ def test_box_iou_is_bitwise_the_formula():
         ours, reference = det.BoxIoU(boxes)(crop), formula(boxes, crop)
         assert ours.dtype == reference.dtype == np.float32
         assert np.array_equal(ours.view(np.int32), reference.view(np.int32))
+
+
+def _reference_crop(op, boxes, h, w):
+    """RandomCrop's search as it was written first (IoU of every attempt by the plain formula):
+    the crop window and kept box indices, or None."""
+
+    def formula(box):
+        lt = np.maximum(boxes[:, :2], box[:2])
+        rb = np.minimum(boxes[:, 2:], box[2:])
+        inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
+        area = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
+        return inter / np.maximum(area + np.prod(box[2:] - box[:2]) - inter, 1e-10)
+
+    choices = list(op.thresholds) + (["no_crop"] if op.allow_no_crop else [])
+    for idx in np.random.permutation(len(choices)):
+        thresh = choices[idx]
+        if thresh == "no_crop":
+            return None
+        for _ in range(op.num_attempts):
+            crop = op._draw(h, w)
+            if crop is None:
+                continue
+            iou = formula(crop)
+            if iou.max() < thresh or (op.cover_all_box and iou.min() < thresh):
+                continue
+            _, keep = op._kept(boxes, crop)
+            if keep.size:
+                return crop, keep
+    return None
+
+
+@pytest.mark.parametrize("cover_all_box", [False, True])
+def test_random_crop_search_is_the_plain_one(cover_all_box):
+    """The IoU bound that skips hopeless attempts never skips one the plain search accepts: the
+    same crops, the same kept boxes and the same random draws, over many samples."""
+    op = RandomCrop(cover_all_box=cover_all_box)
+    rng = np.random.default_rng(1)
+    cropped = 0
+    for seed in range(150):
+        n = int(rng.integers(1, 12))
+        xy = rng.uniform(0, 600, (n, 2))
+        boxes = np.concatenate([xy, xy + rng.uniform(1, 300, (n, 2)) * rng.uniform(0.05, 1)], 1)
+        boxes = np.minimum(boxes, [640, 480, 640, 480]).astype(np.float32)
+        data = {"image": np.zeros((480, 640, 3), np.uint8), "gt_bbox": boxes, "gt_class": np.arange(n)}
+        _seed(seed)
+        out = op(dict(data))
+        after = np.random.uniform()
+        _seed(seed)
+        random.random()  # RandomCrop's prob draw
+        expected = _reference_crop(op, boxes, 480, 640)
+        assert np.random.uniform() == after
+        if expected is None:
+            assert out["gt_bbox"] is boxes
+            continue
+        cropped += 1
+        crop, keep = expected
+        assert out["image"].shape[:2] == (int(crop[3] - crop[1]), int(crop[2] - crop[0]))
+        np.testing.assert_array_equal(out["gt_class"], keep)
+    assert cropped > 50

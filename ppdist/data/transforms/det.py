@@ -18,6 +18,7 @@ to the detection behaviour below (``resize_detection``) for samples made by ``De
 
 from __future__ import annotations
 
+import bisect
 import random
 from numbers import Integral
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -129,6 +130,14 @@ class BoxIoU:
         self.lt, self.rb = boxes[:, :2], boxes[:, 2:]
         wh = self.rb - self.lt
         self.area = wh[:, 0] * wh[:, 1]
+        self.sorted_areas = sorted(float(a) for a in self.area)
+
+    def bound(self, area: float) -> float:
+        """An upper bound of the IoU any of the boxes can have with a box of ``area`` > 0:
+        IoU <= min(a, b) / max(a, b) (the float32 IoU exceeds it by a few ulps at most)."""
+        i = bisect.bisect_left(self.sorted_areas, area)
+        best = area / self.sorted_areas[i] if i < len(self.sorted_areas) else 0.0
+        return max(best, self.sorted_areas[i - 1] / area) if i > 0 else best
 
     def __call__(self, box: np.ndarray) -> np.ndarray:
         wh = np.minimum(self.rb, box[2:]) - np.maximum(self.lt, box[:2])
@@ -352,6 +361,9 @@ class RandomCrop:
                 crop = self._draw(h, w)
                 if crop is None:
                     continue
+                area = float((crop[2] - crop[0]) * (crop[3] - crop[1]))
+                if not self.cover_all_box and iou_with.bound(area) < thresh - 1e-4:
+                    continue  # no box can reach the threshold: the IoU need not be computed
                 iou = iou_with(crop)
                 if iou.max() < thresh or (self.cover_all_box and iou.min() < thresh):
                     continue
