@@ -15,12 +15,24 @@ bitwise the host's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 Step = Tuple[str, Tuple[float, ...]]
 ELEMENTWISE = ("mul", "sub", "div")
+# per-channel constants on each device, copied there once per process (a copy of Python numbers
+# to a GPU waits for the stream: never per batch)
+_CONSTANTS: Dict[Tuple[str, Tuple[float, ...]], torch.Tensor] = {}
+
+
+def device_constant(values: Tuple[float, ...], device: torch.device) -> torch.Tensor:
+    """``values`` as a float32 tensor on ``device``, made once and kept."""
+    key = (str(device), values)
+    constant = _CONSTANTS.get(key)
+    if constant is None:
+        constant = _CONSTANTS[key] = torch.tensor(values, dtype=torch.float32).to(device)
+    return constant
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,7 @@ class DeviceTransform:
         if out.data_ptr() == images.data_ptr():
             out = out.clone()
         for name, values in self.steps:
-            constant = torch.tensor(values, dtype=torch.float32, device=out.device)
+            constant = device_constant(values, out.device)
             if name == "mul":
                 out.mul_(constant)
             elif name == "sub":

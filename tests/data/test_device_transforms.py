@@ -3,6 +3,7 @@ device, and batches moved with ``move_to_device`` bitwise equal to the host norm
 detection and segmentation recipes' train and eval pipelines."""
 
 import copy
+import dataclasses
 import pickle
 
 import numpy as np
@@ -126,3 +127,17 @@ def test_the_transform_leaves_the_input_alone():
     assert torch.equal(images, torch.full((1, 2, 2, 3), 255.0)) and out.shape == (1, 3, 2, 2)
     expected = (np.float32(1.0) - np.float32([0.485, 0.456, 0.406])) / np.float32([0.229, 0.224, 0.225])
     assert torch.equal(out[0, :, 0, 0], torch.from_numpy(expected.astype(np.float32)))
+
+
+def test_the_transform_does_not_make_the_host_wait():
+    """Its per-channel constants reach the device once per process, not with every batch (a copy
+    of Python numbers to a GPU waits for the stream); after that a batch costs no host wait."""
+    from ppdist.utils.host_sync import count_host_syncs
+
+    _, _, transform = defer_to_device([NormalizeImage(mean=[0.1, 0.2, 0.3]), Permute()], [])
+    transform = dataclasses.replace(transform, casts=(("label", "int64"),))
+    images, label = torch.zeros((2, 4, 5, 3), dtype=torch.uint8), torch.zeros((2, 4, 5), dtype=torch.uint8)
+    first = count_host_syncs(lambda: transform(images))
+    assert first.count >= 1  # at least the new mean's copy (other constants may be known already)
+    again = count_host_syncs(lambda: (transform(images), transform.cast("label", label)))
+    assert again.count == 0, again.report()
