@@ -1,6 +1,7 @@
 """Image work a loader leaves to the device: the trailing normalisation of a pipeline (and its
 HWC -> CHW layout change), so that images travel as uint8 (4x fewer bytes through shared memory,
-pinning and the host-to-device copy) and the arithmetic runs where it is cheap.
+pinning and the host-to-device copy; segmentation labels likewise travel as read and are cast to
+int64 there) and the arithmetic runs where it is cheap.
 
 An op that can run on the device says how, with ``device_steps()``: elementwise steps
 ``("mul" | "sub" | "div", per-channel values)`` in the order it computes them in float32, or

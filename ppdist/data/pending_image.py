@@ -2,19 +2,18 @@
 ``RandomFlip`` change a ``PendingImage`` (a few integers) and transform the boxes at once; the
 first op that needs pixels (a resize, the photometric ops, the normalisation, or the collate)
 materialises the canvas once: the visible part of the decoded image, mirrored when flipped, with the
-expansion's fill around it (``cv2.copyMakeBorder``). That is exactly the step-by-step result, without
-the expanded canvas (up to 16x the image), the crop copy and the flip copy of it.
+expansion's fill around it (``cv2.copyMakeBorder``). That is exactly the step-by-step result, but
+only the kept window is drawn (not the whole expanded canvas, up to 16x the image, before the crop)
+and nothing is copied for the crop and the flip.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 import cv2
 import numpy as np
-
-Image = Union[np.ndarray, "PendingImage"]
 
 
 @dataclass
