@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 import cv2
 import numpy as np
 
+import ppdist.data.transforms.photometric as photometric
 from ppdist.data.pending_image import materialize
-from ppdist.data.transforms import photometric
 from ppdist.data.transforms.det import resize_detection
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
