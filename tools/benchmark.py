@@ -5,6 +5,10 @@ Reports, in one run on one machine: the real trainer's steady-state samples/s ag
 PyTorch loop over the same pre-loaded batches (the ratio is the trainer's overhead), the data
 loader alone against the model's consumption rate, 1 vs K processes under torchrun (with
 ``--nproc K``), evaluation and inference throughput, and the environment. See docs/benchmarks.md.
+
+``--input_pipeline [--images N] [--synthetic] [--repeat R]`` instead measures the input pipeline
+alone, in one thread: CPU ms per image of each transform of the Train and Eval splits against a plain decode of
+the same image bytes (``--synthetic``: a synthetic set at the recipe's real image size).
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ import torch
 
 from ppdist.benchmark import measurements as m
 from ppdist.benchmark.environment import describe_environment
+from ppdist.benchmark.input_pipeline import markdown_table, run_input_pipeline
 from ppdist.benchmark.measurements import measure_trainer, training_config
+from ppdist.benchmark.pipeline_data import with_synthetic_data
 from ppdist.benchmark.report import best_run, format_report
 from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
 from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.convert.configs import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.checkpoint import weights_source
-from ppdist.engine.dist import cleanup, init_distributed
+from ppdist.engine.dist import DistEnv, cleanup, init_distributed
 from ppdist.engine.logger import setup_logger
 from ppdist.errors import ConfigError
 from ppdist.inference.runners import list_images
@@ -63,7 +69,8 @@ def build_parser():
         type=int,
         default=1,
         help="alternate bare loop and trainer (and the 1- and K-process runs) R times and keep the "
-        "best of each, which is the least disturbed by other load (default 1)",
+        "best of each, which is the least disturbed by other load (default 1); --input_pipeline: "
+        "R passes over the same images, the fastest reported",
     )
     parser.add_argument(
         "--weights",
@@ -85,6 +92,22 @@ def build_parser():
         help="trainer runs, logs and the JSON go here (default ./output/benchmark/<config name>)",
     )
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument(
+        "--input_pipeline",
+        action="store_true",
+        help="only the input pipeline: CPU ms per image of each transform (one thread) and the "
+        "ratio to a plain decode of the same images, Train and Eval",
+    )
+    parser.add_argument(
+        "--images", type=int, default=256, help="--input_pipeline: images per split (default 256)"
+    )
+    parser.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="--input_pipeline: read a synthetic set at the recipe's real image size (det 640x480, "
+        "seg 2048x1024, rec text lines; drawn under --output_dir the first time) instead of the "
+        "config's data",
+    )
     parser.add_argument(
         "--part",
         default="all",
@@ -193,6 +216,24 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
     return result
 
 
+def run_input_pipeline_part(args, config, output_dir: str) -> dict:
+    """``--input_pipeline``: the per-transform table of each split, printed and returned."""
+    if args.synthetic:
+        data_root = os.path.join(os.path.dirname(output_dir), "synthetic")
+        print(f"benchmark: synthetic data at the recipe's size under {data_root}", flush=True)
+        config = with_synthetic_data(config, data_root, args.images)
+    splits = run_input_pipeline(config, args.images, ("Train", "Eval"), max(1, args.repeat))
+    result = {
+        "config": args.config,
+        "synthetic": bool(args.synthetic),
+        "environment": describe_environment(config, torch.device("cpu")),
+        "input_pipeline": splits,
+    }
+    print(f"ppdist input pipeline: {args.config}\n", flush=True)
+    print("\n\n".join(markdown_table(split) for split in splits.values()), flush=True)
+    return result
+
+
 def main() -> int:
     args = build_parser().parse_args()
     if args.iters < 1 or args.warmup < 1:
@@ -205,6 +246,12 @@ def main() -> int:
         raise ConfigError(f"{args.config}: missing required section Train")
     stem = os.path.splitext(os.path.basename(args.config))[0]
     output_dir = os.path.abspath(args.output_dir or os.path.join("output", "benchmark", stem))
+    if args.input_pipeline:
+        if not args.synthetic:
+            ensure_synthetic_data(config, DistEnv())
+        result = run_input_pipeline_part(args, config, output_dir)
+        write_json(result, args.json or os.path.join(output_dir, "input_pipeline.json"))
+        return 0
     env = init_distributed(config["Global"]["use_gpu"], config["Global"]["dist_timeout"])
     logger = setup_logger(os.path.join(output_dir, "benchmark.log"), env.rank)
     for handler in list(logger.handlers):  # the trainer's lines go to the log file, the report to the console

@@ -294,6 +294,7 @@ LOADER_SCHEMA: Dict[str, Tuple[Tuple[type, ...], Any]] = {
     "persistent_workers": ((bool, NONE_TYPE), None),
     "prefetch_factor": ((int, NONE_TYPE), None),
     "cv2_num_threads": ((int,), 0),
+    "normalize_on_device": ((bool,), True),
 }
 # torch.compile arguments accepted in Global.compile
 COMPILE_KEYS = ("mode", "dynamic", "fullgraph", "backend", "options")

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+from ppdist.data.pending_image import materialize
 from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
@@ -18,6 +19,9 @@ NOTES_KEY = "_notes"  # what a transform changed in a sample it kept (e.g. dropp
 SAMPLE_SEED_KEY = "_sample_seed"  # seeds batch transforms (see ppdist.data.build.collate)
 SAMPLE_INDEX_KEY = "_sample_index"  # an eval sample's dataset index (metrics name their samples by it)
 STEP_SEED_KEY = "_step_seed"  # seeds batch transforms: the same for every sample of an optimizer step
+DEVICE_TRANSFORM_KEY = (
+    "_device_transform"  # what the loader left to the device (ppdist.data.device_transforms)
+)
 
 
 class RejectedSample(Exception):
@@ -103,6 +107,9 @@ class BaseDataSet(Dataset):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         self.ops = list(transforms)
         self.mode = mode
+        # samples may leave with their detection geometry pending (``ppdist.data.pending_image``):
+        # set by the loader, whose collate draws it (often inside a resize) before stacking
+        self.keep_pending_images = False
 
     def read(self, index: int) -> Dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -124,6 +131,8 @@ class BaseDataSet(Dataset):
                         "character of the dictionary)",
                     )
             data = self.finish(data)
+            if not self.keep_pending_images:
+                materialize(data)
         except RejectedSample as exc:
             return BadSample(self.origin(index), str(exc))
         except Exception as exc:  # any reader/transform failure is a bad sample
@@ -136,17 +145,31 @@ class BaseDataSet(Dataset):
         """The transformed sample in the layout the collate expects (subclasses may override)."""
         return data
 
+    #: ``finish`` changes the image from HWC to CHW (and float32) and can leave that to the device
+    layout_change_in_finish = False
+
+    def leave_layout_to_device(self) -> Dict[str, str]:
+        """From now on ``finish`` keeps the image HWC in the dtype the transforms gave (the loader's
+        device transform makes it float32 CHW), and other entries as compact as they are; returns
+        the torch dtype each such entry must be cast to on the device. Only for datasets with
+        ``layout_change_in_finish``."""
+        raise NotImplementedError(f"{type(self).__name__} changes no image layout in finish")
+
     def __getitem__(self, item: Union[int, Tuple[int, ...]]) -> Union[Dict[str, Any], BadSample]:
         index, epoch, seed, *step = (item, 0, 0) if isinstance(item, (int, np.integer)) else item
         batch_seed = step_seed(seed, epoch, step[0]) if step else None
         if get_worker_info() is None:  # loading in the main process: leave its RNG streams untouched
             with kept_cpu_rng_streams():
-                return self._seeded_get(int(index), epoch, seed, batch_seed)
-        return self._seeded_get(int(index), epoch, seed, batch_seed)
+                return self.seeded_sample(int(index), epoch, seed, batch_seed)
+        return self.seeded_sample(int(index), epoch, seed, batch_seed)
 
-    def _seeded_get(
+    def seeded_sample(
         self, index: int, epoch: int, seed: int, batch_seed: Optional[int] = None
     ) -> Union[Dict[str, Any], BadSample]:
+        """What a loader worker returns for ``(index, epoch, seed[, step])``: the sample with the CPU
+        RNGs seeded by ``sample_seed`` (left so: the caller keeps its streams if it needs them), or
+        its replacement / ``BadSample`` (see the class doc); ``batch_seed`` (from the step) is
+        stored for the batch transforms."""
         rng_seed = sample_seed(seed, epoch, index)
         seed_cpu_rngs(rng_seed)  # the CPU generators only (see ppdist.utils.rng)
         result = self.load(index)

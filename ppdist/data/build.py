@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import zlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -15,15 +16,19 @@ from torch.utils.data._utils.collate import default_collate
 from ppdist.builder import build_component
 from ppdist.data.base import (
     BAD_SAMPLES_KEY,
+    DEVICE_TRANSFORM_KEY,
     NOTES_KEY,
     SAMPLE_INDEX_KEY,
     SAMPLE_SEED_KEY,
     STEP_SEED_KEY,
     BadSample,
 )
+from ppdist.data.device_transforms import DeviceTransform, defer_to_device
+from ppdist.data.pending_image import materialize
 from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
 from ppdist.errors import DataError
 from ppdist.registry import DATASETS, TRANSFORMS
+from ppdist.utils.memory import keep_freed_memory
 from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 
@@ -89,13 +94,18 @@ def _seeded(run: Any, seed: int) -> Any:
         return run()
 
 
-def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]:
+def collate(
+    samples: List[Any],
+    batch_ops: Sequence[Any] = (),
+    device_transform: Optional[DeviceTransform] = None,
+) -> Dict[str, Any]:
     """Stack dict samples into a batch; drop and report ``BadSample`` entries.
 
     ``batch_ops`` run on the good samples first. The returned batch always has
     ``_bad_samples``: descriptions of the samples that were skipped or replaced in it (see
     ``BaseDataSet``), and ``_notes`` when a transform changed a sample it kept; an eval batch
-    also has ``_sample_index``, its samples' dataset indices (int64, in batch order).
+    also has ``_sample_index``, its samples' dataset indices (int64, in batch order); a batch of
+    a loader that leaves work to the device has ``_device_transform`` (``move_to_device`` applies it).
     """
     bad: List[str] = []
     notes: List[str] = []
@@ -111,6 +121,7 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
     indices = [sample.pop(SAMPLE_INDEX_KEY) for sample in good if SAMPLE_INDEX_KEY in sample]
     if good and batch_ops:
         good = _seeded(lambda: apply_batch_transforms(batch_ops, good), seed)
+    good = [materialize(sample) for sample in good]  # geometry still pending (no resize drew it)
     try:
         batch: Dict[str, Any] = default_collate(good) if good else {}
     except RuntimeError as exc:
@@ -124,6 +135,8 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
         ) from None
     if good and len(indices) == len(good):  # eval samples: their dataset indices, kept on the host
         batch[SAMPLE_INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
+    if good and device_transform is not None:
+        batch[DEVICE_TRANSFORM_KEY] = device_transform
     batch[BAD_SAMPLES_KEY] = bad
     if notes:
         batch[NOTES_KEY] = notes
@@ -131,13 +144,41 @@ def collate(samples: List[Any], batch_ops: Sequence[Any] = ()) -> Dict[str, Any]
 
 
 class Collate:
-    """``collate`` with the section's batch transforms (picklable for worker processes)."""
+    """``collate`` with the section's batch transforms and the work it leaves to the device
+    (picklable for worker processes)."""
 
-    def __init__(self, batch_ops: Sequence[Any] = ()) -> None:
+    def __init__(
+        self, batch_ops: Sequence[Any] = (), device_transform: Optional[DeviceTransform] = None
+    ) -> None:
         self.batch_ops = list(batch_ops)
+        self.device_transform = device_transform
 
     def __call__(self, samples: List[Any]) -> Dict[str, Any]:
-        return collate(samples, self.batch_ops)
+        return collate(samples, self.batch_ops, self.device_transform)
+
+
+def build_input_pipeline(config: Mapping[str, Any], section: str, mode: str) -> Tuple[Any, Collate]:
+    """The dataset of ``config[section]`` and the collate (with the batch transforms) that
+    ``build_dataloader`` puts together: what one process does to turn sample indices into a batch.
+
+    With ``loader.normalize_on_device`` (the default) the pipeline's trailing normalisation and
+    layout change are taken off the CPU: images stay uint8 through the loader and
+    ``ppdist.engine.batch.move_to_device`` applies them (bitwise the same; see
+    ``ppdist.data.device_transforms``).
+    """
+    dataset = build_dataset(config, section, mode)
+    batch_ops = build_transforms(
+        config[section]["dataset"].get("batch_transforms"), config, f"{section}.dataset.batch_transforms"
+    )
+    dataset.keep_pending_images = True  # the collate draws them
+    transform = None
+    if config[section]["loader"].get("normalize_on_device", True):
+        in_finish = bool(dataset.layout_change_in_finish)
+        dataset.ops, batch_ops, transform = defer_to_device(dataset.ops, batch_ops, in_finish)
+        if transform is not None and in_finish:
+            casts = dataset.leave_layout_to_device()
+            transform = dataclasses.replace(transform, casts=tuple(sorted(casts.items())))
+    return dataset, Collate(batch_ops, transform)
 
 
 def input_size_count(loader: Any) -> int:
@@ -151,7 +192,8 @@ class WorkerInit:
     """Seeds ``random``/``numpy``/``torch`` in each worker differently per rank and worker, and
     limits each worker to one torch thread and ``cv2_num_threads`` OpenCV threads (0: OpenCV
     runs single-threaded, the default; -1: OpenCV's own default), so workers do not oversubscribe the cores
-    the training process computes on.
+    the training process computes on; glibc keeps the worker's freed memory for its next images
+    (``ppdist.utils.memory.keep_freed_memory``).
 
     Samples are additionally re-seeded per (seed, epoch, index) by the dataset, which is
     what makes augmentation independent of the worker count and exact across resumes.
@@ -165,6 +207,7 @@ class WorkerInit:
     def __call__(self, worker_id: int) -> None:
         cv2.setNumThreads(int(self.cv2_num_threads))
         torch.set_num_threads(1)
+        keep_freed_memory()
         # torch gives every worker a fresh base seed each time the workers (re)start
         worker_seed = (torch.initial_seed() + 1000003 * self.rank + worker_id) % 2**32
         random.seed(worker_seed)
@@ -192,10 +235,7 @@ def build_dataloader(
     device_type: str = "cpu",
 ) -> DataLoader:
     """A DataLoader over ``config[section]`` with ppdist's samplers and collate."""
-    dataset = build_dataset(config, section, mode)
-    batch_ops = build_transforms(
-        config[section]["dataset"].get("batch_transforms"), config, f"{section}.dataset.batch_transforms"
-    )
+    dataset, collate_fn = build_input_pipeline(config, section, mode)
     loader_cfg = config[section]["loader"]
     seed = int(config["Global"]["seed"])
     batch_size = int(loader_cfg["batch_size_per_card"])
@@ -239,7 +279,7 @@ def build_dataloader(
         dataset,
         batch_sampler=sampler,
         num_workers=workers,
-        collate_fn=Collate(batch_ops),
+        collate_fn=collate_fn,
         worker_init_fn=WorkerInit(seed, rank, loader_cfg.get("cv2_num_threads", 0)),
         generator=generator,
         **loader_options(loader_cfg, device_type),

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
 
 from ppdist.data.synthetic_io import build_atomically
-from ppdist.data.synthetic_seg import SHAPES, _background, _shape_fill
+from ppdist.data.synthetic_seg import SHAPES, _background, _shape_fill, image_shape
 from ppdist.registry import SYNTHETIC_DATA
 
 CLASS_NAMES = ("ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
@@ -37,26 +37,34 @@ def category_id(cls: int) -> int:
 
 
 def render_det_sample(
-    rng: np.random.Generator, index: int, size: int, num_classes: int, max_objects: int, empty_ratio: float
+    rng: np.random.Generator,
+    index: int,
+    shape: Tuple[int, int],
+    num_classes: int,
+    max_objects: int,
+    empty_ratio: float,
 ) -> Tuple[np.ndarray, List[Tuple[int, List[float], int]]]:
-    """``(BGR uint8 image, [(class, [x, y, w, h], visible_area), ...])``.
+    """``(BGR uint8 image of shape (h, w), [(class, [x, y, w, h], visible_area), ...])``; objects
+    are sized by the shorter side.
 
     A non-empty image ``index`` always holds class ``index % num_classes`` first.
     """
-    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
-    img = _background(rng, size, yy, xx)
-    owner = np.full((size, size), -1, np.int32)  # which object is visible at each pixel
+    height, width = shape
+    side = min(shape)
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    img = _background(rng, yy, xx)
+    owner = np.full(shape, -1, np.int32)  # which object is visible at each pixel
     full_area: List[int] = []
     classes: List[int] = []
     count = 0 if rng.random() < empty_ratio else int(rng.integers(1, max_objects + 1))
     wanted = [index % num_classes] + [int(c) for c in rng.integers(0, num_classes, max(count - 1, 0))]
-    mask = np.empty((size, size), np.uint8)
+    mask = np.empty(shape, np.uint8)
     for cls in wanted[:count]:
         for _ in range(MAX_PLACEMENT_TRIES):
-            extent = np.exp(rng.uniform(np.log(SIZE_RANGE[0]), np.log(SIZE_RANGE[1]))) * size
+            extent = np.exp(rng.uniform(np.log(SIZE_RANGE[0]), np.log(SIZE_RANGE[1]))) * side
             r = extent / 2
-            margin = min(r * 0.8, size / 2)
-            centre = (rng.uniform(margin, size - margin), rng.uniform(margin, size - margin))
+            margin = min(r * 0.8, side / 2)
+            centre = (rng.uniform(margin, width - margin), rng.uniform(margin, height - margin))
             mask[:] = 0
             SHAPES[cls](mask, centre, r, rng.uniform(0, 2 * np.pi), rng)
             inside = mask.astype(bool)
@@ -71,7 +79,7 @@ def render_det_sample(
             owner[inside] = len(full_area)
             full_area.append(area)
             classes.append(cls)
-            img[inside] = _shape_fill(rng, cls + 1, num_classes + 1, size, yy, xx)[inside]
+            img[inside] = _shape_fill(rng, cls + 1, num_classes + 1, yy, xx)[inside]
             break
     objects = []
     for k, cls in enumerate(classes):
@@ -81,7 +89,7 @@ def render_det_sample(
         objects.append((cls, box, int(len(xs))))
     if rng.random() < 0.3:
         img = cv2.GaussianBlur(img, (0, 0), float(rng.uniform(0.4, 0.9)))
-    img += rng.uniform(1, 5) * rng.standard_normal((size, size, 1), dtype=np.float32)
+    img += rng.uniform(1, 5) * rng.standard_normal(shape + (1,), dtype=np.float32)
     return np.clip(img, 0, 255).astype(np.uint8), objects
 
 
@@ -91,7 +99,7 @@ def _write_split(
     count: int,
     seed: int,
     split_id: int,
-    size: int,
+    shape: Tuple[int, int],
     num_classes: int,
     max_objects: int,
     empty_ratio: float,
@@ -102,14 +110,14 @@ def _write_split(
     params = [cv2.IMWRITE_JPEG_QUALITY, 95]
     for i in range(count):
         rng = np.random.default_rng([seed & 0xFFFFFFFF, split_id, i])
-        img, objects = render_det_sample(rng, i, size, num_classes, max_objects, empty_ratio)
+        img, objects = render_det_sample(rng, i, shape, num_classes, max_objects, empty_ratio)
         name = f"{i:08d}.jpg"
         ok, buf = cv2.imencode(".jpg", img, params)
         if not ok:
             raise RuntimeError(f"could not encode images/{split}/{name}")
         with open(os.path.join(root, "images", split, name), "wb") as handle:
             handle.write(buf.tobytes())
-        images.append({"id": i + 1, "file_name": name, "width": size, "height": size})
+        images.append({"id": i + 1, "file_name": name, "width": shape[1], "height": shape[0]})
         for cls, box, area in objects:
             annotations.append(
                 {
@@ -136,7 +144,7 @@ def generate_det_dataset(
     num_train: int,
     num_val: int,
     seed: int = 0,
-    image_size: int = 160,
+    image_size: Union[int, Sequence[int]] = 160,
     num_classes: int = 4,
     max_objects: int = 6,
     empty_ratio: float = 0.1,
@@ -148,8 +156,9 @@ def generate_det_dataset(
     """
     if not 1 <= num_classes <= len(CLASS_NAMES):
         raise ValueError(f"num_classes must be in [1, {len(CLASS_NAMES)}], got {num_classes}")
-    if image_size < 32 or max_objects < 1 or not 0.0 <= empty_ratio < 1.0:
-        raise ValueError("need image_size >= 32, max_objects >= 1 and 0 <= empty_ratio < 1")
+    shape = image_shape(image_size, 32)
+    if max_objects < 1 or not 0.0 <= empty_ratio < 1.0:
+        raise ValueError("need max_objects >= 1 and 0 <= empty_ratio < 1")
     out_dir = os.path.abspath(out_dir)
     names = list(CLASS_NAMES[:num_classes])
     categories = [{"id": category_id(k), "name": n, "supercategory": "shape"} for k, n in enumerate(names)]
@@ -166,7 +175,7 @@ def generate_det_dataset(
     }
 
     def write(tmp: str) -> Dict[str, Any]:
-        args = (image_size, num_classes, max_objects, empty_ratio, categories)
+        args = (shape, num_classes, max_objects, empty_ratio, categories)
         return {
             "num_objects": {
                 "train": _write_split(tmp, "train", num_train, seed, 0, *args),

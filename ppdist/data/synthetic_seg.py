@@ -14,7 +14,7 @@ boundary between classes (the ignore region). Later shapes occlude earlier ones.
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
@@ -89,64 +89,87 @@ def _hsv_to_bgr(h: float, s: float, v: float) -> np.ndarray:
     return cv2.cvtColor(px, cv2.COLOR_HSV2BGR)[0, 0] * 255.0
 
 
-def _blotches(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Smooth random field in about [-1, 1] (upsampled coarse noise)."""
+def image_shape(image_size: Union[int, Sequence[int]], minimum: int) -> Tuple[int, int]:
+    """``(height, width)`` of a generator's ``image_size``: a side (square) or [width, height]."""
+    if isinstance(image_size, (int, np.integer)) and not isinstance(image_size, bool):
+        width = height = int(image_size)
+    elif isinstance(image_size, (list, tuple)) and len(image_size) == 2:
+        width, height = (int(v) for v in image_size)
+    else:
+        raise ValueError(f"image_size must be a side or [width, height], got {image_size!r}")
+    if min(width, height) < minimum:
+        raise ValueError(f"need image_size >= {minimum}, got {image_size!r}")
+    return height, width
+
+
+def _blotches(rng: np.random.Generator, shape: Tuple[int, int]) -> np.ndarray:
+    """Smooth random field in about [-1, 1] (upsampled coarse noise) of ``shape`` (h, w)."""
     k = int(rng.integers(3, 8))
     coarse = rng.standard_normal((k, k)).astype(np.float32)
-    return cv2.resize(coarse, (size, size), interpolation=cv2.INTER_CUBIC)
+    return cv2.resize(coarse, (shape[1], shape[0]), interpolation=cv2.INTER_CUBIC)
 
 
-def _background(rng: np.random.Generator, size: int, yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
-    """A muted (low-saturation) textured background, BGR float32."""
+def _background(rng: np.random.Generator, yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
+    """A muted (low-saturation) textured background of ``yy``'s shape, BGR float32 (textures
+    scale with the longer side)."""
+    shape, side = yy.shape, max(yy.shape)
     c1 = _hsv_to_bgr(rng.uniform(0, 180), rng.uniform(0, 50), rng.uniform(60, 200))
-    img = np.broadcast_to(c1, (size, size, 3)).astype(np.float32)
+    img = np.broadcast_to(c1, shape + (3,)).astype(np.float32)
     if rng.random() < 0.6:  # second muted colour mixed in through blotches
         c2 = _hsv_to_bgr(rng.uniform(0, 180), rng.uniform(0, 50), rng.uniform(60, 200))
-        m = 1.0 / (1.0 + np.exp(-3.0 * _blotches(rng, size)))
+        m = 1.0 / (1.0 + np.exp(-3.0 * _blotches(rng, shape)))
         img = img + (c2 - c1)[None, None, :] * m[:, :, None]
-    tex = np.zeros((size, size), np.float32)
+    tex = np.zeros(shape, np.float32)
     t = rng.uniform(0, 2 * np.pi)
-    proj = (xx * np.cos(t) + yy * np.sin(t)) / size
+    proj = (xx * np.cos(t) + yy * np.sin(t)) / side
     if rng.random() < 0.5:  # linear gradient
         tex += rng.uniform(-50, 50) * proj
     if rng.random() < 0.4:  # stripes
-        tex += rng.uniform(5, 25) * np.sin(2 * np.pi * proj * size / rng.uniform(5, 30))
+        tex += rng.uniform(5, 25) * np.sin(2 * np.pi * proj * side / rng.uniform(5, 30))
     if rng.random() < 0.5:  # blotches
-        tex += rng.uniform(8, 30) * _blotches(rng, size)
+        tex += rng.uniform(8, 30) * _blotches(rng, shape)
     if rng.random() < 0.6:  # grain
-        tex += rng.uniform(2, 10) * rng.standard_normal((size, size), dtype=np.float32)
+        tex += rng.uniform(2, 10) * rng.standard_normal(shape, dtype=np.float32)
     return img + tex[:, :, None]
 
 
 def _shape_fill(
-    rng: np.random.Generator, cls: int, num_classes: int, size: int, yy: np.ndarray, xx: np.ndarray
+    rng: np.random.Generator, cls: int, num_classes: int, yy: np.ndarray, xx: np.ndarray
 ) -> np.ndarray:
     """A saturated colour in the hue band of ``cls`` with soft shading, BGR float32."""
     band = 180.0 / (num_classes - 1)
     hue = (cls - 1) * band + rng.uniform(-0.2, 0.2) * band
     colour = _hsv_to_bgr(hue, rng.uniform(160, 255), rng.uniform(140, 255))
     t = rng.uniform(0, 2 * np.pi)
-    shade = rng.uniform(-30, 30) * (xx * np.cos(t) + yy * np.sin(t)) / size
+    shade = rng.uniform(-30, 30) * (xx * np.cos(t) + yy * np.sin(t)) / max(yy.shape)
     return colour[None, None, :] + shade[:, :, None]
 
 
 # ----------------------------------------------------------------------------- one sample
 def render_seg_sample(
-    rng: np.random.Generator, index: int, size: int, num_classes: int, max_shapes: int, ignore_border: int
+    rng: np.random.Generator,
+    index: int,
+    shape: Tuple[int, int],
+    num_classes: int,
+    max_shapes: int,
+    ignore_border: int,
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """``(BGR uint8 image, uint8 label)`` of random shapes; shape ``index % (C-1)`` comes first."""
-    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
-    img = _background(rng, size, yy, xx)
-    label = np.zeros((size, size), np.uint8)
+    """``(BGR uint8 image, uint8 label)`` of ``shape`` (h, w) with random shapes (sized by the
+    shorter side); shape ``index % (C-1)`` comes first."""
+    height, width = shape
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    img = _background(rng, yy, xx)
+    label = np.zeros(shape, np.uint8)
     count = int(rng.integers(1, max_shapes + 1))
     classes = [1 + index % (num_classes - 1)] + [int(c) for c in rng.integers(1, num_classes, count - 1)]
-    mask = np.empty((size, size), np.uint8)
+    mask = np.empty(shape, np.uint8)
     for cls in classes:
         mask[:] = 0
-        centre = (rng.uniform(0.1, 0.9) * size, rng.uniform(0.1, 0.9) * size)
-        SHAPES[cls - 1](mask, centre, rng.uniform(0.12, 0.3) * size, rng.uniform(0, 2 * np.pi), rng)
+        centre = (rng.uniform(0.1, 0.9) * width, rng.uniform(0.1, 0.9) * height)
+        radius = rng.uniform(0.12, 0.3) * min(shape)
+        SHAPES[cls - 1](mask, centre, radius, rng.uniform(0, 2 * np.pi), rng)
         inside = mask.astype(bool)
-        img[inside] = _shape_fill(rng, cls, num_classes, size, yy, xx)[inside]
+        img[inside] = _shape_fill(rng, cls, num_classes, yy, xx)[inside]
         label[inside] = cls
     if ignore_border > 0:  # pixels with another class within the band's half width
         r = max(1, ignore_border // 2)
@@ -154,7 +177,7 @@ def render_seg_sample(
         label[cv2.dilate(label, kernel) != cv2.erode(label, kernel)] = IGNORE
     if rng.random() < 0.3:
         img = cv2.GaussianBlur(img, (0, 0), float(rng.uniform(0.4, 0.9)))
-    img += rng.uniform(1, 5) * rng.standard_normal((size, size, 1), dtype=np.float32)
+    img += rng.uniform(1, 5) * rng.standard_normal(shape + (1,), dtype=np.float32)
     return np.clip(img, 0, 255).astype(np.uint8), label
 
 
@@ -164,7 +187,7 @@ def _write_split(
     count: int,
     seed: int,
     split_id: int,
-    size: int,
+    shape: Tuple[int, int],
     num_classes: int,
     max_shapes: int,
     ignore_border: int,
@@ -175,7 +198,7 @@ def _write_split(
     params = [cv2.IMWRITE_JPEG_QUALITY, 95]
     for i in range(count):
         rng = np.random.default_rng([seed & 0xFFFFFFFF, split_id, i])
-        img, label = render_seg_sample(rng, i, size, num_classes, max_shapes, ignore_border)
+        img, label = render_seg_sample(rng, i, shape, num_classes, max_shapes, ignore_border)
         img_rel, lbl_rel = f"images/{split}/{i:08d}.jpg", f"labels/{split}/{i:08d}.png"
         for rel, arr, ext, opts in ((img_rel, img, ".jpg", params), (lbl_rel, label, ".png", [])):
             ok, buf = cv2.imencode(ext, arr, opts)
@@ -194,7 +217,7 @@ def generate_seg_dataset(
     num_train: int,
     num_val: int,
     seed: int = 0,
-    image_size: int = 128,
+    image_size: Union[int, Sequence[int]] = 128,
     num_classes: int = 5,
     max_shapes: int = 4,
     ignore_border: int = 2,
@@ -208,8 +231,9 @@ def generate_seg_dataset(
     """
     if not 2 <= num_classes <= len(CLASS_NAMES):
         raise ValueError(f"num_classes must be in [2, {len(CLASS_NAMES)}], got {num_classes}")
-    if image_size < 16 or max_shapes < 1 or ignore_border < 0:
-        raise ValueError("need image_size >= 16, max_shapes >= 1 and ignore_border >= 0")
+    shape = image_shape(image_size, 16)
+    if max_shapes < 1 or ignore_border < 0:
+        raise ValueError("need max_shapes >= 1 and ignore_border >= 0")
     out_dir = os.path.abspath(out_dir)
     names = list(CLASS_NAMES[:num_classes])
     summary: Dict[str, object] = {
@@ -223,7 +247,7 @@ def generate_seg_dataset(
     }
 
     def write(tmp: str) -> None:
-        args = (image_size, num_classes, max_shapes, ignore_border)
+        args = (shape, num_classes, max_shapes, ignore_border)
         _write_split(tmp, "train", num_train, seed, 0, *args)
         _write_split(tmp, "val", num_val, seed, 1, *args)
         with open(os.path.join(tmp, "labels.txt"), "w", encoding="utf-8", newline="\n") as handle:

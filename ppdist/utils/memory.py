@@ -28,6 +28,27 @@ def release_free_memory() -> None:
         libc.malloc_trim(0)
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+KEEP_FREED_BYTES = 32 << 20  # glibc's largest mmap threshold on 64-bit
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc keep freed memory for reuse instead of handing it back at once (a no-op elsewhere).
+
+    Loader workers allocate and free arrays of megabytes per image (decoded images, expanded
+    canvases, resized batches). By default glibc maps blocks of that size separately or trims the
+    heap after each batch, so every image pays page faults and zeroing again: in the PP-YOLOE
+    pipeline about 10% of its CPU time. With blocks up to 32 MiB served from the heap and the heap
+    trimmed only past 64 MiB free, a worker reuses its pages (its resident size stays at its peak).
+    Returns whether the setting took."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt"):
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, KEEP_FREED_BYTES)) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * KEEP_FREED_BYTES)
+    )
+
+
 def memory_kib(pid: str = "self") -> Dict[str, int]:
     """``/proc/<pid>/smaps_rollup`` fields in KiB (Rss, Pss, Shared_*, Private_*, ...); Linux only."""
     out: Dict[str, int] = {}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ppdist.data.transforms.det as det
+from ppdist.data.pending_image import materialize
 from ppdist.data.transforms import (
     BatchRandomResize,
     Decode,
@@ -99,7 +100,7 @@ def test_decode_bytes_array_and_garbage():
 def test_random_flip_boxes():
     data = _sample()
     before = data["gt_bbox"].copy()
-    out = RandomFlip(prob=1.0)(data)
+    out = materialize(RandomFlip(prob=1.0)(data))  # the flip is recorded, drawn when needed
     np.testing.assert_array_equal(out["gt_bbox"][:, [0, 2]], 80 - before[:, [2, 0]])
     np.testing.assert_array_equal(out["gt_bbox"][:, [1, 3]], before[:, [1, 3]])
     assert out["image"][0, 0, 0] == 79  # the former last column
@@ -111,7 +112,7 @@ def test_random_expand_keeps_content_under_boxes():
         _seed(s)
         data = _sample()
         orig = data["image"].copy()
-        out = RandomExpand(ratio=3.0, prob=1.0)(data)
+        out = materialize(RandomExpand(ratio=3.0, prob=1.0)(data))
         h, w = out["image"].shape[:2]
         assert h >= 60 and w >= 80 and out["im_shape"].tolist() == [h, w]
         for old, new in zip(_sample()["gt_bbox"].astype(int), out["gt_bbox"].astype(int)):
@@ -134,7 +135,7 @@ def test_random_crop_keeps_centres_and_never_empties():
         _seed(s)
         data = _sample()
         boxes = data["gt_bbox"].copy()
-        out = RandomCrop()(data)
+        out = materialize(RandomCrop()(data))
         assert len(out["gt_bbox"]) >= 1
         assert len(out["gt_class"]) == len(out["gt_bbox"]) == len(out["is_crowd"])
         x0, y0 = (
@@ -167,7 +168,7 @@ def test_random_crop_keeps_centres_and_never_empties():
 def test_resize_detection_scale_factor_and_boxes():
     data = _sample()
     out = Resize(target_size=[30, 160], keep_ratio=False, interp=2)(data)  # [h, w] for detection
-    assert out["image"].shape == (30, 160, 3) and out["image"].dtype == np.float32
+    assert out["image"].shape == (30, 160, 3) and out["image"].dtype == np.uint8  # as decoded
     assert out["im_shape"].tolist() == [30, 160]
     np.testing.assert_allclose(out["scale_factor"], [0.5, 2.0])
     np.testing.assert_allclose(out["gt_bbox"][0], [20, 2.5, 60, 12.5])
@@ -252,3 +253,85 @@ def test_pad_gt_masks():
     assert empty[0]["gt_bbox"].shape == (1, 4) and empty[0]["pad_gt_mask"].tolist() == [[0.0]]
     fixed = PadGT(num_max_boxes=5)([_sample()])
     assert fixed[0]["gt_bbox"].shape == (5, 4) and fixed[0]["pad_gt_mask"].sum() == 3
+
+
+def test_box_iou_is_bitwise_the_formula():
+    """RandomCrop's prepared IoU (boxes set up once per sample) computes what the plain float32
+    formula does, bit for bit (so crops are accepted exactly as before)."""
+
+    def formula(boxes, box):
+        lt = np.maximum(boxes[:, :2], box[:2])
+        rb = np.minimum(boxes[:, 2:], box[2:])
+        inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
+        area = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
+        union = area + np.prod(box[2:] - box[:2]) - inter
+        return inter / np.maximum(union, 1e-10)
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        xy = rng.uniform(0, 500, (int(rng.integers(1, 20)), 2))
+        boxes = np.concatenate([xy, xy + rng.uniform(0, 200, xy.shape)], 1).astype(np.float32)
+        x, y = rng.integers(0, 400, 2)
+        crop = np.array([x, y, x + rng.integers(1, 300), y + rng.integers(1, 300)], np.float32)
+        ours, reference = det.BoxIoU(boxes)(crop), formula(boxes, crop)
+        assert ours.dtype == reference.dtype == np.float32
+        assert np.array_equal(ours.view(np.int32), reference.view(np.int32))
+
+
+def _reference_crop(op, boxes, h, w):
+    """RandomCrop's search as it was written first (IoU of every attempt by the plain formula):
+    the crop window and kept box indices, or None."""
+
+    def formula(box):
+        lt = np.maximum(boxes[:, :2], box[:2])
+        rb = np.minimum(boxes[:, 2:], box[2:])
+        inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
+        area = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
+        return inter / np.maximum(area + np.prod(box[2:] - box[:2]) - inter, 1e-10)
+
+    choices = list(op.thresholds) + (["no_crop"] if op.allow_no_crop else [])
+    for idx in np.random.permutation(len(choices)):
+        thresh = choices[idx]
+        if thresh == "no_crop":
+            return None
+        for _ in range(op.num_attempts):
+            crop = op._draw(h, w)
+            if crop is None:
+                continue
+            iou = formula(crop)
+            if iou.max() < thresh or (op.cover_all_box and iou.min() < thresh):
+                continue
+            _, keep = op._kept(boxes, crop)
+            if keep.size:
+                return crop, keep
+    return None
+
+
+@pytest.mark.parametrize("cover_all_box", [False, True])
+def test_random_crop_search_is_the_plain_one(cover_all_box):
+    """The IoU bound that skips hopeless attempts never skips one the plain search accepts: the
+    same crops, the same kept boxes and the same random draws, over many samples."""
+    op = RandomCrop(cover_all_box=cover_all_box)
+    rng = np.random.default_rng(1)
+    cropped = 0
+    for seed in range(150):
+        n = int(rng.integers(1, 12))
+        xy = rng.uniform(0, 600, (n, 2))
+        boxes = np.concatenate([xy, xy + rng.uniform(1, 300, (n, 2)) * rng.uniform(0.05, 1)], 1)
+        boxes = np.minimum(boxes, [640, 480, 640, 480]).astype(np.float32)
+        data = {"image": np.zeros((480, 640, 3), np.uint8), "gt_bbox": boxes, "gt_class": np.arange(n)}
+        _seed(seed)
+        out = op(dict(data))
+        after = np.random.uniform()
+        _seed(seed)
+        random.random()  # RandomCrop's prob draw
+        expected = _reference_crop(op, boxes, 480, 640)
+        assert np.random.uniform() == after
+        if expected is None:
+            assert out["gt_bbox"] is boxes
+            continue
+        cropped += 1
+        crop, keep = expected
+        assert out["image"].shape[:2] == (int(crop[3] - crop[1]), int(crop[2] - crop[0]))
+        np.testing.assert_array_equal(out["gt_class"], keep)
+    assert cropped > 50

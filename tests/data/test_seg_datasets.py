@@ -218,3 +218,15 @@ def test_a_list_entry_outside_dataset_root_is_refused_unless_allowed(tree, tmp_p
     assert isinstance(bad, BadSample) and "resolves outside" in bad.reason
     allowed = DATASETS.build(dict(common, name="SegDataSet", allow_paths_outside_root=True))
     assert isinstance(allowed.load(0), dict)
+
+
+def test_label_values_is_np_unique():
+    from ppdist.data.seg import _label_values
+
+    rng = np.random.default_rng(0)
+    for label in (
+        rng.integers(0, 5, (40, 60)).astype(np.uint8),
+        np.full((3, 3), 255, np.uint8),
+        rng.integers(0, 300, (20, 20)).astype(np.int32),
+    ):
+        np.testing.assert_array_equal(_label_values(label), np.unique(label))

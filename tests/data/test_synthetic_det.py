@@ -70,10 +70,24 @@ def test_annotations(dataset):
 def test_boxes_are_tight_and_visible():
     rng = np.random.default_rng(0)
     for i in range(10):
-        img, objects = render_det_sample(rng, i, 96, 4, 6, 0.0)
+        img, objects = render_det_sample(rng, i, (96, 96), 4, 6, 0.0)
         assert objects and objects[0][0] == i % 4
         for cls, (_, _, w, h), area in objects:
             assert 0 <= cls < 4 and area >= 12 and w * h >= area
+
+
+def test_non_square_images(tmp_path):
+    """``image_size: [width, height]`` (e.g. COCO-like 640x480 for the input-pipeline benchmark)."""
+    root = str(tmp_path / "wide")
+    generate_det_dataset(root, num_train=4, num_val=1, seed=2, image_size=[96, 64], num_classes=3)
+    js = _load(root, "train")
+    assert {(im["width"], im["height"]) for im in js["images"]} == {(96, 64)}
+    assert cv2.imread(os.path.join(root, "images", "train", "00000000.jpg")).shape == (64, 96, 3)
+    for ann in js["annotations"]:
+        x, y, w, h = ann["bbox"]
+        assert 0 <= x and x + w <= 96 and 0 <= y and y + h <= 64
+    with pytest.raises(ValueError, match="image_size"):
+        generate_det_dataset(str(tmp_path / "bad"), 1, 1, image_size=[96, 16])
 
 
 def test_deterministic_and_split_streams(dataset, tmp_path):

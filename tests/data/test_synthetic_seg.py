@@ -79,6 +79,16 @@ def test_bad_arguments(tmp_path):
         generate_seg_dataset(str(tmp_path / "x"), -1, 1)
 
 
+def test_non_square_images(tmp_path):
+    """``image_size: [width, height]`` (e.g. Cityscapes-sized 2048x1024 for the benchmark)."""
+    root = str(tmp_path / "wide")
+    generate_seg_dataset(root, num_train=3, num_val=1, seed=1, image_size=[80, 40], num_classes=4)
+    ds = SegDataSet(root, [Normalize()], mode="train", num_classes=4, train_path="train.txt")
+    item = ds[0]
+    assert item["image"].shape == (3, 40, 80) and item["label"].shape == (40, 80)
+    assert set(np.unique(item["label"])) <= {0, 1, 2, 3, 255}
+
+
 def test_dataset_reads_generated_data(dataset):
     root, _ = dataset
     ds = SegDataSet(root, [Normalize()], mode="eval", num_classes=6, val_path="val.txt")

@@ -49,7 +49,7 @@ class DecodeImage:
             raise TypeError(f"DecodeImage expects encoded bytes in data['image'], got {type(raw).__name__}")
         if buf.size == 0:
             return None
-        check_image_pixels(buf.tobytes(), self.max_image_pixels)
+        check_image_pixels(memoryview(buf), self.max_image_pixels)
         img = cv2.imdecode(buf, self.flags)
         if img is None:
             return None

@@ -1,6 +1,8 @@
 """Object-detection transforms (PaddleDetection semantics and names).
 
-A sample holds ``image`` (H, W, 3 RGB; uint8 after ``Decode``, float32 after a resize),
+A sample holds ``image`` (H, W, 3 RGB; uint8 after ``Decode``, float32 after ``NormalizeImage``;
+between ``RandomExpand`` / ``RandomCrop`` / ``RandomFlip`` and the next op that needs pixels, a
+``PendingImage``: the geometry recorded, drawn once by that op, see ``ppdist.data.pending_image``),
 ``gt_bbox`` (N, 4) float32 pixel xyxy, ``gt_class`` (N, 1) and ``is_crowd`` (N, 1), plus
 ``im_shape`` = [h, w] of the current image and ``scale_factor`` = [sy, sx] (resized / original).
 Per-box arrays always follow the boxes (crops drop rows from all of them).
@@ -16,6 +18,7 @@ to the detection behaviour below (``resize_detection``) for samples made by ``De
 
 from __future__ import annotations
 
+import bisect
 import random
 from numbers import Integral
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -24,6 +27,7 @@ import cv2
 import numpy as np
 
 from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
+from ppdist.data.pending_image import PendingImage, materialize, pending
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 
@@ -86,10 +90,19 @@ def _range(value: Any, where: str, low: float = 0.0) -> Tuple[float, float]:
 
 
 def _image(data: Sample, op: str) -> np.ndarray:
-    img = data.get("image")
+    """The sample's pixels (pending geometry materialised: see ``ppdist.data.pending_image``)."""
+    img = materialize(data).get("image")
     if not isinstance(img, np.ndarray) or img.ndim != 3:
         raise TypeError(f"{op} expects a decoded (H, W, C) image in data['image'] (put Decode first)")
     return img
+
+
+def _geometry(data: Sample, op: str) -> PendingImage:
+    """The sample's image as a ``PendingImage`` to record a crop / flip / expansion on."""
+    img = data.get("image")
+    if not isinstance(img, (np.ndarray, PendingImage)) or img.ndim != 3:
+        raise TypeError(f"{op} expects a decoded (H, W, C) image in data['image'] (put Decode first)")
+    return pending(data)
 
 
 def _boxes(data: Sample) -> Optional[np.ndarray]:
@@ -99,7 +112,7 @@ def _boxes(data: Sample) -> Optional[np.ndarray]:
     return np.asarray(data["gt_bbox"], dtype=np.float32).reshape(-1, 4)
 
 
-def _set_shape(data: Sample, img: np.ndarray) -> None:
+def _set_shape(data: Sample, img: Union[np.ndarray, PendingImage]) -> None:
     data["im_shape"] = np.array(img.shape[:2], dtype=np.float32)
 
 
@@ -109,24 +122,46 @@ def _take_boxes(data: Sample, keep: np.ndarray) -> None:
             data[key] = np.asarray(data[key])[keep]
 
 
+class BoxIoU:
+    """IoU of fixed ``boxes`` (N, 4) with one box after another (all xyxy, float32 arithmetic):
+    the boxes' corners and areas are prepared once (``RandomCrop`` tries up to hundreds of crops)."""
+
+    def __init__(self, boxes: np.ndarray) -> None:
+        self.lt, self.rb = boxes[:, :2], boxes[:, 2:]
+        wh = self.rb - self.lt
+        self.area = wh[:, 0] * wh[:, 1]
+        self.sorted_areas = sorted(float(a) for a in self.area)
+
+    def bound(self, area: float) -> float:
+        """An upper bound of the IoU any of the boxes can have with a box of ``area`` > 0:
+        IoU <= min(a, b) / max(a, b) (the float32 IoU exceeds it by a few ulps at most)."""
+        i = bisect.bisect_left(self.sorted_areas, area)
+        best = area / self.sorted_areas[i] if i < len(self.sorted_areas) else 0.0
+        return max(best, self.sorted_areas[i - 1] / area) if i > 0 else best
+
+    def __call__(self, box: np.ndarray) -> np.ndarray:
+        wh = np.minimum(self.rb, box[2:]) - np.maximum(self.lt, box[:2])
+        np.maximum(wh, 0, out=wh)
+        inter = wh[:, 0] * wh[:, 1]
+        side = box[2:] - box[:2]
+        union = self.area + side[0] * side[1] - inter
+        return inter / np.maximum(union, 1e-10)
+
+
 def box_iou(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
     """IoU of each of ``boxes`` (N, 4) with one ``box`` (4,), all xyxy."""
-    lt = np.maximum(boxes[:, :2], box[:2])
-    rb = np.minimum(boxes[:, 2:], box[2:])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
-    area = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
-    union = area + np.prod(box[2:] - box[:2]) - inter
-    return inter / np.maximum(union, 1e-10)
+    return BoxIoU(boxes)(box)
 
 
 def resize_detection(data: Sample, target: Tuple[int, int], keep_ratio: bool, interp: int) -> Sample:
     """Resize a detection sample to ``target`` = (h, w) (PaddleDetection's ``Resize``).
 
     ``keep_ratio`` scales by ``min(min(target) / min(h, w), max(target) / max(h, w))``. The
-    image becomes float32; boxes are scaled and clipped; ``im_shape`` is the new [h, w] and
+    image keeps its dtype (uint8 stays uint8: ``NormalizeImage`` / ``Permute`` make it float32,
+    on the host or on the device); boxes are scaled and clipped; ``im_shape`` is the new [h, w] and
     ``scale_factor`` is multiplied by (new / old) per axis.
     """
-    img = _image(data, "Resize")
+    img = _geometry(data, "Resize")  # a pending canvas is drawn by the resize itself
     h, w = img.shape[:2]
     if keep_ratio:
         scale = min(min(target) / min(h, w), max(target) / max(h, w))
@@ -134,7 +169,7 @@ def resize_detection(data: Sample, target: Tuple[int, int], keep_ratio: bool, in
     else:
         new_h, new_w = target
     sy, sx = new_h / h, new_w / w
-    data["image"] = cv2.resize(img, (new_w, new_h), interpolation=interp).astype(np.float32, copy=False)
+    data["image"] = img.resized(new_w, new_h, interp)
     data["im_shape"] = np.array([new_h, new_w], dtype=np.float32)
     old = np.asarray(data.get("scale_factor", (1.0, 1.0)), dtype=np.float32).reshape(2)
     data["scale_factor"] = np.array([old[0] * sy, old[1] * sx], dtype=np.float32)
@@ -175,11 +210,11 @@ class Decode:
                     f"got {type(raw).__name__}"
                 )
             if buf.size:
-                check_image_pixels(buf.tobytes(), self.max_image_pixels)
+                check_image_pixels(memoryview(buf), self.max_image_pixels)
             img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
             if img is None:
                 raise ValueError(f"Decode: cannot decode the image ({buf.size} bytes; not an image file?)")
-            img = np.ascontiguousarray(img[:, :, ::-1])  # BGR -> RGB
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
         data["image"] = img
         data["h"], data["w"] = int(img.shape[0]), int(img.shape[1])
         data["ori_shape"] = np.array(img.shape[:2], dtype=np.float32)
@@ -194,7 +229,8 @@ class RandomExpand:
     """With probability ``prob`` place the image at a random offset on a canvas ``r`` times
     larger per side, ``r ~ U[1, ratio]``, filled with ``fill_value`` (RGB); boxes are shifted.
 
-    The canvas keeps the image dtype (a uint8 image gets the fill rounded).
+    The canvas keeps the image dtype (a uint8 image gets the fill rounded). It is recorded, not
+    drawn: the first op that needs pixels draws only what is left of it (``pending_image``).
     """
 
     def __init__(
@@ -219,7 +255,7 @@ class RandomExpand:
         self.fill = np.array(fill, dtype=np.float32)
 
     def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "RandomExpand")
+        img = _geometry(data, "RandomExpand")
         if np.random.uniform(0.0, 1.0) >= self.prob:
             return data
         h, w = img.shape[:2]
@@ -230,11 +266,9 @@ class RandomExpand:
         y = np.random.randint(0, new_h - h + 1)
         x = np.random.randint(0, new_w - w + 1)
         fill = np.round(self.fill) if np.issubdtype(img.dtype, np.integer) else self.fill
-        canvas = np.empty((new_h, new_w, img.shape[2]), dtype=img.dtype)
-        canvas[:] = fill.astype(img.dtype)[: img.shape[2]]
-        canvas[y : y + h, x : x + w] = img
-        data["image"] = canvas
-        _set_shape(data, canvas)
+        values = tuple(float(v) for v in fill.astype(img.dtype)[: img.shape[2]])
+        data["image"] = img.expand(new_h, new_w, y, x, values)
+        _set_shape(data, data["image"])
         boxes = _boxes(data)
         if boxes is not None:
             data["gt_bbox"] = boxes + np.array([x, y, x, y], dtype=np.float32)
@@ -285,8 +319,8 @@ class RandomCrop:
         scale = np.random.uniform(*self.scaling)
         if self.aspect_ratio is not None:
             lo, hi = max(self.aspect_ratio[0], scale**2), min(self.aspect_ratio[1], scale**-2)
-            aspect = np.random.uniform(lo, hi)
-            h_scale, w_scale = scale / np.sqrt(aspect), scale * np.sqrt(aspect)
+            root = np.sqrt(np.random.uniform(lo, hi))
+            h_scale, w_scale = scale / root, scale * root
         else:
             h_scale, w_scale = np.random.uniform(*self.scaling), np.random.uniform(*self.scaling)
             if not 0.5 <= h_scale * h / max(w_scale * w, 1e-6) <= 2.0:
@@ -311,13 +345,14 @@ class RandomCrop:
         return clipped, np.flatnonzero(inside)
 
     def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "RandomCrop")
+        img = _geometry(data, "RandomCrop")
         boxes = _boxes(data)
         if boxes is None or len(boxes) == 0 or random.random() > self.prob:
             return data
         h, w = img.shape[:2]
         choices: List[Any] = list(self.thresholds) + (["no_crop"] if self.allow_no_crop else [])
         order = np.random.permutation(len(choices))
+        iou_with = BoxIoU(boxes)
         for idx in order:
             thresh = choices[idx]
             if thresh == "no_crop":
@@ -326,14 +361,17 @@ class RandomCrop:
                 crop = self._draw(h, w)
                 if crop is None:
                     continue
-                iou = box_iou(boxes, crop)
+                area = float((crop[2] - crop[0]) * (crop[3] - crop[1]))
+                if not self.cover_all_box and iou_with.bound(area) < thresh - 1e-4:
+                    continue  # no box can reach the threshold: the IoU need not be computed
+                iou = iou_with(crop)
                 if iou.max() < thresh or (self.cover_all_box and iou.min() < thresh):
                     continue
                 clipped, keep = self._kept(boxes, crop)
                 if keep.size == 0:
                     continue
                 x1, y1, x2, y2 = (int(v) for v in crop)
-                data["image"] = np.ascontiguousarray(img[y1:y2, x1:x2])
+                data["image"] = img.crop(x1, y1, x2, y2)
                 _set_shape(data, data["image"])
                 data["gt_bbox"] = clipped[keep]
                 _take_boxes(data, keep)
@@ -349,11 +387,11 @@ class RandomFlip:
         self.prob = _check_prob(prob, "RandomFlip.prob")
 
     def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "RandomFlip")
+        img = _geometry(data, "RandomFlip")
         if np.random.uniform(0.0, 1.0) >= self.prob:
             return data
         w = img.shape[1]
-        data["image"] = np.ascontiguousarray(img[:, ::-1])
+        data["image"] = img.flip()
         boxes = _boxes(data)
         if boxes is not None and len(boxes):
             flipped = boxes.copy()
@@ -389,6 +427,15 @@ class NormalizeImage:
         self.is_scale = bool(is_scale)
         self.norm_type = norm_type
 
+    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
+        """The same float32 arithmetic for the device (see ``ppdist.data.device_transforms``)."""
+        steps: List[Tuple[str, Tuple[float, ...]]] = []
+        if self.is_scale:
+            steps.append(("mul", (float(np.float32(1.0 / 255.0)),)))
+        if self.norm_type == "mean_std":
+            steps += [("sub", tuple(self.mean.tolist())), ("div", tuple(self.std.tolist()))]
+        return steps
+
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "NormalizeImage").astype(np.float32)
         if self.is_scale:
@@ -410,6 +457,10 @@ class Permute:
 
     def __init__(self) -> None:
         pass
+
+    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
+        """float32 and NHWC -> NCHW on the device (see ``ppdist.data.device_transforms``)."""
+        return [("to_chw", ())]
 
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "Permute")
@@ -468,6 +519,7 @@ class PadGT:
     never empty), and at least ``num_max_boxes`` when that is set. ``gt_class`` becomes int64."""
 
     batch_op = True
+    touches_image = False  # the image may be normalised on the device after it
 
     def __init__(self, num_max_boxes: Optional[int] = None) -> None:
         if num_max_boxes is not None and num_max_boxes < 1:

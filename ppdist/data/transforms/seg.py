@@ -13,8 +13,9 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
-from PIL import Image, ImageEnhance
 
+import ppdist.data.transforms.photometric as photometric
+from ppdist.data.pending_image import materialize
 from ppdist.data.transforms.det import resize_detection
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
@@ -61,10 +62,20 @@ def gt_keys(data: Sample) -> List[str]:
 
 
 def _image(data: Sample, op: str) -> np.ndarray:
-    img = data.get("image")
+    img = materialize(data).get("image")  # a detection sample's pending geometry drawn
     if not isinstance(img, np.ndarray) or img.ndim not in (2, 3):
         raise TypeError(f"{op} expects a decoded (H, W[, C]) image array in data['image']")
     return img
+
+
+_CV_FLIP_DTYPES = (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.float32, np.float64)
+
+
+def flip(arr: np.ndarray, axis: int) -> np.ndarray:
+    """``arr`` mirrored along ``axis`` (0 or 1), a new contiguous array (cv2 where it can)."""
+    if arr.dtype.type in _CV_FLIP_DTYPES and arr.ndim in (2, 3) and (arr.ndim == 2 or arr.shape[2] <= 4):
+        return cv2.flip(arr, 1 if axis == 1 else 0)
+    return np.ascontiguousarray(np.flip(arr, axis=axis))
 
 
 def resize_nearest(label: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -180,7 +191,7 @@ class _RandomFlip:
         _image(data, type(self).__name__)
         if random.random() < self.prob:
             for key in ["image"] + gt_keys(data):
-                data[key] = np.ascontiguousarray(np.flip(data[key], axis=self.axis))
+                data[key] = flip(data[key], self.axis)
         return data
 
 
@@ -258,25 +269,19 @@ class Resize:
 
 
 # ----------------------------------------------------------------------------- photometric
-def _shift_hue(img: Image.Image, delta: float) -> Image.Image:
-    """Add ``delta`` to PIL's 8-bit HSV hue channel (truncated, wrapping around modulo 256)."""
-    hsv = np.array(img.convert("HSV"))
-    hue = np.trunc(hsv[:, :, 0].astype(np.float64) + delta).astype(np.int64) % 256
-    hsv[:, :, 0] = hue.astype(np.uint8)
-    return Image.fromarray(hsv, mode="HSV").convert("RGB")
-
-
 @TRANSFORMS.register
 class RandomDistort:
     """Brightness, contrast, saturation, hue and sharpness jitter, in a random order per image.
 
     Each op fires with its own probability; enhancement factors are U[1 - r, 1 + r], the hue
-    shift is U[-hue_range, hue_range] on PIL's HSV hue channel. The image is cast to uint8
-    first (RGB, 3 channels); the result keeps the input's dtype.
+    shift is U[-hue_range, hue_range] steps of PIL's 8-bit HSV hue (255 per turn). The image is
+    cast to uint8 first (RGB, 3 channels); the result keeps the input's dtype. PIL's formulas,
+    computed with OpenCV on the array (``photometric``: brightness and contrast exact, saturation
+    within 1 level, the hue rotation quantised by OpenCV's HSV instead of PIL's).
 
     Also PaddleDetection's ``RandomDistort``: only ``image`` is touched, and the defaults are
     its defaults (brightness, contrast, saturation U[0.5, 1.5] and hue U[-18, 18], each with
-    probability 0.5, PIL ops in random order; sharpness off).
+    probability 0.5, in random order; sharpness off).
     """
 
     def __init__(
@@ -308,18 +313,12 @@ class RandomDistort:
         }
         self.ranges = {k: _check_nonneg(v, f"RandomDistort.{k}_range") for k, v in ranges.items()}
         self.probs = {k: _check_prob(v, f"RandomDistort.{k}_prob") for k, v in probs.items()}
-        self.enhancers: Dict[str, Callable[[Image.Image], Any]] = {
-            "brightness": ImageEnhance.Brightness,
-            "contrast": ImageEnhance.Contrast,
-            "saturation": ImageEnhance.Color,
-            "sharpness": ImageEnhance.Sharpness,
-        }
 
-    def _apply(self, name: str, img: Image.Image) -> Image.Image:
+    def _apply(self, name: str, img: np.ndarray) -> np.ndarray:
         r = self.ranges[name]
         if name == "hue":
-            return _shift_hue(img, np.random.uniform(-r, r))
-        return self.enhancers[name](img).enhance(np.random.uniform(1 - r, 1 + r))
+            return photometric.hue(img, np.random.uniform(-r, r))
+        return ENHANCERS[name](img, np.random.uniform(1 - r, 1 + r))
 
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "RandomDistort")
@@ -328,14 +327,22 @@ class RandomDistort:
         dtype = img.dtype
         if dtype != np.uint8:
             img = np.clip(img, 0, 255).astype(np.uint8)
-        pil = Image.fromarray(img, mode="RGB")
+        img = np.ascontiguousarray(img)
         order = list(self.ranges)
         random.shuffle(order)
         for name in order:
             if np.random.uniform(0, 1) < self.probs[name]:
-                pil = self._apply(name, pil)
-        data["image"] = np.asarray(pil).astype(dtype)
+                img = self._apply(name, img)
+        data["image"] = img if dtype == np.uint8 else img.astype(dtype)
         return data
+
+
+ENHANCERS: Dict[str, Callable[[np.ndarray, float], np.ndarray]] = {
+    "brightness": photometric.brightness,
+    "contrast": photometric.contrast,
+    "saturation": photometric.saturation,
+    "sharpness": photometric.sharpness,
+}
 
 
 @TRANSFORMS.register
@@ -359,6 +366,10 @@ class Normalize:
             raise ConfigError(f"Normalize.std must not contain 0, got {std!r}")
         self.mean = np.asarray(mean, dtype=np.float32)
         self.std = np.asarray(std, dtype=np.float32)
+
+    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
+        """The same float32 arithmetic for the device (see ``ppdist.data.device_transforms``)."""
+        return [("div", (255.0,)), ("sub", tuple(self.mean.tolist())), ("div", tuple(self.std.tolist()))]
 
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "Normalize")
