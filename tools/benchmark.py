@@ -8,7 +8,8 @@ loader alone against the model's consumption rate, 1 vs K processes under torchr
 
 ``--input_pipeline [--images N] [--synthetic] [--repeat R]`` instead measures the input pipeline
 alone, in one thread: CPU ms per image of each transform of the Train and Eval splits against a plain decode of
-the same image bytes (``--synthetic``: a synthetic set at the recipe's real image size).
+the same image bytes. ``--synthetic [--images N]`` (either mode) reads a synthetic set at the
+recipe's real image size instead of the config's data.
 """
 
 from __future__ import annotations
@@ -99,14 +100,17 @@ def build_parser():
         "ratio to a plain decode of the same images, Train and Eval",
     )
     parser.add_argument(
-        "--images", type=int, default=256, help="--input_pipeline: images per split (default 256)"
+        "--images",
+        type=int,
+        default=256,
+        help="--input_pipeline, --synthetic: images per split (default 256)",
     )
     parser.add_argument(
         "--synthetic",
         action="store_true",
-        help="--input_pipeline: read a synthetic set at the recipe's real image size (det 640x480, "
-        "seg 2048x1024, rec text lines; drawn under --output_dir the first time) instead of the "
-        "config's data",
+        help="read a synthetic set of --images images per split at the recipe's real image size "
+        "(det 640x480, seg 2048x1024, rec text lines; drawn under --output_dir's parent the first "
+        "time) instead of the config's data: the recipes measured where their data sets are not",
     )
     parser.add_argument(
         "--part",
@@ -216,12 +220,17 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
     return result
 
 
+def synthetic_recipe(config, output_dir: str, images: int) -> dict:
+    """``--synthetic``: ``config`` reading a synthetic set at the recipe's real size."""
+    data_root = os.path.join(os.path.dirname(output_dir), "synthetic")
+    print(f"benchmark: synthetic data at the recipe's size under {data_root}", flush=True)
+    return with_synthetic_data(config, data_root, images)
+
+
 def run_input_pipeline_part(args, config, output_dir: str) -> dict:
     """``--input_pipeline``: the per-transform table of each split, printed and returned."""
     if args.synthetic:
-        data_root = os.path.join(os.path.dirname(output_dir), "synthetic")
-        print(f"benchmark: synthetic data at the recipe's size under {data_root}", flush=True)
-        config = with_synthetic_data(config, data_root, args.images)
+        config = synthetic_recipe(config, output_dir, args.images)
     splits = run_input_pipeline(config, args.images, ("Train", "Eval"), max(1, args.repeat))
     result = {
         "config": args.config,
@@ -263,7 +272,12 @@ def main() -> int:
                 "run tools/benchmark.py as one process (not under torchrun): --nproc K starts the "
                 "K-process measurement under torchrun itself"
             )
-        ensure_synthetic_data(config, env)
+        if args.synthetic:
+            if args.nproc > 1 and "scaling" not in args.skip:
+                raise ConfigError("--synthetic measures one process: add --skip scaling (or drop --nproc)")
+            config = synthetic_recipe(config, output_dir, args.images)
+        else:
+            ensure_synthetic_data(config, env)
         if args.part == "trainer":
             run_trainer_part(args, config, env, output_dir)
             return 0
