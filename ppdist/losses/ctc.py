@@ -41,8 +41,10 @@ class CTCLoss(nn.Module):
         batch_size, frames, _ = preds.shape
         log_probs = F.log_softmax(preds.float(), dim=2).transpose(0, 1)  # (T, B, C)
         labels = torch.as_tensor(batch["label"], device=preds.device).long()
-        label_lengths = host_lengths(batch["length"])
-        input_lengths = torch.full((batch_size,), frames, dtype=torch.long)
+        # lengths as Python ints: the CUDA kernel's tensor overload refuses host tensors beside
+        # device inputs, and host values are what it reads anyway
+        label_lengths = host_lengths(batch["length"]).tolist()
+        input_lengths = [frames] * batch_size
         per_sample = F.ctc_loss(
             log_probs, labels, input_lengths, label_lengths, blank=0, reduction="none", zero_infinity=True
         )
