@@ -78,3 +78,54 @@ def test_benchmark_rejects_a_bad_compile_setting(tmp_path, digits_dir):
     result = run_tool(["benchmark.py", "-c", cfg, "-o", "Global.compile={modes: max-autotune}"])
     assert result.returncode == 2
     assert "unknown key(s) in Global.compile: ['modes']" in result.stderr and "Traceback" not in result.stderr
+
+
+REC_RECIPE = os.path.join("configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
+
+
+def test_synthetic_measures_the_recipe_on_a_set_at_its_size(tmp_path):
+    """--synthetic outside --input_pipeline: the recipe (whose data set is not here) reads a
+    synthetic set of --images lines per split, drawn under --output_dir's parent."""
+    out = tmp_path / "bench.json"
+    images, batch = 24, 8
+    check_ok(
+        run_tool(
+            [
+                "benchmark.py",
+                "-c",
+                REC_RECIPE,
+                "--synthetic",
+                "--images",
+                str(images),
+                "--iters",
+                "2",
+                "--warmup",
+                "1",
+                "--skip",
+                "eval",
+                "infer",
+                "scaling",
+                "trainer",
+                "-o",
+                f"Train.loader.batch_size_per_card={batch}",
+                "Train.loader.num_workers=1",
+                "--output_dir",
+                str(tmp_path / "bench" / "rec"),
+                "--json",
+                str(out),
+            ],
+        )  # fmt: skip
+    )
+    data = json.loads(out.read_text())
+    assert data["loader"]["steps_per_epoch"] == images // batch
+    assert data["bare_loop"]["samples"] == 2 * batch
+    assert (tmp_path / "bench" / "synthetic" / f"rec_{images}").is_dir()
+
+
+def test_synthetic_refuses_the_scaling_runs(tmp_path):
+    result = run_tool(
+        ["benchmark.py", "-c", REC_RECIPE, "--synthetic", "--nproc", "2", "--output_dir", str(tmp_path / "b")]
+    )
+    assert result.returncode == 2
+    assert "--synthetic measures one process: add --skip scaling" in result.stderr
+    assert "Traceback" not in result.stderr
