@@ -10,6 +10,7 @@ part has its own function, usable without the others (tests, the benchmark, note
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -85,6 +86,19 @@ def place_model(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.M
     return model
 
 
+@functools.lru_cache(maxsize=1)
+def _ddp_takes_forward_sync_buffers() -> bool:
+    return "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+
+
+def ddp_buffer_sync(sync: bool) -> Dict[str, bool]:
+    """DDP's keyword for re-sending rank 0's buffers before every forward: ``forward_sync_buffers``
+    where torch has it (it deprecates ``broadcast_buffers`` with a warning per process),
+    ``broadcast_buffers`` before. The one difference, a broadcast of the buffers at construction,
+    changes nothing here: every process builds the same model or loads the same checkpoint."""
+    return {"forward_sync_buffers" if _ddp_takes_forward_sync_buffers() else "broadcast_buffers": sync}
+
+
 def wrap_for_training(
     model: nn.Module, glob: Mapping[str, Any], env: DistEnv, input_sizes: int = 1
 ) -> nn.Module:
@@ -100,7 +114,7 @@ def wrap_for_training(
             static_graph=glob["static_graph"],
             bucket_cap_mb=glob["bucket_cap_mb"],
             find_unused_parameters=glob["find_unused_parameters"],
-            broadcast_buffers=broadcast_buffers(glob, uses_sync_bn(glob, env)),
+            **ddp_buffer_sync(broadcast_buffers(glob, uses_sync_bn(glob, env))),
         )
     options = compile_options(glob)
     if options is not None:
