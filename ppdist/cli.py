@@ -39,6 +39,17 @@ def base_parser(description: str, config_required: bool = True) -> argparse.Argu
     return parser
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (a batch size, a count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def flat_overrides(groups: Sequence[Sequence[str]]) -> List[str]:
     return [item for group in groups for item in group]
 

@@ -1,5 +1,6 @@
 """Clean error messages from the tools, also for errors raised inside DataLoader workers."""
 
+from ppdist_testing import check_ok, run_tool
 from torch.utils.data import DataLoader
 
 from ppdist.cli import error_message
@@ -22,3 +23,14 @@ def test_worker_error_keeps_only_the_original_message():
 
 def test_plain_errors_are_unchanged():
     assert error_message(DataError("missing file x.png")) == "missing file x.png"
+
+
+def test_infer_refuses_a_batch_size_below_one_and_tools_explain_their_options(tmp_path):
+    refused = run_tool(["infer.py", "--input", str(tmp_path), "--batch_size", "-5"])
+    assert refused.returncode == 2
+    assert "--batch_size: expected a positive integer, got -5" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    infer_help = check_ok(run_tool(["infer.py", "-h"])).stdout
+    assert "images per forward pass" in " ".join(infer_help.split())
+    export_help = check_ok(run_tool(["export_model.py", "-h"])).stdout
+    assert "model.onnx, model.pt (TorchScript) or both" in " ".join(export_help.split())

@@ -20,7 +20,12 @@ from ppdist.export.model_export import FORMATS, export_model
 
 def main() -> int:
     parser = base_parser(__doc__)
-    parser.add_argument("--format", choices=("onnx", "torchscript", "both"), default="both")
+    parser.add_argument(
+        "--format",
+        choices=("onnx", "torchscript", "both"),
+        default="both",
+        help="model.onnx, model.pt (TorchScript) or both (default)",
+    )
     parser.add_argument(
         "--output_dir",
         default=None,

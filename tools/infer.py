@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
 from ppdist.convert.configs import load_config
 from ppdist.engine.logger import setup_logger
 from ppdist.errors import ConfigError
@@ -28,7 +28,9 @@ def build_parser():
     parser.add_argument("--input", required=True, help="an image file or a folder of jpg/jpeg/png/bmp files")
     parser.add_argument("--model", default=None, help="exported model directory (inference.yml + model.onnx)")
     parser.add_argument("--output_dir", default="output/infer", help="where the results are written")
-    parser.add_argument("--batch_size", type=int, default=1)
+    parser.add_argument(
+        "--batch_size", type=positive_int, default=1, help="images per forward pass (default 1)"
+    )
     parser.add_argument(
         "--draw_threshold", type=float, default=0.5, help="det: draw boxes scoring at least this"
     )

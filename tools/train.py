@@ -30,7 +30,7 @@ def main() -> int:
         raise ConfigError(f"{args.config}: missing required section Train")
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
-    lock = claim_run_dir(config, env)  # one run per folder, before anything is written there
+    claim = claim_run_dir(config, env)  # one run per folder, before anything is written there
     logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
     report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
     for note in command.notes:
@@ -41,8 +41,7 @@ def main() -> int:
         build_trainer(config, env).train()
         finished = True
     finally:
-        if lock is not None:
-            lock.release()
+        claim.release()
         cleanup(env, wait_for_peers=finished)
     return 0
 

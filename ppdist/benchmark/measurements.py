@@ -49,6 +49,7 @@ def training_config(config: Mapping[str, Any], warmup: int, iters: int, save_dir
         max_iters=int(warmup) + int(iters),
         save_model_dir=save_dir,
         checkpoints=None,
+        overwrite=True,  # a measurement's own folder: each run replaces the last
         save_iter_step=None,
         save_epoch_step=10**9,
     )

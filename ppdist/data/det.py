@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Union
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class COCODataSet(BaseDataSet):
         empty_ratio: float = 1.0,
         load_crowd: bool = False,
         allow_paths_outside_root: bool = False,
-        cache: str = "auto",
+        cache: Union[str, bool] = "auto",
     ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)

@@ -12,6 +12,25 @@ from ppdist.engine.dist import DistEnv, barrier
 logger = logging.getLogger("ppdist")
 
 
+def describe_synthetic_data(summary: Mapping[str, Any]) -> str:
+    """One readable line for a generator's summary: what the set holds and whether it was drawn."""
+    parts = [f"{summary.get('task', 'data')} set in {summary.get('out_dir', '?')}"]
+    counts = f"{summary.get('num_train', '?')} train / {summary.get('num_val', '?')} val samples"
+    if "image_size" in summary:
+        size = summary["image_size"]
+        counts += f" of {'x'.join(map(str, size)) if isinstance(size, (list, tuple)) else size} px"
+    parts.append(counts)
+    if summary.get("class_names"):
+        parts.append(f"{len(summary['class_names'])} classes ({', '.join(map(str, summary['class_names']))})")
+    elif summary.get("num_classes"):
+        parts.append(f"{summary['num_classes']} classes")
+    if summary.get("skipped"):
+        parts.append("already there, used as is")
+    elif summary.get("seconds") is not None:
+        parts.append(f"drawn in {summary['seconds']:.1f} s (seed {summary.get('seed', '?')})")
+    return ", ".join(parts)
+
+
 def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
     """Local rank 0 of each node generates the data set if absent; the other ranks wait."""
     spec = config["Global"].get("synthetic_data")
@@ -24,7 +43,7 @@ def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
         if not os.path.isfile(os.path.join(out_dir, "train.txt")):
             logger.info("generating the synthetic %s data set in %s ...", spec["kind"], out_dir)
         summary = generator(out_dir, **kwargs)
-        logger.info("synthetic data: %s", summary)
+        logger.info("synthetic data: %s", describe_synthetic_data(summary))
         differs = [k for k in ("num_train", "num_val") if k in kwargs and summary.get(k) != kwargs[k]]
         if summary.get("skipped") and differs:
             logger.warning(

@@ -71,7 +71,7 @@ class SimpleDataSet(BaseDataSet):
         delimiter: str = "\t",
         seed: int = 1024,
         allow_paths_outside_root: bool = False,
-        cache: str = "auto",
+        cache: Union[str, bool] = "auto",
     ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)

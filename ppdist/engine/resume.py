@@ -13,6 +13,7 @@ from ppdist.config import auto_scale_lr_base
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.hooks.evaluation import Evaluation
+from ppdist.engine.logger import format_metrics
 from ppdist.engine.position import Layout
 from ppdist.engine.trainer import Trainer
 from ppdist.errors import CheckpointError
@@ -127,12 +128,12 @@ def resume(trainer: Trainer, state: Mapping[str, Any], source: str, glob: Mappin
             position.layout.samples_per_step / (auto_scale_lr_base(glob) or position.layout.samples_per_step),
         )
     logger.info(
-        "resumed from %s: epoch %d, batch %d, global_step %d, best %s",
+        "resumed from %s: epoch %d, batch %d, global_step %d; best so far: %s",
         source,
         position.next_epoch,
         position.next_batch,
         position.global_step,
-        trainer.summary() or "-",
+        format_metrics(trainer.summary()) or "none yet",
     )
 
 

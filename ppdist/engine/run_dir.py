@@ -1,11 +1,13 @@
 """One run per output folder: a lock on ``save_model_dir`` and no silent overwrite of another run.
 
-``claim_run_dir(config, env)`` is what ``tools/train.py`` calls before it writes anything: rank 0
+``claim_run_dir(config, env)`` is what ``build_trainer`` (and ``tools/train.py``, earlier: before its
+log file) calls before anything is written there, whatever starts the run: rank 0
 takes ``save_model_dir/.ppdist.lock`` (its holder's host, pid and torchrun job), refuses a folder
 that holds another run's checkpoints unless this run resumes (``Global.checkpoints``) or is told to
 replace it (``Global.overwrite: true``), and every rank gets the same verdict. A lock left by a
 process that no longer exists on this host, or by an earlier attempt of the same torchrun job, is
-taken over; the lock is removed when the process exits.
+taken over; the lock is removed when the run's training ends (``RunDirRelease``) or the process exits. A
+folder this process has claimed already is not claimed again (the first claim releases it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Set
 
 from ppdist.engine.dist import DistEnv, broadcast_object
 from ppdist.errors import ConfigError
@@ -129,10 +131,33 @@ def overwrite_problem(glob: Mapping[str, Any]) -> Optional[str]:
     )
 
 
-def claim_run_dir(config: Mapping[str, Any], env: DistEnv) -> Optional[RunDirLock]:
+class RunDirClaim:
+    """This process's claim on an output folder (every rank has one; rank 0's holds the lock)."""
+
+    def __init__(self, folder: str, lock: Optional[RunDirLock], first: bool) -> None:
+        self.folder, self.lock, self.first = folder, lock, first
+
+    def release(self) -> None:
+        """Give the folder back (only the claim that took it does)."""
+        if not self.first:
+            return
+        self.first = False
+        _CLAIMED.discard(self.folder)
+        if self.lock is not None:
+            self.lock.release()
+
+
+_CLAIMED: Set[str] = set()  # output folders this process has claimed and not given back
+
+
+def claim_run_dir(config: Mapping[str, Any], env: DistEnv) -> RunDirClaim:
     """Rank 0 locks ``save_model_dir`` and checks it may write there; every rank raises the same
-    ``ConfigError`` when it may not. Returns rank 0's lock (None elsewhere)."""
+    ``ConfigError`` when it may not. A folder this process claimed already: nothing to check
+    again (every rank of a run takes the same path here)."""
     glob = config["Global"]
+    folder = os.path.abspath(glob["save_model_dir"])
+    if folder in _CLAIMED:
+        return RunDirClaim(folder, None, first=False)
     lock: Optional[RunDirLock] = None
     problem: Optional[str] = None
     if env.is_main:
@@ -146,4 +171,5 @@ def claim_run_dir(config: Mapping[str, Any], env: DistEnv) -> Optional[RunDirLoc
     problem = broadcast_object(problem, env)
     if problem is not None:
         raise ConfigError(problem)
-    return lock
+    _CLAIMED.add(folder)
+    return RunDirClaim(folder, lock, first=True)

@@ -10,6 +10,7 @@ part has its own function, usable without the others (tests, the benchmark, note
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -43,14 +44,16 @@ from ppdist.engine.hooks import (
     Hook,
     MLflowTracker,
     NonFiniteGuard,
+    RunDirRelease,
     TorchProfiler,
     TrainingCurves,
     TrainLogger,
     WandbTracker,
 )
-from ppdist.engine.logger import ScalarWriter
+from ppdist.engine.logger import LOGGER_NAME, ScalarWriter, setup_logger
 from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
+from ppdist.engine.run_dir import claim_run_dir
 from ppdist.engine.trainer import Trainer
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.modeling.sync_batch_norm import convert_sync_batchnorm
@@ -85,6 +88,19 @@ def place_model(model: nn.Module, glob: Mapping[str, Any], env: DistEnv) -> nn.M
     return model
 
 
+@functools.lru_cache(maxsize=1)
+def _ddp_takes_forward_sync_buffers() -> bool:
+    return "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+
+
+def ddp_buffer_sync(sync: bool) -> Dict[str, bool]:
+    """DDP's keyword for re-sending rank 0's buffers before every forward: ``forward_sync_buffers``
+    where torch has it (it deprecates ``broadcast_buffers`` with a warning per process),
+    ``broadcast_buffers`` before. The one difference, a broadcast of the buffers at construction,
+    changes nothing here: every process builds the same model or loads the same checkpoint."""
+    return {"forward_sync_buffers" if _ddp_takes_forward_sync_buffers() else "broadcast_buffers": sync}
+
+
 def wrap_for_training(
     model: nn.Module, glob: Mapping[str, Any], env: DistEnv, input_sizes: int = 1
 ) -> nn.Module:
@@ -100,7 +116,7 @@ def wrap_for_training(
             static_graph=glob["static_graph"],
             bucket_cap_mb=glob["bucket_cap_mb"],
             find_unused_parameters=glob["find_unused_parameters"],
-            broadcast_buffers=broadcast_buffers(glob, uses_sync_bn(glob, env)),
+            **ddp_buffer_sync(broadcast_buffers(glob, uses_sync_bn(glob, env))),
         )
     options = compile_options(glob)
     if options is not None:
@@ -216,9 +232,16 @@ def build_trainer(
     config: Dict[str, Any], env: Optional[DistEnv] = None, hooks: Sequence[Hook] = ()
 ) -> Trainer:
     """The trainer of a validated config, with ``hooks`` added to its own, resumed or initialised.
-    ``env``: where this process sits (default: from the launch environment, ``init_distributed``)."""
+    ``env``: where this process sits (default: from the launch environment, ``init_distributed``).
+
+    Like ``tools/train.py``: ``save_model_dir`` is claimed for this run before anything is written
+    there (no silent overwrite of another run's checkpoints; released when training ends), and
+    without a configured ``ppdist`` logger the run logs to the console and ``train.log``."""
     glob = config["Global"]
     env = env or init_distributed(glob["use_gpu"], glob["dist_timeout"])
+    if not logging.getLogger(LOGGER_NAME).handlers:
+        setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
+    claim = claim_run_dir(config, env)
     device = env.device.type
     train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, device)
     eval_loader = (
@@ -262,7 +285,12 @@ def build_trainer(
         train_model=wrap_for_training(
             model, glob, env, input_size_count(train_loader) * (2 if sampler.accumulate_steps > 1 else 1)
         ),
-        hooks=[*default_hooks(config, evaluator, metric.main_indicator), *config_hooks(config), *hooks],
+        hooks=[
+            RunDirRelease(claim),
+            *default_hooks(config, evaluator, metric.main_indicator),
+            *config_hooks(config),
+            *hooks,
+        ],
         autocast=autocast,
         scaler=make_grad_scaler(glob, use_scaler, env.device),
         ema=ema,

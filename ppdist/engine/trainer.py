@@ -167,29 +167,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> Dict[str, Any]:
-        """Run to the end of the schedule; returns the hooks' summaries (e.g. the best metrics)."""
-        self._call_hooks("before_train")
-        while not self.finished:
-            self.epoch = self.position.next_epoch
-            self.position.enter_epoch(self.sampler)
-            self.train_model.train()
-            # on CUDA the next batch's copy to the device overlaps with the current step
-            micro_batches = DevicePrefetcher.for_device(self.train_loader, self.to_device, self.env.device)
-            tick = time.perf_counter()
-            for batch in micro_batches:  # the first micro-batch of a step; run_step takes the others
-                reader_cost = time.perf_counter() - tick
-                self._call_hooks("before_step")
-                self.last_step = self.run_step(batch, reader_cost, tick, micro_batches)
-                self._call_hooks("after_step")
-                if self.finished:
-                    break
-                tick = time.perf_counter()
-            if self.position.next_epoch == self.epoch and not self.finished:
-                self.position.finish_epoch()  # a re-laid-out resume that left no batch in this epoch
-            self._call_hooks("after_epoch")
-        self._call_hooks("after_train", reverse=True)
+        """Run to the end of the schedule; returns the hooks' summaries (e.g. the best metrics).
+        When it stops on an exception, the hooks' ``after_failure`` runs instead of ``after_train``."""
+        try:
+            self._call_hooks("before_train")
+            while not self.finished:
+                self._train_epoch()
+            self._call_hooks("after_train", reverse=True)
+        except BaseException:
+            self._call_hooks("after_failure", reverse=True)
+            raise
         self.writer.close()
         return self.summary()
+
+    def _train_epoch(self) -> None:
+        self.epoch = self.position.next_epoch
+        self.position.enter_epoch(self.sampler)
+        self.train_model.train()
+        # on CUDA the next batch's copy to the device overlaps with the current step
+        micro_batches = DevicePrefetcher.for_device(self.train_loader, self.to_device, self.env.device)
+        tick = time.perf_counter()
+        for batch in micro_batches:  # the first micro-batch of a step; run_step takes the others
+            reader_cost = time.perf_counter() - tick
+            self._call_hooks("before_step")
+            self.last_step = self.run_step(batch, reader_cost, tick, micro_batches)
+            self._call_hooks("after_step")
+            if self.finished:
+                break
+            tick = time.perf_counter()
+        if self.position.next_epoch == self.epoch and not self.finished:
+            self.position.finish_epoch()  # a re-laid-out resume that left no batch in this epoch
+        self._call_hooks("after_epoch")
 
     def run_step(
         self,

@@ -345,7 +345,7 @@ class COCOMetric(Metric):
             written += [path, table]
         matrix = self.confusion(iou_threshold, score_threshold)
         path = os.path.join(out_dir, "confusion_matrix.png")
-        title = f"boxes at IoU >= {iou_threshold:g}, score >= {score_threshold:g}"
+        title = f"boxes at IoU >= {iou_threshold:g}, score >= {score_threshold:g} (counts)"
         confusion_picture(matrix, list(names) + ["background"], path, title)
         return written + [path]
 

@@ -114,7 +114,8 @@ class SegMetric(Metric):
         matrix = os.path.join(out_dir, "confusion_matrix.png")
         confusion_picture(self.confusion, names, matrix, "pixels, normalised per label", normalize_rows=True)
         bars = os.path.join(out_dir, "class_iou.png")
-        class_bars(metrics_from_areas(*self.areas)["class_iou"], names, bars, "IoU per class")
+        scores = metrics_from_areas(*self.areas)
+        class_bars(scores["class_iou"], names, bars, f"IoU per class (mIoU {scores['miou']:.4f})")
         return [matrix, bars]
 
 

@@ -40,15 +40,15 @@ def pr_curves(
     for label, values in curves.items():
         shown = np.where(values >= 0, values, np.nan)  # -1: a class without ground truth
         defined = values[values > -1]
-        label = f"{label}: AP {defined.mean():.3f}" if defined.size else f"{label}: no ground truth"
+        shown_label = f"{label}: AP {defined.mean():.3f}" if defined.size else f"{label}: no ground truth"
         if label.startswith("all"):
-            style: Dict[str, Any] = {"linewidth": 2.5, "color": "black", "label": label}
+            style: Dict[str, Any] = {"linewidth": 2.5, "color": "black", "label": shown_label}
             if label.endswith("0.5:0.95)"):
                 style["linestyle"] = "--"
         elif many:
             style = {"linewidth": 0.6, "color": "grey", "alpha": 0.5}
         else:
-            style = {"linewidth": 1, "label": label}
+            style = {"linewidth": 1, "label": shown_label}
         axes.plot(recall_thresholds, shown, **style)
     axes.set_xlabel("recall")
     axes.set_ylabel("precision")
@@ -120,35 +120,29 @@ def detection_confusion(
 def confusion_picture(
     matrix: np.ndarray, names: Sequence[str], out_path: str, title: str, normalize_rows: bool = False
 ) -> np.ndarray:
-    """Draw a confusion matrix (rows: truth, columns: prediction); returns the shown values."""
-    shown = matrix.astype(np.float64)
-    if normalize_rows:
-        shown = shown / np.maximum(shown.sum(axis=1, keepdims=True), 1)
+    """Draw a confusion matrix (rows: truth, columns: prediction), each cell coloured by its share
+    of its row (a large row, e.g. detection's background, does not wash out the others) and
+    labelled with that share (``normalize_rows``) or its count. Returns the shares."""
+    counts = matrix.astype(np.float64)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
     size = min(1400, 300 + 40 * len(names))
     figure = new_figure((size, size))
     axes = figure.add_subplot(1, 1, 1)
-    image = axes.imshow(shown, cmap="Blues")
-    figure.colorbar(image, ax=axes, fraction=0.046)
+    image = axes.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
+    figure.colorbar(image, ax=axes, fraction=0.046, label="share of the row")
     axes.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
     axes.set_yticks(range(len(names)), names, fontsize=8)
     axes.set_xlabel("predicted")
     axes.set_ylabel("true")
     axes.set_title(title)
     if len(names) <= 20:
-        for (i, j), value in np.ndenumerate(shown):
-            text = f"{value:.2f}" if normalize_rows else str(int(value))
-            axes.text(
-                j,
-                i,
-                text,
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="white" if value > shown.max() / 2 else "black",
-            )
+        for (i, j), share in np.ndenumerate(shares):
+            text = f"{share:.2f}" if normalize_rows else str(int(counts[i, j]))
+            colour = "white" if share > 0.5 else "black"
+            axes.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
     figure.tight_layout()
     save_png(figure, out_path)
-    return shown
+    return shares
 
 
 def class_bars(values: Sequence[float], names: Sequence[str], out_path: str, title: str) -> None:

@@ -14,15 +14,18 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
+import yaml
 from torch.utils.data import DataLoader, Dataset
 
 import ppdist.data.rec as rec_module
 from ppdist.benchmark.scale_data import write_label_file
+from ppdist.builder import build_component
 from ppdist.data.det import COCODataSet
 from ppdist.data.index_cache import BUILDS, cache_folder
 from ppdist.data.packed import IndexFileError, PackedIndex
 from ppdist.data.rec import SimpleDataSet
 from ppdist.errors import ConfigError
+from ppdist.registry import DATASETS
 from ppdist.utils.memory import memory_kib
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "dataset_index")
@@ -266,3 +269,18 @@ def test_forked_workers_share_the_index_instead_of_copying_it(tmp_path):
     assert (
         _worker_private_growth_kib(mapped.origin, count) < 2_000
     )  # the file's pages: shared by every process
+
+
+@pytest.mark.parametrize("name", ["SimpleDataSet", "COCODataSet"])
+def test_cache_off_written_in_yaml_is_accepted(fixture_dir, name):
+    """YAML reads an unquoted ``off`` as false: ``cache: off`` (and ``-o ...cache=off``) turns the
+    index cache off instead of being refused as a bool."""
+    entry = yaml.safe_load(f"name: {name}\ncache: off\n")
+    assert entry["cache"] is False
+    if name == "SimpleDataSet":
+        entry.update(data_dir="inputs", label_file_list=["inputs/a.txt"])
+    else:
+        entry.update(dataset_dir="inputs", image_dir="images", anno_path="instances.json")
+    dataset = build_component(DATASETS, entry, {"Global": {}}, "Train.dataset", transforms=[])
+    assert len(dataset) > 0
+    assert len(pickle.dumps(dataset)) > 2000  # the index travels in memory: no cache file was used

@@ -68,6 +68,7 @@ def test_a_hook_named_in_the_config_is_built_run_saved_and_resumed(tmp_path, dig
     )
     names = [hook.hook_name for hook in trainer.hooks]
     assert names == [
+        "run_dir",
         "bad_samples",
         "log",
         "curves",

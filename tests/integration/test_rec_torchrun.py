@@ -76,6 +76,8 @@ def test_resume_after_epoch_gives_identical_final_weights(trained, tmp_path):
     )
     result = check_ok(run_tool(["train.py", "-c", cfg], nproc=2))
     assert "resumed from" in result.stdout and "epoch 4, batch 0" in result.stdout
+    resumed_line = next(line for line in result.stdout.splitlines() if "resumed from" in line)
+    assert "best so far: acc: 0." in resumed_line and "{" not in resumed_line  # not a Python dict
     expected = torch.load(os.path.join(trained["out"], "latest.pt"), weights_only=True)
     got = torch.load(os.path.join(resumed_out, "latest.pt"), weights_only=True)
     assert got["position"]["global_step"] == expected["position"]["global_step"]

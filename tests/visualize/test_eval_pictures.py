@@ -26,7 +26,8 @@ from ppdist.engine.setup import build_trainer
 from ppdist.metrics.coco import COCOMetric, class_average_precision, coco_bbox_eval, load_ground_truth
 from ppdist.metrics.rec import GALLERY_SIZE, RecMetric
 from ppdist.metrics.seg import SegMetric
-from ppdist.visualize.eval_pictures import dataset_image, detection_confusion, pr_curves
+from ppdist.visualize import eval_pictures
+from ppdist.visualize.eval_pictures import confusion_picture, dataset_image, detection_confusion, pr_curves
 
 
 def coco_case(tmp_path, seed=0):
@@ -101,6 +102,49 @@ def test_pr_curves_are_cocoevals_precision_array(tmp_path):
     assert_picture(str(tmp_path / "pr.png"), min_size=(900, 600))
 
 
+@pytest.fixture
+def drawn_figures(monkeypatch):
+    """The figures the evaluation pictures save, kept for inspection (and still written)."""
+    figures = []
+    save = eval_pictures.save_png
+
+    def keep(figure, path):
+        figures.append(figure)
+        save(figure, path)
+
+    monkeypatch.setattr(eval_pictures, "save_png", keep)
+    return figures
+
+
+def test_the_two_all_classes_pr_curves_are_told_apart(tmp_path, drawn_figures):
+    gt, table, _ = coco_case(tmp_path)
+    keep = {}
+    coco_bbox_eval(gt, table, list(range(1, 13)), keep=keep)
+    pr_curves(
+        keep["precision"],
+        keep["recall_thresholds"],
+        ["ellipse", "rectangle", "ring"],
+        str(tmp_path / "pr.png"),
+    )
+    lines = {line.get_label().rsplit(": ", 1)[0]: line for line in drawn_figures[0].axes[0].get_lines()}
+    assert lines["all classes (IoU 0.5)"].get_linestyle() == "-"
+    assert lines["all classes (IoU 0.5:0.95)"].get_linestyle() == "--"
+    assert lines["all classes (IoU 0.5:0.95)"].get_label().startswith("all classes (IoU 0.5:0.95): AP 0.")
+
+
+def test_confusion_colours_are_shares_of_the_row_and_cells_show_counts(tmp_path, drawn_figures):
+    """A large row (detection's background) does not wash out the others: each cell is coloured by
+    its share of its row, on a fixed 0..1 scale, and labelled with its count."""
+    matrix = np.array([[3, 1, 0], [0, 2, 2], [0, 40, 360]])
+    shares = confusion_picture(matrix, ["a", "b", "background"], str(tmp_path / "c.png"), "t")
+    np.testing.assert_allclose(shares, matrix / matrix.sum(axis=1, keepdims=True))
+    axes = drawn_figures[0].axes[0]
+    assert axes.images[0].get_clim() == (0.0, 1.0)
+    texts = [text.get_text() for text in axes.texts]
+    assert texts == [str(v) for v in matrix.ravel()]
+    assert_picture(str(tmp_path / "c.png"))
+
+
 def test_detection_confusion_counts_every_box_once():
     boxes = np.array([[0, 0, 10, 10], [20, 20, 30, 30], [50, 50, 60, 60]], dtype=float)
     gt = {1: (boxes, np.array([0, 1, 2]))}
@@ -116,7 +160,7 @@ def test_detection_confusion_counts_every_box_once():
     assert matrix.sum() == len(boxes) + 1  # the ground truth plus the unmatched prediction
 
 
-def test_segmentation_confusion_matches_the_metric_and_merges(tmp_path):
+def test_segmentation_confusion_matches_the_metric_and_merges(tmp_path, drawn_figures):
     torch.manual_seed(0)
     label = torch.randint(0, 4, (3, 16, 16))
     label[:, :2] = 255
@@ -134,6 +178,8 @@ def test_segmentation_confusion_matches_the_metric_and_merges(tmp_path):
     assert whole.confusion.sum() == int((label != 255).sum())
     written = whole.pictures(str(tmp_path))
     assert [os.path.basename(p) for p in written] == ["confusion_matrix.png", "class_iou.png"]
+    miou = whole.compute()["miou"]
+    assert drawn_figures[-1].axes[0].get_title() == f"IoU per class (mIoU {miou:.4f})"
     for path in written:
         assert_picture(path)
 

@@ -8,6 +8,7 @@ from ppdist.engine.hooks.early_stopping import EarlyStopping
 from ppdist.engine.hooks.evaluation import Evaluation
 from ppdist.engine.hooks.nonfinite_guard import NonFiniteGuard
 from ppdist.engine.hooks.profiler import TorchProfiler
+from ppdist.engine.hooks.run_dir import RunDirRelease
 from ppdist.engine.hooks.trackers import MLflowTracker, TrackerHook, WandbTracker
 from ppdist.engine.hooks.train_log import TrainLogger
 
@@ -19,6 +20,7 @@ __all__ = [
     "Hook",
     "MLflowTracker",
     "NonFiniteGuard",
+    "RunDirRelease",
     "TorchProfiler",
     "TrainingCurves",
     "TrackerHook",

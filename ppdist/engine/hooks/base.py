@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the trainer imports this module; hooks only see it at run t
     from ppdist.engine.trainer import Trainer
 
 # the built-in hooks' priorities: lower runs first
+PRIORITY_RUN_DIR = -10  # claims nothing in before_train; its after_train (run in reverse) comes last
 PRIORITY_CLOCK = 0
 PRIORITY_BAD_SAMPLES = 10
 PRIORITY_LOG = 20
@@ -62,6 +63,10 @@ class Hook:
 
     def after_train(self) -> None:
         """Once, after the last step."""
+
+    def after_failure(self) -> None:
+        """Once, when training stops on an exception (instead of ``after_train``; the exception
+        propagates after it): give back what the run holds."""
 
     def state_dict(self) -> Dict[str, Any]:
         return {}
