@@ -12,7 +12,7 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch import nn
+from sync_bn_testing import make_batch_norm, rank_data, run
 
 from ppdist.modeling import sync_batch_norm as sbn
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
@@ -26,41 +26,6 @@ CASES = {  # per-rank input shapes (unequal batches), channels_last
 RULES = ("paddle", "torch")
 
 
-def make_batch_norm(channels, dims):
-    module = (nn.BatchNorm2d if dims == 4 else nn.BatchNorm1d)(channels, momentum=0.1)
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        module.weight.copy_(torch.rand(channels, generator=generator) + 0.5)
-        module.bias.copy_(torch.randn(channels, generator=generator))
-        module.running_mean.copy_(torch.randn(channels, generator=generator))
-        module.running_var.copy_(torch.rand(channels, generator=generator) + 0.5)
-    return module.train()
-
-
-def rank_data(shapes, channels_last, rank):
-    generator = torch.Generator().manual_seed(100 + rank)
-    x = torch.randn(shapes[rank], generator=generator) * 3 + 1
-    grad = torch.randn(shapes[rank], generator=generator)
-    x, grad = x.cuda(), grad.cuda()
-    if channels_last:
-        x, grad = (t.contiguous(memory_format=torch.channels_last) for t in (x, grad))
-    return x, grad
-
-
-def run(module, x, grad):
-    x = x.clone().requires_grad_(True)
-    y = module(x)
-    y.backward(grad)
-    return {
-        "y": y.detach(),
-        "x_grad": x.grad,
-        "weight_grad": module.weight.grad.clone(),
-        "bias_grad": module.bias.grad.clone(),
-        "running_mean": module.running_mean.clone(),
-        "running_var": module.running_var.clone(),
-    }
-
-
 def gloo_worker(rank, store, out_path):
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
@@ -68,15 +33,15 @@ def gloo_worker(rank, store, out_path):
     try:
         for name, (shapes, channels_last) in CASES.items():
             for rule in RULES:
-                base = make_batch_norm(shapes[0][1], len(shapes[0])).cuda()
+                base = make_batch_norm(shapes[0]).cuda()
                 ours = sbn.convert_sync_batchnorm(copy.deepcopy(base))
                 apply_statistics_rule(ours, rule)
-                out = run(ours, *rank_data(shapes, channels_last, rank))
+                out = run(ours, *rank_data(shapes, channels_last, rank, "cuda"))
                 for key in ("weight_grad", "bias_grad"):  # summed over the group (DDP averages)
                     dist.all_reduce(out[key])
                 whole = copy.deepcopy(base)
                 apply_statistics_rule(whole, rule)
-                parts = [rank_data(shapes, channels_last, r) for r in range(WORLD)]
+                parts = [rank_data(shapes, channels_last, r, "cuda") for r in range(WORLD)]
                 want = run(whole, torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
                 start = sum(shape[0] for shape in shapes[:rank])
                 rows = slice(start, start + shapes[rank][0])
@@ -109,7 +74,7 @@ def nccl_worker(rank, store, out_path):
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", init_method=f"file://{store}", rank=0, world_size=1)
     try:
-        module = make_batch_norm(16, 4).cuda()
+        module = make_batch_norm((4, 16, 20, 20)).cuda()
         apply_statistics_rule(module, "paddle")
         x = torch.randn(4, 16, 20, 20, device="cuda").requires_grad_(True)
 
@@ -130,7 +95,7 @@ def nccl_worker(rank, store, out_path):
         finally:
             torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
-        plain = make_batch_norm(16, 4).cuda()
+        plain = make_batch_norm((4, 16, 20, 20)).cuda()
         apply_statistics_rule(plain, "paddle")
         for _ in range(4):
             want = plain(x.detach())

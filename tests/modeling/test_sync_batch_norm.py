@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from sync_bn_testing import TorchKernelsOnCpu
+from sync_bn_testing import TorchKernelsOnCpu, make_batch_norm, rank_data, run
 from torch import nn
 
 from ppdist.modeling import sync_batch_norm as sbn
@@ -26,46 +26,6 @@ CASES = {
     "one_value_per_rank": (((1, 4, 1, 1), (1, 4, 1, 1)), False),  # PP-LiteSeg's 1x1 SPPM bin, batch 1
 }
 RULES = ("paddle", "torch")
-
-
-def make_batch_norm(shape):
-    module = (nn.BatchNorm2d if len(shape) == 4 else nn.BatchNorm1d)(shape[1], momentum=0.1)
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        module.weight.copy_(torch.rand(shape[1], generator=generator) + 0.5)
-        module.bias.copy_(torch.randn(shape[1], generator=generator))
-        module.running_mean.copy_(torch.randn(shape[1], generator=generator))
-        module.running_var.copy_(torch.rand(shape[1], generator=generator) + 0.5)
-    return module.train()
-
-
-def rank_data(shapes, channels_last, rank):
-    """Rank ``rank``'s input and upstream gradient (the same on every process that asks)."""
-    generator = torch.Generator().manual_seed(100 + rank)
-    x = torch.randn(shapes[rank], generator=generator) * 3 + 1
-    grad = torch.randn(shapes[rank], generator=generator)
-    if channels_last:
-        x, grad = (
-            x.contiguous(memory_format=torch.channels_last),
-            grad.contiguous(memory_format=torch.channels_last),
-        )
-    return x, grad
-
-
-def run(module, x, grad):
-    """Forward + backward of ``module`` on ``x``; what it produced and kept."""
-    x = x.clone().requires_grad_(True)
-    y = module(x)
-    y.backward(grad)
-    return {
-        "y": y.detach(),
-        "x_grad": x.grad,
-        "weight_grad": module.weight.grad.clone(),
-        "bias_grad": module.bias.grad.clone(),
-        "running_mean": module.running_mean.clone(),
-        "running_var": module.running_var.clone(),
-        "num_batches_tracked": module.num_batches_tracked.clone(),
-    }
 
 
 def reference(shapes, channels_last, rule, rank):
