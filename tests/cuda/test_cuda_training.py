@@ -117,7 +117,9 @@ def weights_apart(want, got, before, rtol=1e-3, atol=1e-5):
     apart = []
     for name, value in want.items():
         other = got[name]
-        if value.is_floating_point() and not torch.allclose(value.float(), other.float(), rtol=rtol, atol=atol):
+        if value.is_floating_point() and not torch.allclose(
+            value.float(), other.float(), rtol=rtol, atol=atol
+        ):
             diff = (value.float() - other.float()).abs().max().item()
             update = (value.float() - before[name].float()).abs().max().item()
             apart.append((name, diff, update))
