@@ -43,9 +43,26 @@ def is_local_address(address: str) -> bool:
     return False
 
 
+def resolves(address: str) -> bool:
+    """Whether ``address`` is an IP address or a host name that resolves."""
+    try:
+        socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
+
+
 def node_rank_from_addresses(addresses: Sequence[str]) -> int:
     """The index of the one entry of ``addresses`` that belongs to this machine (ValueError otherwise)."""
+    unknown = [address for address in addresses if not resolves(address)]
+    if unknown:
+        raise ValueError(f"--ips: {', '.join(unknown)} is not an IP address or a known host name")
     if len(addresses) == 1:
+        if not is_local_address(addresses[0]):
+            raise ValueError(
+                f"--ips {addresses[0]} is not an address of this machine ({socket.gethostname()}): one node "
+                "runs on this machine; give one of its addresses (or leave --ips out: 127.0.0.1)"
+            )
         return 0
     matches = [index for index, address in enumerate(addresses) if is_local_address(address)]
     if len(matches) == 1:
@@ -167,11 +184,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         ns.nproc = torch.cuda.device_count() if torch.cuda.is_available() else 1
     if ns.master_port is None:
         port = os.environ.get("FLAGS_START_PORT") or "29500"
-        if not port.isdigit():
-            parser.error(f"FLAGS_START_PORT={port} is not a port number")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            parser.error(f"FLAGS_START_PORT={port} is not a port number (1..65535)")
         ns.master_port = int(port)
     if not 0 < ns.master_port < 65536:
-        parser.error(f"--master_port {ns.master_port} is not a port number")
+        parser.error(f"--master_port {ns.master_port} is not a port number (1..65535)")
     if ns.max_restarts < 0 or ns.join_timeout < 1:
         parser.error("--max_restarts must be >= 0 and --join_timeout >= 1")
     return ns
