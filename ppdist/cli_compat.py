@@ -79,6 +79,13 @@ def flag_bool(text: str) -> bool:
 def train_parser(description: str) -> argparse.ArgumentParser:
     """``-c/-o/-p`` (PaddleOCR) plus PaddleDetection's and PaddleSeg's ``tools/train.py`` flags."""
     parser = base_parser(description)
+    parser.add_argument(
+        "-p",
+        "--profiler_options",
+        default=None,
+        help="PaddleOCR's profiler options, e.g. 'batch_range=[10,20];profile_path=prof': profiles that "
+        "window of steps (Global.profiler_options)",
+    )
     parser.epilog = (
         "PaddleDetection's and PaddleSeg's flags: see docs/migrating_from_paddle.md (Training commands)."
     )
@@ -152,6 +159,10 @@ def unsupported_flags(args: argparse.Namespace) -> List[str]:
         )
     if args.use_multilabel:
         raise ConfigError("--use_multilabel: not supported: ppdist's segmentation is single-label")
+    if args.resume and args.resume_model and args.resume != args.resume_model:
+        raise ConfigError(
+            f"-r {args.resume} and --resume_model {args.resume_model}: two checkpoints to resume; give one"
+        )
     notes = [why for dest, why in IGNORED_FLAGS.items() if getattr(args, dest)]
     return notes
 

@@ -34,7 +34,7 @@ from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.convert.configs import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.checkpoint import weights_source
-from ppdist.engine.dist import DistEnv, cleanup, init_distributed
+from ppdist.engine.dist import DistEnv, cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
 from ppdist.errors import ConfigError
 from ppdist.inference.runners import list_images
@@ -266,6 +266,7 @@ def main() -> int:
     for handler in list(logger.handlers):  # the trainer's lines go to the log file, the report to the console
         if not isinstance(handler, logging.FileHandler):
             logger.removeHandler(handler)
+    warn_cpu_fallback(env, "benchmarking")
     try:
         if env.distributed and args.part == "all":
             raise ConfigError(

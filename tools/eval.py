@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.convert.configs import conversion_of, load_config, report_conversion
 from ppdist.data.prepare import ensure_synthetic_data
-from ppdist.engine.dist import cleanup, init_distributed
+from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
 from ppdist.errors import ConfigError
 from ppdist.eval_runner import evaluate_checkpoint, set_picture_options
@@ -58,6 +58,7 @@ def main() -> int:
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(None, env.rank)
+    warn_cpu_fallback(env, "evaluating")
     report_conversion(
         conversion_of(args.config), None, logger, env.rank == 0
     )  # Paddle config: what was not converted
