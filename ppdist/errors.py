@@ -48,6 +48,14 @@ class EmptyEvaluationError(DataError):
     exit_code = 2
 
 
+class OutputPathError(PPDistError):
+    """An output path given to a tool (``--out``, ``--output_dir``) is a file where a folder is
+    expected (or the reverse) or cannot be written: an input mistake, found before the work."""
+
+    exit_code = 2
+    shared = True  # every process checks the same path
+
+
 class TrackerError(PPDistError):
     """An experiment tracker the config asks for (MLflow, W&B) cannot start its run."""
 

@@ -23,6 +23,7 @@ from ppdist.errors import ConfigError
 from ppdist.inference.infer import from_config, from_exported, infer
 from ppdist.inference.runners import build_runner, list_images
 from ppdist.inference.writers import build_writer
+from ppdist.utils.writable import check_output_dir
 
 
 def build_parser():
@@ -82,6 +83,7 @@ def run(argv=None) -> dict:
     if not args.model and not args.config:
         raise ConfigError("give -c CONFIG -o Global.checkpoints=PATH, or --model EXPORTED_DIR")
     args.output_dir = args.output_dir or default_output_dir(args)
+    check_output_dir(args.output_dir, "--output_dir")
     if args.model:
         info, runner, backend = from_exported(args.model)
     elif args.config:
