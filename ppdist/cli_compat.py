@@ -20,7 +20,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ppdist.cli import base_parser, flat_overrides
+from ppdist.cli import base_parser, flat_overrides, positive_int
 from ppdist.config import SECTIONS, merge_dicts, parse_value
 from ppdist.config import load_config as load_ppdist_config
 from ppdist.convert.configs import (
@@ -113,13 +113,13 @@ def train_parser(description: str) -> argparse.ArgumentParser:
     )
     seg.add_argument("--use_ema", action="store_true", help="EMA of the weights (decay 0.999)")
     seg.add_argument("--resume_model", help="checkpoint to resume")
-    seg.add_argument("--iters", type=int, help="training iterations")
-    seg.add_argument("--batch_size", type=int, help="batch size per process")
+    seg.add_argument("--iters", type=positive_int, help="training iterations")
+    seg.add_argument("--batch_size", type=positive_int, help="batch size per process")
     seg.add_argument("--learning_rate", type=float, help="peak learning rate")
     seg.add_argument(
-        "--save_interval", type=int, help="save (and with --do_eval evaluate) every N iterations"
+        "--save_interval", type=positive_int, help="save (and with --do_eval evaluate) every N iterations"
     )
-    seg.add_argument("--log_iters", type=int, help="log every N iterations")
+    seg.add_argument("--log_iters", type=positive_int, help="log every N iterations")
     seg.add_argument("--keep_checkpoint_max", type=int, help="periodic checkpoints kept (<= 0: all)")
     seg.add_argument("--early_stop_intervals", type=int, help="stop after N evaluations without improvement")
     seg.add_argument("--seed", type=int, help="random seed")

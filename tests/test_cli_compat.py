@@ -248,3 +248,12 @@ def test_only_train_takes_profiler_options():
     assert parse_train_args("t", ["-c", "x.yml", "-p", "batch_range=[1,2]"]).profiler_options
     with pytest.raises(SystemExit):
         base_parser("eval").parse_args(["-c", "x.yml", "-p", "batch_range=[1,2]"])
+
+
+@pytest.mark.parametrize("flag", ["--iters", "--batch_size", "--save_interval", "--log_iters"])
+def test_paddleseg_counts_below_one_are_refused_not_ignored(flag, capsys):
+    """--iters 0 used to be dropped silently (the config's max_iters trained)."""
+    with pytest.raises(SystemExit) as info:
+        parse_train_args("t", ["-c", "x.yml", flag, "0"])
+    assert info.value.code == 2
+    assert f"argument {flag}: expected a positive integer, got 0" in capsys.readouterr().err
