@@ -1,9 +1,11 @@
 """Clean error messages from the tools, also for errors raised inside DataLoader workers."""
 
 import logging
+import subprocess
+import sys
 
 import pytest
-from ppdist_testing import check_ok, run_tool
+from ppdist_testing import check_ok, child_env, run_tool
 from torch.utils.data import DataLoader
 
 from ppdist import cli
@@ -87,3 +89,15 @@ def test_cpu_fallback_is_logged_through_the_logger_with_what_runs(tmp_path, caps
         logging.getLogger("ppdist").handlers.clear()
     line = "ppdist WARNING: Global.use_gpu is true but CUDA is not available: evaluating on CPU"
     assert log.read_text().count(line) == 1 and capsys.readouterr().out.count(line) == 1
+
+
+def test_tools_help_does_not_load_torchvision_or_dynamo():
+    """Every tool imports ppdist before parsing; torchvision.ops at import time loaded torch._dynamo
+    (about 3 s of the ~10 s that -h took)."""
+    code = (
+        "import sys, ppdist; print(sorted(m for m in ('torchvision', 'torch._dynamo') if m in sys.modules))"
+    )
+    result = check_ok(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env())
+    )
+    assert result.stdout.strip() == "[]"
