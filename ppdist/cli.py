@@ -91,8 +91,8 @@ def report_error(message: str, shared: bool, prefix: str = "error") -> None:
     other than 0 of an error every rank raised alike prints one line saying that it stopped."""
     rank = _launch_rank()
     if shared and rank != 0:
-        time.sleep(3)  # let rank 0 report first, before torchrun stops the group
-        print(f"ppdist: rank {rank} stopped: rank 0 reports the error", file=sys.stderr)
+        print(f"ppdist: rank {rank} stopped: rank 0 reports the error", file=sys.stderr, flush=True)
+        time.sleep(3)  # let rank 0 report it before torchrun stops the group
         return
     log_to_files(message)
     where = f"rank {rank}: " if rank != 0 else ""

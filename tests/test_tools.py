@@ -50,3 +50,14 @@ def test_eval_without_weights_is_a_config_error(tmp_path, digits_dir):
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "o"))
     result = run_tool(["eval.py", "-c", cfg])
     assert result.returncode == 2 and "Global.checkpoints" in result.stderr
+
+
+def test_an_error_every_rank_meets_is_printed_once_under_torchrun(tmp_path, digits_dir):
+    """2 processes used to print a missing checkpoint 4 times (each rank: console log + stderr)."""
+    cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "o"))
+    missing = str(tmp_path / "absent.pt")
+    result = run_tool(["eval.py", "-c", cfg, "-o", f"Global.checkpoints={missing}"], nproc=2)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and output.count(f"checkpoint not found: {missing}") == 1, output
+    assert "ppdist: rank 1 stopped: rank 0 reports the error" in result.stderr
+    assert 'eval.py", line' not in output  # (torchrun's own summary has a traceback of torchrun)
