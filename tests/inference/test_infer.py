@@ -277,10 +277,7 @@ def test_broken_exported_files_and_empty_results_are_named(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="ppdist"):
         found = list_images(images)
     assert "dangling.png" not in " ".join(found) and "a link to a file that does not exist" in caplog.text
-    tool = _tool()
-    tool.run = lambda argv=None: {"images": 0, "skipped": [("x.png", "unreadable")]}  # all unreadable
-    with pytest.raises(ConfigError, match="no image could be predicted \\(1 skipped"):
-        tool.main()
+    # every input unreadable: test_rec_checkpoint_and_onnx_agree (refused, the previous results kept)
     with pytest.raises(ConfigError, match="inference from a config needs trained weights"):
         _tool().run(["-c", cfg, "--input", images])
 
