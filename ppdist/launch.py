@@ -311,6 +311,25 @@ def rendezvous_error_message(ns: argparse.Namespace, exc: BaseException) -> str:
     )
 
 
+def first_exit_code(exc: ChildFailedError) -> int:
+    """The exit code of the first worker that failed."""
+    return exc.get_first_failure()[1].exitcode
+
+
+def reported_failure(exc: ChildFailedError, script: str) -> Optional[str]:
+    """One line for a worker that stopped on an error ppdist's tools already printed (exit 1, or 2
+    for a mistake in the input), instead of torchrun's failure block; None for another exit (a
+    crash, a signal), whose block says more."""
+    rank, failure = exc.get_first_failure()
+    if failure.exitcode not in (1, 2):
+        return None
+    what = "a mistake in the input" if failure.exitcode == 2 else "an error"
+    return (
+        f"ppdist.launch: {script} stopped: rank {rank} exited with code {failure.exitcode} ({what}; "
+        "its message is above)"
+    )
+
+
 def run_torchrun(args: List[str], log_dir: Optional[str]) -> None:
     """What ``torch.distributed.run.run`` does, with our logs spec when ``log_dir`` is given."""
     getattr(torch.multiprocessing, "_set_thread_name", lambda name: None)("pt_elastic")
@@ -337,8 +356,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         run_torchrun(args, ns.log_dir)
     except ChildFailedError as exc:
-        print(exc.format_msg(), file=sys.stderr)
-        return 1
+        summary = reported_failure(exc, ns.training_script)
+        print(summary or exc.format_msg(), file=sys.stderr)
+        return 2 if summary and first_exit_code(exc) == 2 else 1
     except (DistError, RendezvousError, TimeoutError) as exc:
         print(f"ppdist.launch: error: {rendezvous_error_message(ns, exc)}", file=sys.stderr)
         return 1

@@ -394,6 +394,16 @@ def test_busy_port_and_failing_workers(tmp_path, worker_script):
     assert result.returncode == 1 and f"port {port} is in use" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 
+    mistaken = tmp_path / "mistaken.py"  # a tool that printed its one message and exits 2
+    mistaken.write_text("import sys\nprint('ppdist: config error: x', file=sys.stderr)\nsys.exit(2)\n")
+    result = run_launch(["--nproc_per_node", "1", "--master_port", str(free_port()), str(mistaken)])
+    assert result.returncode == 2 and "exitcode  :" not in result.stderr, result.stderr
+    assert result.stderr.count("ppdist: config error: x") == 1
+    assert (
+        f"ppdist.launch: {mistaken} stopped: rank 0 exited with code 2 (a mistake in the input"
+        in result.stderr
+    )
+
     failing = tmp_path / "failing.py"
     failing.write_text("import sys\nsys.exit(3)\n")
     result = run_launch(["--nproc_per_node", "1", "--master_port", str(free_port()), str(failing)])
