@@ -17,7 +17,7 @@ EXIT_RUNTIME_ERROR = 1
 
 
 def base_parser(description: str, config_required: bool = True) -> argparse.ArgumentParser:
-    """``-c CFG [-o Key.sub=value ...]`` as in PaddleOCR's tools."""
+    """``-c CFG [-o Key.sub=value ...]`` as in PaddleOCR's tools (tools/train.py adds ``-p``)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("-c", "--config", required=config_required, help="YAML config file")
     parser.add_argument(
@@ -28,13 +28,6 @@ def base_parser(description: str, config_required: bool = True) -> argparse.Argu
         default=[],
         metavar="KEY=VALUE",
         help="override config values, e.g. -o Global.epoch_num=10 Train.loader.num_workers=0",
-    )
-    parser.add_argument(
-        "-p",
-        "--profiler_options",
-        default=None,
-        help="PaddleOCR's profiler options, e.g. 'batch_range=[10,20];profile_path=prof': tools/train.py "
-        "profiles that window of steps (Global.profiler_options); the other tools ignore it",
     )
     return parser
 
@@ -83,6 +76,29 @@ def merge_stderr_into_stdout() -> None:
         reconfigure(line_buffering=True)
 
 
+def log_to_files(message: str) -> None:
+    """``message`` as an ERROR line in the log files of the ``ppdist`` logger (``train.log``), not on
+    the console: the tools print it once themselves."""
+    logger = logging.getLogger("ppdist")
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "%s", (message,), None)
+    for handler in logger.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def report_error(message: str, shared: bool, prefix: str = "error") -> None:
+    """Print ``ppdist: <prefix>: message`` once: on rank 0, or on the rank that alone failed. A rank
+    other than 0 of an error every rank raised alike prints one line saying that it stopped."""
+    rank = _launch_rank()
+    if shared and rank != 0:
+        print(f"ppdist: rank {rank} stopped: rank 0 reports the error", file=sys.stderr, flush=True)
+        time.sleep(3)  # let rank 0 report it before torchrun stops the group
+        return
+    log_to_files(message)
+    where = f"rank {rank}: " if rank != 0 else ""
+    print(f"ppdist: {where}{prefix}: {message}", file=sys.stderr)
+
+
 def run_main(main: Callable[[], Any]) -> None:
     """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback."""
     if os.environ.get("PPDIST_STDERR_TO_STDOUT") == "1":
@@ -90,15 +106,10 @@ def run_main(main: Callable[[], Any]) -> None:
     try:
         result = main()
     except ConfigError as exc:
-        if _launch_rank() == 0:
-            print(f"ppdist: config error: {error_message(exc)}", file=sys.stderr)
-        else:  # every rank read the same config: let rank 0 report it before torchrun stops the group
-            time.sleep(3)
+        report_error(error_message(exc), shared=True, prefix="config error")
         sys.exit(EXIT_CONFIG_ERROR)
     except PPDistError as exc:
-        message = error_message(exc)
-        logging.getLogger("ppdist").error("%s", message)
-        print(f"ppdist: error: {message}", file=sys.stderr)
+        report_error(error_message(exc), shared=exc.shared)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("ppdist: interrupted", file=sys.stderr)
@@ -107,7 +118,7 @@ def run_main(main: Callable[[], Any]) -> None:
         message = peer_failure_message(exc)
         if message is None:
             raise
-        logging.getLogger("ppdist").error("%s", message)
+        log_to_files(message)
         print(f"ppdist: error: {message}", file=sys.stderr)
         sys.exit(EXIT_RUNTIME_ERROR)
     sys.exit(result if isinstance(result, int) else 0)

@@ -20,7 +20,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ppdist.cli import base_parser, flat_overrides
+from ppdist.cli import base_parser, flat_overrides, positive_int
 from ppdist.config import SECTIONS, merge_dicts, parse_value
 from ppdist.config import load_config as load_ppdist_config
 from ppdist.convert.configs import (
@@ -79,6 +79,13 @@ def flag_bool(text: str) -> bool:
 def train_parser(description: str) -> argparse.ArgumentParser:
     """``-c/-o/-p`` (PaddleOCR) plus PaddleDetection's and PaddleSeg's ``tools/train.py`` flags."""
     parser = base_parser(description)
+    parser.add_argument(
+        "-p",
+        "--profiler_options",
+        default=None,
+        help="PaddleOCR's profiler options, e.g. 'batch_range=[10,20];profile_path=prof': profiles that "
+        "window of steps (Global.profiler_options)",
+    )
     parser.epilog = (
         "PaddleDetection's and PaddleSeg's flags: see docs/migrating_from_paddle.md (Training commands)."
     )
@@ -106,13 +113,13 @@ def train_parser(description: str) -> argparse.ArgumentParser:
     )
     seg.add_argument("--use_ema", action="store_true", help="EMA of the weights (decay 0.999)")
     seg.add_argument("--resume_model", help="checkpoint to resume")
-    seg.add_argument("--iters", type=int, help="training iterations")
-    seg.add_argument("--batch_size", type=int, help="batch size per process")
+    seg.add_argument("--iters", type=positive_int, help="training iterations")
+    seg.add_argument("--batch_size", type=positive_int, help="batch size per process")
     seg.add_argument("--learning_rate", type=float, help="peak learning rate")
     seg.add_argument(
-        "--save_interval", type=int, help="save (and with --do_eval evaluate) every N iterations"
+        "--save_interval", type=positive_int, help="save (and with --do_eval evaluate) every N iterations"
     )
-    seg.add_argument("--log_iters", type=int, help="log every N iterations")
+    seg.add_argument("--log_iters", type=positive_int, help="log every N iterations")
     seg.add_argument("--keep_checkpoint_max", type=int, help="periodic checkpoints kept (<= 0: all)")
     seg.add_argument("--early_stop_intervals", type=int, help="stop after N evaluations without improvement")
     seg.add_argument("--seed", type=int, help="random seed")
@@ -152,6 +159,10 @@ def unsupported_flags(args: argparse.Namespace) -> List[str]:
         )
     if args.use_multilabel:
         raise ConfigError("--use_multilabel: not supported: ppdist's segmentation is single-label")
+    if args.resume and args.resume_model and args.resume != args.resume_model:
+        raise ConfigError(
+            f"-r {args.resume} and --resume_model {args.resume_model}: two checkpoints to resume; give one"
+        )
     notes = [why for dest, why in IGNORED_FLAGS.items() if getattr(args, dest)]
     return notes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
@@ -50,10 +50,14 @@ def set_picture_options(
 
 
 def evaluate_checkpoint(
-    config: Mapping[str, Any], env: DistEnv, pictures_dir: Optional[str] = None
+    config: Mapping[str, Any],
+    env: DistEnv,
+    pictures_dir: Optional[str] = None,
+    on_metrics: Optional[Callable[[Dict[str, float]], None]] = None,
 ) -> Dict[str, float]:
     """Metrics of ``Global.checkpoints`` (or ``pretrained_model``); EMA weights when saved. With
-    ``pictures_dir``, the metric's pictures of the evaluation are drawn there (rank 0)."""
+    ``pictures_dir``, the metric's pictures of the evaluation are drawn there (rank 0), after
+    ``on_metrics(metrics)`` (the tool prints them first, so a failed drawing does not lose them)."""
     glob = config["Global"]
     source = weights_source(glob)
     if not source or source == "auto":
@@ -75,6 +79,8 @@ def evaluate_checkpoint(
     evaluator = Evaluator(loader, build_postprocess(config), build_metric(config), env, autocast, memory_nhwc)
     metrics = evaluator.run(model)
     logger.info("eval: %d process(es), fps %.2f", env.world_size, evaluator.last_fps)
+    if on_metrics is not None:
+        on_metrics(metrics)
     if pictures_dir:
         evaluator.draw_pictures(pictures_dir)
     return metrics

@@ -43,9 +43,26 @@ def is_local_address(address: str) -> bool:
     return False
 
 
+def resolves(address: str) -> bool:
+    """Whether ``address`` is an IP address or a host name that resolves."""
+    try:
+        socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
+
+
 def node_rank_from_addresses(addresses: Sequence[str]) -> int:
     """The index of the one entry of ``addresses`` that belongs to this machine (ValueError otherwise)."""
+    unknown = [address for address in addresses if not resolves(address)]
+    if unknown:
+        raise ValueError(f"--ips: {', '.join(unknown)} is not an IP address or a known host name")
     if len(addresses) == 1:
+        if not is_local_address(addresses[0]):
+            raise ValueError(
+                f"--ips {addresses[0]} is not an address of this machine ({socket.gethostname()}): one node "
+                "runs on this machine; give one of its addresses (or leave --ips out: 127.0.0.1)"
+            )
         return 0
     matches = [index for index, address in enumerate(addresses) if is_local_address(address)]
     if len(matches) == 1:
@@ -167,11 +184,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         ns.nproc = torch.cuda.device_count() if torch.cuda.is_available() else 1
     if ns.master_port is None:
         port = os.environ.get("FLAGS_START_PORT") or "29500"
-        if not port.isdigit():
-            parser.error(f"FLAGS_START_PORT={port} is not a port number")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            parser.error(f"FLAGS_START_PORT={port} is not a port number (1..65535)")
         ns.master_port = int(port)
     if not 0 < ns.master_port < 65536:
-        parser.error(f"--master_port {ns.master_port} is not a port number")
+        parser.error(f"--master_port {ns.master_port} is not a port number (1..65535)")
     if ns.max_restarts < 0 or ns.join_timeout < 1:
         parser.error("--max_restarts must be >= 0 and --join_timeout >= 1")
     return ns
@@ -294,6 +311,25 @@ def rendezvous_error_message(ns: argparse.Namespace, exc: BaseException) -> str:
     )
 
 
+def first_exit_code(exc: ChildFailedError) -> int:
+    """The exit code of the first worker that failed."""
+    return exc.get_first_failure()[1].exitcode
+
+
+def reported_failure(exc: ChildFailedError, script: str) -> Optional[str]:
+    """One line for a worker that stopped on an error ppdist's tools already printed (exit 1, or 2
+    for a mistake in the input), instead of torchrun's failure block; None for another exit (a
+    crash, a signal), whose block says more."""
+    rank, failure = exc.get_first_failure()
+    if failure.exitcode not in (1, 2):
+        return None
+    what = "a mistake in the input" if failure.exitcode == 2 else "an error"
+    return (
+        f"ppdist.launch: {script} stopped: rank {rank} exited with code {failure.exitcode} ({what}; "
+        "its message is above)"
+    )
+
+
 def run_torchrun(args: List[str], log_dir: Optional[str]) -> None:
     """What ``torch.distributed.run.run`` does, with our logs spec when ``log_dir`` is given."""
     getattr(torch.multiprocessing, "_set_thread_name", lambda name: None)("pt_elastic")
@@ -320,8 +356,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         run_torchrun(args, ns.log_dir)
     except ChildFailedError as exc:
-        print(exc.format_msg(), file=sys.stderr)
-        return 1
+        summary = reported_failure(exc, ns.training_script)
+        print(summary or exc.format_msg(), file=sys.stderr)
+        return 2 if summary and first_exit_code(exc) == 2 else 1
     except (DistError, RendezvousError, TimeoutError) as exc:
         print(f"ppdist.launch: error: {rendezvous_error_message(ns, exc)}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ import os
 import pytest
 from ppdist_testing import REPO, run_tool
 
+from ppdist.cli import base_parser
 from ppdist.cli_compat import parse_train_args, train_command
 from ppdist.config import dump_config, load_config, load_yaml_with_bases
 from ppdist.errors import ConfigError
@@ -232,3 +233,27 @@ def test_train_tool_exits_2_with_one_line_for_a_flag_it_cannot_honour():
         "ppdist: config error: --slim_config x.yml: not supported: ppdist has no PaddleSlim pruning, "
         "quantization or distillation; train without it"
     )
+
+
+def test_two_checkpoints_to_resume_are_refused():
+    """-r A --resume_model B used to resume A silently."""
+    with pytest.raises(
+        ConfigError, match="-r a.pt and --resume_model b.pt: two checkpoints to resume; give one"
+    ):
+        command("-c", PPDIST_DET, "-r", "a.pt", "--resume_model", "b.pt")
+
+
+def test_only_train_takes_profiler_options():
+    """eval/infer/export/benchmark listed a -p they ignored."""
+    assert parse_train_args("t", ["-c", "x.yml", "-p", "batch_range=[1,2]"]).profiler_options
+    with pytest.raises(SystemExit):
+        base_parser("eval").parse_args(["-c", "x.yml", "-p", "batch_range=[1,2]"])
+
+
+@pytest.mark.parametrize("flag", ["--iters", "--batch_size", "--save_interval", "--log_iters"])
+def test_paddleseg_counts_below_one_are_refused_not_ignored(flag, capsys):
+    """--iters 0 used to be dropped silently (the config's max_iters trained)."""
+    with pytest.raises(SystemExit) as info:
+        parse_train_args("t", ["-c", "x.yml", flag, "0"])
+    assert info.value.code == 2
+    assert f"argument {flag}: expected a positive integer, got 0" in capsys.readouterr().err

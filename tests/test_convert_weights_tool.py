@@ -123,3 +123,16 @@ def test_train_starts_from_paddle_weights(tmp_path, digits_dir):
     assert "skipped (shape mismatch) (2): head.fc.weight" in log
     saved = torch.load(str(tmp_path / "out" / "latest.pt"), weights_only=True)
     assert saved["model"]["head.fc.weight"].shape[0] == 11 and saved["position"]["global_step"] == 32
+
+
+def test_weights_of_another_config_are_refused_without_allow_partial(tmp_path):
+    """The small fixture against the config's large backbone used to write a 21/285 file, exit 0."""
+    out = tmp_path / "crnn.pt"
+    result = run_tool(["convert_paddle_weights.py", "-c", CONFIG, "--pdparams", FIXTURE, "--out", str(out)])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert (
+        message.startswith(f"ppdist: error: {FIXTURE}: only ") and "tensors of the model converted" in message
+    )
+    assert "under 90%" in message and "--allow_partial writes it anyway" in message
+    assert not out.exists()

@@ -216,10 +216,20 @@ def test_bad_options_are_clear_errors(monkeypatch, capsys):
     assert "CUDA_VISIBLE_DEVICES=0,1" in parse_error(["--gpus", "1,2", "t.py"], capsys)
 
 
+def test_an_address_not_of_this_machine_or_not_an_address_is_refused_before_starting(monkeypatch, capsys):
+    """One node whose --ips is elsewhere used to wait 600 s for a rendezvous that could not open."""
+    message = parse_error(["--ips", "1.2.3", "t.py"], capsys)
+    assert "--ips 1.2.3 is not an address of this machine" in message
+    message = parse_error(["--ips", "1.2.3.4.5,127.0.0.1", "t.py"], capsys)
+    assert "--ips: 1.2.3.4.5 is not an IP address or a known host name" in message
+    monkeypatch.setenv("FLAGS_START_PORT", "99999")
+    assert "FLAGS_START_PORT=99999 is not a port number (1..65535)" in parse_error(["t.py"], capsys)
+
+
 def test_node_rank_from_addresses():
     assert launch.node_rank_from_addresses(["203.0.113.9", "127.0.0.1"]) == 1  # 203.0.113.0/24: TEST-NET-3
     assert launch.node_rank_from_addresses(["localhost", "203.0.113.9"]) == 0
-    assert launch.node_rank_from_addresses(["203.0.113.9"]) == 0  # one node: no check
+    assert launch.node_rank_from_addresses(["localhost"]) == 0
     assert launch.parse_args(["--ips", "203.0.113.9,127.0.0.1", "t.py"]).node_rank == 1
 
 
@@ -383,6 +393,16 @@ def test_busy_port_and_failing_workers(tmp_path, worker_script):
         )
     assert result.returncode == 1 and f"port {port} is in use" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+    mistaken = tmp_path / "mistaken.py"  # a tool that printed its one message and exits 2
+    mistaken.write_text("import sys\nprint('ppdist: config error: x', file=sys.stderr)\nsys.exit(2)\n")
+    result = run_launch(["--nproc_per_node", "1", "--master_port", str(free_port()), str(mistaken)])
+    assert result.returncode == 2 and "exitcode  :" not in result.stderr, result.stderr
+    assert result.stderr.count("ppdist: config error: x") == 1
+    assert (
+        f"ppdist.launch: {mistaken} stopped: rank 0 exited with code 2 (a mistake in the input"
+        in result.stderr
+    )
 
     failing = tmp_path / "failing.py"
     failing.write_text("import sys\nsys.exit(3)\n")

@@ -30,11 +30,11 @@ from ppdist.benchmark.measurements import measure_trainer, training_config
 from ppdist.benchmark.pipeline_data import with_synthetic_data
 from ppdist.benchmark.report import best_run, format_report
 from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
-from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
 from ppdist.convert.configs import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.checkpoint import weights_source
-from ppdist.engine.dist import DistEnv, cleanup, init_distributed
+from ppdist.engine.dist import DistEnv, cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
 from ppdist.errors import ConfigError
 from ppdist.inference.runners import list_images
@@ -45,8 +45,10 @@ PARTS = ("loader", "bare", "trainer", "eval", "infer", "scaling")
 
 def build_parser():
     parser = base_parser(__doc__)
-    parser.add_argument("--iters", type=int, default=50, help="timed training steps (default 50)")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before them (default 10)")
+    parser.add_argument("--iters", type=positive_int, default=50, help="timed training steps (default 50)")
+    parser.add_argument(
+        "--warmup", type=positive_int, default=10, help="untimed steps before them (default 10)"
+    )
     parser.add_argument(
         "--nproc",
         type=int,
@@ -245,8 +247,6 @@ def run_input_pipeline_part(args, config, output_dir: str) -> dict:
 
 def main() -> int:
     args = build_parser().parse_args()
-    if args.iters < 1 or args.warmup < 1:
-        raise ConfigError("--iters and --warmup must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = flat_overrides(args.opt)
@@ -266,6 +266,7 @@ def main() -> int:
     for handler in list(logger.handlers):  # the trainer's lines go to the log file, the report to the console
         if not isinstance(handler, logging.FileHandler):
             logger.removeHandler(handler)
+    warn_cpu_fallback(env, "benchmarking")
     try:
         if env.distributed and args.part == "all":
             raise ConfigError(

@@ -21,6 +21,7 @@ from ppdist.cli import flat_overrides, run_main
 from ppdist.convert.configs import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
+from ppdist.utils.writable import check_output_dir
 from ppdist.visualize.browse import BrowseOptions, NothingToDraw, browse_dataset, check_options
 from ppdist.visualize.dataset_browser import summary_markdown
 
@@ -48,6 +49,7 @@ def main() -> int:
     args = parse_args()
     started = time.perf_counter()
     config = load_config(args.config, flat_overrides(args.opt))
+    check_output_dir(args.out, "--out")
     options = BrowseOptions(args.split, args.num, args.out, args.shuffle, args.seed, args.all)
     check_options(config, options)  # before any data is generated
     ensure_synthetic_data(config, DistEnv())

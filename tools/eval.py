@@ -6,7 +6,9 @@ Runs on all processes under torchrun (exact, unpadded shards) and prints the met
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import sys
 
@@ -15,10 +17,19 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.convert.configs import conversion_of, load_config, report_conversion
 from ppdist.data.prepare import ensure_synthetic_data
-from ppdist.engine.dist import cleanup, init_distributed
+from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
-from ppdist.errors import ConfigError
+from ppdist.errors import ConfigError, OutputPathError
 from ppdist.eval_runner import evaluate_checkpoint, set_picture_options
+from ppdist.utils.atomic import write_text_atomic
+from ppdist.utils.writable import check_output_dir, check_output_file
+
+
+def print_metrics(metrics: dict, env) -> None:
+    """The metrics, one ``metric KEY: VALUE`` line each, on rank 0 (before anything is written)."""
+    if env.is_main:
+        for key, value in metrics.items():
+            logging.getLogger("ppdist").info("metric %s: %s", key, value)
 
 
 def main() -> int:
@@ -50,6 +61,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     extra = ["Metric.classwise=true"] if args.classwise else []
+    if args.output_json:
+        check_output_file(args.output_json, "--output_json")
+    if args.output_dir:
+        check_output_dir(args.output_dir, "--output_dir")
     config = load_config(args.config, flat_overrides(args.opt) + extra)
     try:
         set_picture_options(config, args.output_dir, args.iou, args.score)
@@ -58,21 +73,21 @@ def main() -> int:
     glob = config["Global"]
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     logger = setup_logger(None, env.rank)
+    warn_cpu_fallback(env, "evaluating")
     report_conversion(
         conversion_of(args.config), None, logger, env.rank == 0
     )  # Paddle config: what was not converted
     try:
         ensure_synthetic_data(config, env)
-        metrics = evaluate_checkpoint(config, env, pictures_dir=args.output_dir)
+        metrics = evaluate_checkpoint(config, env, args.output_dir, functools.partial(print_metrics, env=env))
     finally:
         cleanup(env)
     if env.is_main:
-        for key, value in metrics.items():
-            logger.info("metric %s: %s", key, value)
         if args.output_json:
-            os.makedirs(os.path.dirname(os.path.abspath(args.output_json)), exist_ok=True)
-            with open(args.output_json, "w", encoding="utf-8") as handle:
-                json.dump(metrics, handle, indent=2)
+            try:
+                write_text_atomic(args.output_json, json.dumps(metrics, indent=2))
+            except OSError as exc:  # the metrics are printed above
+                raise OutputPathError(f"--output_json {args.output_json}: cannot write it: {exc}") from None
             logger.info("metrics written to %s", args.output_json)
     return 0
 

@@ -16,6 +16,7 @@ from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.convert.configs import load_config
 from ppdist.engine.logger import setup_logger
 from ppdist.export.model_export import FORMATS, export_model
+from ppdist.utils.writable import check_output_dir
 
 
 def main() -> int:
@@ -51,6 +52,7 @@ def main() -> int:
         or config["Global"].get("save_inference_dir")
         or os.path.join("output", "inference", stem)
     )
+    check_output_dir(out_dir, "--output_dir")
     report = export_model(config, out_dir, FORMATS[args.format], args.exclude_nms, args.check, args.tolerance)
     if "max_abs_diff" in report:
         print(f"ONNX Runtime vs PyTorch max abs diff: {report['max_abs_diff']:.3g}")

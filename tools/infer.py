@@ -2,9 +2,11 @@
 (PyTorch on the checkpoint) or ``python tools/infer.py --model EXPORTED_DIR --input PATH|DIR``
 (ONNX Runtime on the exported model; -c is then not needed).
 
-Writes into ``--output_dir``: rec ``results.txt`` (``path<TAB>text<TAB>score``); det ``bbox.json``
-(COCO results) and the images with boxes above ``--draw_threshold``; seg ``<name>.png`` (palette
-PNG of class ids) and ``<name>_overlay.jpg``. Unreadable files are reported and skipped.
+Writes into ``--output_dir`` (default ``output/infer/<config or exported folder name>``): rec
+``results.txt`` (``path<TAB>text<TAB>score``); det ``bbox.json`` (COCO results) and the images with
+boxes above ``--draw_threshold``; seg ``<name>.png`` (palette PNG of class ids) and
+``<name>_overlay.jpg``. Unreadable files are reported and skipped; a failed run keeps the previous
+``results.txt`` / ``bbox.json``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,19 @@ from ppdist.errors import ConfigError
 from ppdist.inference.infer import from_config, from_exported, infer
 from ppdist.inference.runners import build_runner, list_images
 from ppdist.inference.writers import build_writer
+from ppdist.utils.writable import check_output_dir
 
 
 def build_parser():
     parser = base_parser(__doc__, config_required=False)
     parser.add_argument("--input", required=True, help="an image file or a folder of jpg/jpeg/png/bmp files")
     parser.add_argument("--model", default=None, help="exported model directory (inference.yml + model.onnx)")
-    parser.add_argument("--output_dir", default="output/infer", help="where the results are written")
+    parser.add_argument(
+        "--output_dir",
+        default=None,
+        help="where the results are written (default: output/infer/<config name>, or "
+        "output/infer/<exported folder name> with --model)",
+    )
     parser.add_argument(
         "--batch_size", type=positive_int, default=1, help="images per forward pass (default 1)"
     )
@@ -61,10 +69,21 @@ def test_time_overrides(args) -> dict:
     return overrides
 
 
+def default_output_dir(args) -> str:
+    """``output/infer/<config name>`` (``-c``) or ``output/infer/<exported folder name>`` (``--model``):
+    one folder per model, so the results of two models do not mix."""
+    source = os.path.normpath(args.model) if args.model else args.config
+    return os.path.join("output", "infer", os.path.splitext(os.path.basename(source))[0])
+
+
 def run(argv=None) -> dict:
     """Parse ``argv`` and run inference; returns the summary of ``ppdist.inference.infer.infer``."""
     args = build_parser().parse_args(argv)
     setup_logger(None)
+    if not args.model and not args.config:
+        raise ConfigError("give -c CONFIG -o Global.checkpoints=PATH, or --model EXPORTED_DIR")
+    args.output_dir = args.output_dir or default_output_dir(args)
+    check_output_dir(args.output_dir, "--output_dir")
     if args.model:
         info, runner, backend = from_exported(args.model)
     elif args.config:
@@ -81,10 +100,17 @@ def run(argv=None) -> dict:
     if not paths:
         raise ConfigError(f"--input {args.input}: no jpg/jpeg/png/bmp files")
     writer = build_writer(info["task"], args.output_dir, info, args.draw_threshold)
-    summary = infer(paths, runner, backend, writer, args.batch_size, progress=not args.no_progress)
-    summary["written"] = writer.close()
+    try:
+        summary = infer(paths, runner, backend, writer, args.batch_size, progress=not args.no_progress)
+    except BaseException:
+        writer.abort()  # the previous results stay as they were
+        raise
     for _, why in summary["skipped"]:
         print(f"skipped: {why}", file=sys.stderr)
+    if summary["images"] == 0:  # every input was unreadable: nothing was predicted
+        writer.abort()
+        raise ConfigError(f"no image could be predicted ({len(summary['skipped'])} skipped, see above)")
+    summary["written"] = writer.close()
     backend_name = "onnxruntime" if args.model else "pytorch"
     print(
         f"{summary['images']} image(s) predicted, {len(summary['skipped'])} skipped (unreadable), "
@@ -95,9 +121,7 @@ def run(argv=None) -> dict:
 
 
 def main() -> int:
-    summary = run()
-    if summary["images"] == 0:  # every input was unreadable: nothing was predicted
-        raise ConfigError(f"no image could be predicted ({len(summary['skipped'])} skipped, see above)")
+    run()
     return 0
 
 

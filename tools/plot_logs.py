@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 from ppdist.cli import run_main
 from ppdist.errors import ConfigError
+from ppdist.utils.writable import check_output_file
 from ppdist.visualize import draw_curves, read_run
 
 
@@ -25,6 +26,7 @@ def main() -> int:
     parser.add_argument("--source", choices=("auto", "log", "tensorboard"), default="auto")
     parser.add_argument("--out", default="curves.png", help="PNG to write (default: %(default)s)")
     args = parser.parse_args()
+    check_output_file(args.out, "--out")
     runs = {}
     for run_dir in args.runs:
         label = os.path.basename(os.path.normpath(run_dir))

@@ -15,7 +15,7 @@ from ppdist.cli import run_main
 from ppdist.cli_compat import parse_train_args, train_command
 from ppdist.convert.configs import report_conversion
 from ppdist.data.prepare import ensure_synthetic_data
-from ppdist.engine.dist import cleanup, init_distributed
+from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.run_dir import claim_run_dir
 from ppdist.engine.setup import build_trainer
@@ -32,6 +32,7 @@ def main() -> int:
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     claim = claim_run_dir(config, env)  # one run per folder, before anything is written there
     logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
+    warn_cpu_fallback(env, "training")
     report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
     for note in command.notes:
         logger.warning("%s", note)

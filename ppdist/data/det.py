@@ -20,7 +20,7 @@ from ppdist.data.base import BaseDataSet, inside_root
 from ppdist.data.coco_index import build_coco_index
 from ppdist.data.index_cache import cached_index
 from ppdist.data.packed import string_at
-from ppdist.errors import ConfigError, DataError
+from ppdist.errors import ConfigError, DataError, DataPathError
 from ppdist.registry import DATASETS
 
 logger = logging.getLogger("ppdist")
@@ -69,12 +69,12 @@ class COCODataSet(BaseDataSet):
         sec = _section(mode)
         self.allow_paths_outside_root = bool(allow_paths_outside_root)
         if not isinstance(dataset_dir, str) or not os.path.isdir(dataset_dir):
-            raise DataError(f"{sec}.dataset_dir: directory not found: {dataset_dir}")
+            raise DataPathError(f"{sec}.dataset_dir: directory not found: {dataset_dir}")
         self.dataset_dir = dataset_dir
         self.image_dir = os.path.join(dataset_dir, image_dir or "")
         self.anno_file = os.path.abspath(os.path.join(dataset_dir, anno_path))
         if not os.path.isfile(self.anno_file):
-            raise DataError(f"{sec}.anno_path: annotation file not found: {self.anno_file}")
+            raise DataPathError(f"{sec}.anno_path: annotation file not found: {self.anno_file}")
         if not 0.0 <= float(empty_ratio) <= 1.0:
             raise ConfigError(
                 f"{sec}.empty_ratio must lie in [0, 1] (1: keep every empty image), got {empty_ratio!r}"

@@ -14,7 +14,7 @@ import numpy as np
 from ppdist.data.base import BaseDataSet, inside_root
 from ppdist.data.index_cache import cached_index
 from ppdist.data.label_index import LabelLines, build_label_index, subsample
-from ppdist.errors import ConfigError, DataError
+from ppdist.errors import ConfigError, DataError, DataPathError
 from ppdist.registry import DATASETS
 
 Ratio = Union[float, List[float]]
@@ -83,7 +83,7 @@ class SimpleDataSet(BaseDataSet):
         if not label_file_list:
             raise DataError(f"{sec}.label_file_list is empty")
         if not os.path.isdir(data_dir):
-            raise DataError(f"{sec}.data_dir: directory not found: {data_dir}")
+            raise DataPathError(f"{sec}.data_dir: directory not found: {data_dir}")
         ratios = _ratios(ratio_list, len(label_file_list), f"{sec}.ratio_list", "label file(s)")
         self.data_dir = data_dir
         self.label_files = list(label_file_list)
@@ -91,7 +91,7 @@ class SimpleDataSet(BaseDataSet):
         self.seed = seed
         for path in self.label_files:
             if not os.path.isfile(path):
-                raise DataError(f"{sec}.label_file_list: label file not found: {path}")
+                raise DataPathError(f"{sec}.label_file_list: label file not found: {path}")
         index = cached_index(
             cache,
             f"{sec}.cache",
@@ -231,7 +231,7 @@ class LMDBDataSet(BaseDataSet):
         super().__init__(transforms, mode)
         sec = _section(mode)
         if not os.path.isdir(data_dir):
-            raise DataError(f"{sec}.data_dir: directory not found: {data_dir}")
+            raise DataPathError(f"{sec}.data_dir: directory not found: {data_dir}")
         self.data_dir = data_dir
         self.seed = seed
         self.dirs = find_lmdb_dirs(data_dir)

@@ -18,7 +18,7 @@ from PIL import Image
 
 from ppdist.data.base import BaseDataSet, inside_root
 from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
-from ppdist.errors import ConfigError, DataError
+from ppdist.errors import ConfigError, DataError, DataPathError
 from ppdist.registry import DATASETS
 
 
@@ -153,7 +153,7 @@ def _resolve_list(path: str, root: str, key: str) -> str:
     for cand in candidates:
         if os.path.isfile(cand):
             return cand
-    raise DataError(f"{key}: file list not found: {' or '.join(candidates)}")
+    raise DataPathError(f"{key}: file list not found: {' or '.join(candidates)}")
 
 
 @DATASETS.register
@@ -187,7 +187,7 @@ class SegDataSet(_SegBase):
         if not separator:
             raise ConfigError(f"{sec}.separator must not be empty")
         if not os.path.isdir(dataset_root):
-            raise DataError(f"{sec}.dataset_root: directory not found: {dataset_root}")
+            raise DataPathError(f"{sec}.dataset_root: directory not found: {dataset_root}")
         key, path = (f"{sec}.train_path", train_path) if mode == "train" else (f"{sec}.val_path", val_path)
         if not path:
             raise ConfigError(f"{key} is required: the file list of 'image label' lines for this dataset")
@@ -240,7 +240,7 @@ class CityscapesDataSet(_SegBase):
         super().__init__(transforms, mode, num_classes, ignore_index)
         sec = _section(mode)
         if not os.path.isdir(dataset_root):
-            raise DataError(f"{sec}.dataset_root: directory not found: {dataset_root}")
+            raise DataPathError(f"{sec}.dataset_root: directory not found: {dataset_root}")
         self.dataset_root = dataset_root
         self.seed = seed
         self.split = split or ("train" if mode == "train" else "val")

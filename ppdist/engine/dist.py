@@ -36,6 +36,7 @@ class DistEnv:
     backend: Optional[str] = None
     object_group: Any = None  # a gloo group for Python-object collectives
     heartbeat_group: Any = None  # a gloo group for rank 0's "still working" beats (see run_on_main)
+    cpu_fallback: bool = False  # Global.use_gpu was true but CUDA is not available (see warn_cpu_fallback)
 
     @property
     def distributed(self) -> bool:
@@ -97,12 +98,11 @@ def init_distributed(use_gpu: bool = True, timeout_s: int = 1800) -> DistEnv:
     """
     rank, local_rank, world_size, master_addr = world_info_from_env()
     cuda = use_gpu and torch.cuda.is_available()
-    if use_gpu and not torch.cuda.is_available() and rank == 0:
-        logger.warning("Global.use_gpu is true but CUDA is not available: training on CPU")
     device = cuda_device_for(local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     env = DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
+    env.cpu_fallback = use_gpu and not cuda
     if world_size == 1:
         return env
     if "RANK" not in os.environ:  # srun launch without torchrun: env:// needs these
@@ -125,6 +125,13 @@ def init_distributed(use_gpu: bool = True, timeout_s: int = 1800) -> DistEnv:
     env.backend = backend
     env.object_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     return env
+
+
+def warn_cpu_fallback(env: DistEnv, doing: str = "training") -> None:
+    """Log (on rank 0, through the configured ``ppdist`` logger, so also to ``train.log``) that
+    ``Global.use_gpu`` asked for CUDA and ``doing`` (``training``, ``evaluating``) runs on CPU."""
+    if env.cpu_fallback and env.is_main:
+        logger.warning("Global.use_gpu is true but CUDA is not available: %s on CPU", doing)
 
 
 def cuda_device_for(local_rank: int) -> torch.device:

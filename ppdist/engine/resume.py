@@ -16,7 +16,7 @@ from ppdist.engine.hooks.evaluation import Evaluation
 from ppdist.engine.logger import format_metrics
 from ppdist.engine.position import Layout
 from ppdist.engine.trainer import Trainer
-from ppdist.errors import CheckpointError
+from ppdist.errors import CheckpointError, shared
 
 logger = logging.getLogger("ppdist")
 # what checkpoints of ppdist 0.1 kept at their top level, and where it lives now
@@ -95,16 +95,20 @@ def check_relayout_allowed(
             f"checkpoint was taken with {saved['steps_per_epoch']}; the data or batch size changed"
         )
     if auto_scale_lr_base(glob) is None:
-        raise CheckpointError(
-            f"{change}; resume with the same number of processes and batch size, or set "
-            f"Global.auto_scale_lr: {{base_batch_size: N}} to continue with the new layout "
-            f"(learning rate rescaled, the epoch continues where it stopped), or start a new "
-            f"run from it with Global.pretrained_model"
+        raise shared(
+            CheckpointError(
+                f"{change}; resume with the same number of processes and batch size, or set "
+                f"Global.auto_scale_lr: {{base_batch_size: N}} to continue with the new layout "
+                f"(learning rate rescaled, the epoch continues where it stopped), or start a new "
+                f"run from it with Global.pretrained_model"
+            )
         )
     if "epoch_consumed" not in saved or "dataset_len" not in saved:
-        raise CheckpointError(
-            f"{change}, and the checkpoint does not record its sample position (written by an "
-            f"older ppdist); resume it with its original layout"
+        raise shared(
+            CheckpointError(
+                f"{change}, and the checkpoint does not record its sample position (written by an "
+                f"older ppdist); resume it with its original layout"
+            )
         )
 
 

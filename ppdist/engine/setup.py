@@ -33,7 +33,7 @@ from ppdist.data.build import build_dataloader, input_size_count
 from ppdist.engine import optim
 from ppdist.engine.amp import make_autocast, make_grad_scaler
 from ppdist.engine.device_settings import apply_backend_settings, broadcast_buffers, channels_last
-from ppdist.engine.dist import DistEnv, init_distributed
+from ppdist.engine.dist import DistEnv, init_distributed, warn_cpu_fallback
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.hooks import (
@@ -238,9 +238,12 @@ def build_trainer(
     there (no silent overwrite of another run's checkpoints; released when training ends), and
     without a configured ``ppdist`` logger the run logs to the console and ``train.log``."""
     glob = config["Global"]
+    own_env = env is None  # a tool that passes its env has logged the CPU fallback itself
     env = env or init_distributed(glob["use_gpu"], glob["dist_timeout"])
     if not logging.getLogger(LOGGER_NAME).handlers:
         setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
+    if own_env:
+        warn_cpu_fallback(env, "training")
     claim = claim_run_dir(config, env)
     device = env.device.type
     train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, device)

@@ -8,6 +8,7 @@ import warnings
 from typing import Dict, List, Sequence, Tuple
 
 import torch
+import torchvision.ops  # noqa: F401  (registers torchvision's operators before torch.export traces NMS)
 from torch import nn
 
 from ppdist.export.deploy_modules import GraphSpec

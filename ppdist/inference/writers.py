@@ -3,6 +3,7 @@ seg palette PNGs + overlays. Each writer takes results batch by batch and ``clos
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any, Dict, List, Mapping, Sequence
@@ -10,6 +11,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 import cv2
 import numpy as np
 from PIL import Image
+
+from ppdist.utils.atomic import temporary_path, write_text_atomic
 
 Result = Dict[str, Any]
 
@@ -33,12 +36,15 @@ def _stem(path: str) -> str:
 
 
 class RecWriter:
-    """``path\\ttext\\tscore`` lines, printed and written to ``output_dir/results.txt``."""
+    """``path\\ttext\\tscore`` lines, printed and written to ``output_dir/results.txt``: into a
+    temporary file beside it that replaces it on ``close()``, so a failed run (``abort()``) leaves
+    the previous ``results.txt`` as it was."""
 
     def __init__(self, output_dir: str, echo: bool = True) -> None:
         self.path = os.path.join(output_dir, "results.txt")
         self.echo = echo
-        self.handle = open(self.path, "w", encoding="utf-8")
+        self.tmp = temporary_path(self.path)
+        self.handle = open(self.tmp, "x", encoding="utf-8")
 
     def add(self, results: Sequence[Result]) -> None:
         for r in results:
@@ -49,7 +55,14 @@ class RecWriter:
 
     def close(self) -> List[str]:
         self.handle.close()
+        os.replace(self.tmp, self.path)
         return [self.path]
+
+    def abort(self) -> None:
+        """Drop what was written; ``results.txt`` stays as it was."""
+        self.handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.tmp)
 
 
 class DetWriter:
@@ -106,9 +119,11 @@ class DetWriter:
 
     def close(self) -> List[str]:
         path = os.path.join(self.output_dir, "bbox.json")
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.records, handle)
+        write_text_atomic(path, json.dumps(self.records))
         return [path] + self.drawn
+
+    def abort(self) -> None:
+        """Nothing to drop: ``bbox.json`` is written only by ``close()``."""
 
 
 class SegWriter:
@@ -143,6 +158,9 @@ class SegWriter:
 
     def close(self) -> List[str]:
         return self.written
+
+    def abort(self) -> None:
+        """Nothing to drop: each image's files are complete once written."""
 
 
 def build_writer(task: str, output_dir: str, info: Mapping[str, Any], draw_threshold: float = 0.5) -> Any:

@@ -7,14 +7,21 @@ and ``batched_multiclass_nms`` (tensor operations only, for exported graphs)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
-from torchvision.ops import batched_nms
 
 from ppdist.ops.nms import grouped_nms
 from ppdist.ops.ranges import Length, index_range
 from ppdist.registry import POSTPROCESSES
+
+
+def _batched_nms() -> Callable[..., torch.Tensor]:
+    """``torchvision.ops.batched_nms``, imported on first use: importing torchvision.ops loads
+    torch._dynamo (about 3 s), which the tools' ``-h`` and the non-detection tasks do not need."""
+    from torchvision.ops import batched_nms  # noqa: PLC0415  (heavy: loads torch._dynamo, about 3 s)
+
+    return batched_nms
 
 
 def per_class_top_k(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -47,7 +54,7 @@ def multiclass_nms(
         keep = per_class_top_k(values, labels, nms_top_k)
         labels, anchors, values = labels[keep], anchors[keep], values[keep]
     candidate_boxes = boxes[anchors].float()
-    keep = batched_nms(candidate_boxes, values.float(), labels, nms_threshold).sort().values
+    keep = _batched_nms()(candidate_boxes, values.float(), labels, nms_threshold).sort().values
     # best first; equal scores in candidate order (by class, then anchor): batched_nms's own order of
     # equal scores depends on its path (past 1000 boxes on the CPU an unstable sort)
     keep = keep[torch.argsort(values[keep], descending=True, stable=True)]
@@ -127,7 +134,7 @@ def batched_multiclass_nms(
     values = top_scores[image, label, slot]
     anchors = top_anchors[image, label, slot]
     candidates = boxes[image, anchors].float()
-    keep = batched_nms(candidates, values.float(), image * num_classes + label, nms_threshold)  # by score
+    keep = _batched_nms()(candidates, values.float(), image * num_classes + label, nms_threshold)  # by score
     image, label, values, candidates = image[keep], label[keep], values[keep].float(), candidates[keep]
     position = index_range(image.shape[0], image)  # kept boxes come best first
     order = torch.argsort(image * image.shape[0] + position)  # by image, best first; unique keys, exact

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ppdist.engine import checkpoint as ckpt
-from ppdist.errors import CheckpointError
+from ppdist.errors import CheckpointError, CheckpointPathError
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
 
@@ -46,6 +46,16 @@ def test_weights_only_refuses_code(tmp_path):
         pickle.dump({"model": Evil()}, handle)
     with pytest.raises(CheckpointError, match="cannot load"):
         ckpt.load_file(str(path))
+
+
+def test_a_config_given_as_checkpoint_is_an_input_error_not_torchs_advice(tmp_path):
+    """torch.load of a YAML file used to surface its weights_only=False advice."""
+    config = tmp_path / "config.yml"
+    config.write_text("Global:\n  epoch_num: 1\n")
+    with pytest.raises(CheckpointPathError) as info:
+        ckpt.load_file(str(config))
+    assert str(info.value).startswith(f"{config} is not a checkpoint (not a file written by torch.save")
+    assert "weights_only" not in str(info.value) and info.value.exit_code == 2
 
 
 def test_checkpoint_path_resolution(tmp_path):

@@ -18,6 +18,7 @@ from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.components import build_model
 from ppdist.config import load_config
+from ppdist.errors import ConfigError
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.inference.runners import ImageReadError, build_runner, inference_info_from_config
@@ -94,6 +95,28 @@ def test_rec_checkpoint_and_onnx_agree(tmp_path, capsys):
     )
     lines = (tmp_path / "ort" / "results.txt").read_text().splitlines()
     assert len(lines) == 4 and all(len(line.split("\t")) == 3 for line in lines)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "y.png").write_bytes(b"not an image")
+    tool = _tool()
+    with pytest.raises(ConfigError, match="no image could be predicted"):  # a failed run keeps the results
+        tool.run(
+            ["--model", str(tmp_path / "inf"), "--output_dir", str(tmp_path / "ort"), "--input", str(broken)]
+        )
+    assert (tmp_path / "ort" / "results.txt").read_text().splitlines() == lines
+    assert sorted(os.listdir(tmp_path / "ort")) == ["results.txt"]  # no temporary file left
+
+
+def test_default_output_folder_is_per_model():
+    """rec and seg results used to mix in output/infer."""
+    parse = _tool().build_parser().parse_args
+    default = _tool().default_output_dir
+    assert default(parse(["-c", "configs/rec/quickstart_synth.yml", "--input", "x"])) == os.path.join(
+        "output", "infer", "quickstart_synth"
+    )
+    assert default(parse(["--model", "output/inference/seg/", "--input", "x"])) == os.path.join(
+        "output", "infer", "seg"
+    )
 
 
 def test_seg_checkpoint_and_onnx_agree_and_png_holds_class_ids(tmp_path, capsys):
@@ -254,10 +277,7 @@ def test_broken_exported_files_and_empty_results_are_named(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="ppdist"):
         found = list_images(images)
     assert "dangling.png" not in " ".join(found) and "a link to a file that does not exist" in caplog.text
-    tool = _tool()
-    tool.run = lambda argv=None: {"images": 0, "skipped": [("x.png", "unreadable")]}  # all unreadable
-    with pytest.raises(ConfigError, match="no image could be predicted \\(1 skipped"):
-        tool.main()
+    # every input unreadable: test_rec_checkpoint_and_onnx_agree (refused, the previous results kept)
     with pytest.raises(ConfigError, match="inference from a config needs trained weights"):
         _tool().run(["-c", cfg, "--input", images])
 

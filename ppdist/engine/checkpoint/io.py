@@ -17,7 +17,7 @@ import torch
 
 from ppdist.convert.weights.pdparams import is_paddle_weights, load_pdparams
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_object
-from ppdist.errors import CheckpointError
+from ppdist.errors import CheckpointError, CheckpointPathError, shared
 from ppdist.utils.atomic import torch_save_atomic
 
 logger = logging.getLogger("ppdist")
@@ -37,11 +37,11 @@ def checkpoint_path(prefix_or_path: str) -> str:
         if os.path.isfile(path):
             return path
     if os.path.isdir(prefix_or_path):
-        raise CheckpointError(
+        raise CheckpointPathError(
             f"{prefix_or_path} is a directory, not a checkpoint: give the file, e.g. "
             f"{os.path.join(prefix_or_path, 'latest')} (its .pt is found)"
         )
-    raise CheckpointError(f"checkpoint not found: {prefix_or_path} (looked for {', '.join(candidates)})")
+    raise CheckpointPathError(f"checkpoint not found: {prefix_or_path} (looked for {', '.join(candidates)})")
 
 
 def save_atomic(obj: Mapping[str, Any], path: str) -> None:
@@ -67,7 +67,12 @@ def load_file(path: str) -> Dict[str, Any]:
     if is_paddle_weights(path):
         return {PADDLE_KEY: load_pdparams(path)}
     if os.path.isfile(path) and os.path.getsize(path) == 0:
-        raise CheckpointError(f"cannot load {path}: the file is empty (0 bytes; an interrupted copy?)")
+        raise CheckpointPathError(f"cannot load {path}: the file is empty (0 bytes; an interrupted copy?)")
+    if not looks_like_torch_file(path):
+        raise CheckpointPathError(
+            f"{path} is not a checkpoint (not a file written by torch.save, e.g. a config or an image): "
+            "give a .pt checkpoint such as output/x/best_accuracy"
+        )
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -78,10 +83,27 @@ def load_file(path: str) -> Dict[str, Any]:
     return data
 
 
+def looks_like_torch_file(path: str) -> bool:
+    """Whether ``path`` starts like a ``torch.save`` file: a zip archive (``PK``) or a pickle
+    (protocol byte ``0x80``); unreadable files pass, their error comes from ``torch.load``."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(2)
+    except OSError:
+        return True
+    return head.startswith(b"PK") or head[:1] == b"\x80"
+
+
 def saved_global_step(state: Mapping[str, Any]) -> int:
     """The global step a checkpoint was written at (-1 for weights only), in today's layout or
     in that of ppdist 0.1 (position at the top level)."""
     return int((state.get("position") or state).get("global_step", -1))
+
+
+def _shared_error(message: str, exit_code: int) -> CheckpointError:
+    """The error every process raises alike after ``load_across_ranks``' collective decision."""
+    kind = CheckpointPathError if exit_code == CheckpointPathError.exit_code else CheckpointError
+    return shared(kind(message))
 
 
 def load_across_ranks(
@@ -96,27 +118,27 @@ def load_across_ranks(
     error, or None when no process has the file and ``missing_ok``.
     """
     state: Optional[Dict[str, Any]] = None
-    missing = error = None
+    missing = error = None  # (message, the error's exit code)
     try:
         resolved = checkpoint_path(path)
     except CheckpointError as exc:
-        missing = str(exc)
+        missing = (str(exc), exc.exit_code)
     else:
         try:
             state = load_file(resolved)
         except CheckpointError as exc:
-            error = str(exc)
+            error = (str(exc), exc.exit_code)
     step = saved_global_step(state) if state is not None else None
     views = all_gather_object((step, error, missing), env)
     errors = [(rank, view[1]) for rank, view in enumerate(views) if view[1]]
     if errors:
-        rank, message = errors[0]
-        raise CheckpointError(message if not env.distributed else f"rank {rank}: {message}")
+        rank, (message, code) = errors[0]
+        raise _shared_error(message if not env.distributed else f"rank {rank}: {message}", code)
     steps = [view[0] for view in views]
     if all(s is None for s in steps):
         if missing_ok:
             return None
-        raise CheckpointError(views[0][2])
+        raise _shared_error(*views[0][2])
     newest = max(s for s in steps if s is not None)
     if all(s == newest for s in steps):
         return state, path

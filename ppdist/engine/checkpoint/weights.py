@@ -199,15 +199,25 @@ def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:
     return bool(backbone_weights or model_weights)
 
 
-def write_converted(model: nn.Module, path: str, out: str, stage: Optional[str] = None) -> ConversionReport:
+def write_converted(
+    model: nn.Module, path: str, out: str, stage: Optional[str] = None, min_share: float = 0.0
+) -> ConversionReport:
     """Convert the Paddle file ``path`` (or prefix) for ``model`` and save it atomically as a ppdist
-    weights file ``{"model": state, "converted_from": ..., "conversion": {...}}``."""
+    weights file ``{"model": state, "converted_from": ..., "conversion": {...}}``. Nothing is written
+    when less than ``min_share`` of the model's tensors were converted (``CheckpointError``)."""
     source = checkpoint_path(path)
     state, report = load_paddle_weights(model, source, stage)
     if not report.loaded:
         raise CheckpointError(
             f"{source}: none of its tensors fits this model "
             f"({len(report.unused)} unused, e.g. {', '.join(report.unused[:5])})"
+        )
+    if len(report.loaded) < min_share * report.total:
+        raise CheckpointError(
+            f"{source}: only {len(report.loaded)}/{report.total} tensors of the model converted "
+            f"({len(report.skipped)} shape mismatch(es), {len(report.missing)} missing), under "
+            f"{min_share:.0%}: weights of another model or config? {out} not written; "
+            "--allow_partial writes it anyway"
         )
     if stage:
         state = {f"{stage}.{key}": value for key, value in state.items()}
