@@ -4,20 +4,22 @@ several runs overlaid (``tools/plot_logs.py``, and ``curves.png`` after every ev
 from __future__ import annotations
 
 import math
-from typing import List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ppdist.visualize.figures import new_figure, save_png
 from ppdist.visualize.train_log import Series
 
-PANEL_PX = (500, 320)
-MAX_COLUMNS = 3
+PANEL_PX = (500, 320)  # the largest panel
+MIN_PANEL_PX = (300, 180)
+FIGURE_PX = (1600, 1200)  # the panels shrink to fit, down to MIN_PANEL_PX
 
 
 def curve_names(series: Series) -> List[str]:
     """The names to plot in a series, without the ``train/`` / ``eval/`` prefix: the loss
-    first, then the learning rate, the other training values, then the evaluation metrics."""
+    first, then the learning rate, the other training values, then the evaluation metrics (in
+    the order they were logged: the loss terms and the metric's numbers in their own order)."""
     names: List[str] = []
-    for full in sorted(series, key=lambda n: (not n.startswith("train/"), n)):
+    for full in sorted(series, key=lambda n: not n.startswith("train/")):  # stable: logged order kept
         name = full.split("/", 1)[-1]
         if name not in names:
             names.append(name)
@@ -48,9 +50,8 @@ def draw_curves(runs: Mapping[str, Series], out_path: str, keys: Optional[Sequen
     names = select_names(runs, keys)
     if not names:
         raise ValueError("nothing to plot: the runs logged no values yet")
-    columns = min(MAX_COLUMNS, len(names))
-    rows = math.ceil(len(names) / columns)
-    figure = new_figure((PANEL_PX[0] * columns, PANEL_PX[1] * rows))
+    columns, rows, panel = layout(len(names))
+    figure = new_figure((panel[0] * columns, panel[1] * rows))
     colours = [f"C{i % 10}" for i in range(len(runs))]
     for index, name in enumerate(names):
         axes = figure.add_subplot(rows, columns, index + 1)
@@ -73,6 +74,16 @@ def draw_curves(runs: Mapping[str, Series], out_path: str, keys: Optional[Sequen
     figure.tight_layout()
     save_png(figure, out_path)
     return names
+
+
+def layout(count: int) -> Tuple[int, int, Tuple[int, int]]:
+    """``(columns, rows, (panel width, height))`` for ``count`` panels: 3 columns up to 9 panels,
+    4 beyond; panels shrink so that the figure fits ``FIGURE_PX`` (down to ``MIN_PANEL_PX``)."""
+    columns = min(3 if count <= 9 else 4, count)
+    rows = math.ceil(count / columns)
+    width = max(MIN_PANEL_PX[0], min(PANEL_PX[0], FIGURE_PX[0] // columns))
+    height = max(MIN_PANEL_PX[1], min(PANEL_PX[1], FIGURE_PX[1] // rows))
+    return columns, rows, (width, height)
 
 
 def _curves_of(series: Series, name: str) -> List[tuple]:
