@@ -3,12 +3,12 @@
 A run is a ``Series``: ``{"train/loss": {step: value}, "train/lr": {...}, "eval/acc": {...}}``,
 the names TensorBoard gets (``ppdist.engine.logger.ScalarWriter``). From ``train.log``: the
 values of each training line (``epoch: [e/E], global_step: N, lr: ..., loss: ..., ...``; the
-costs, ips and ETA left out) under ``train/``, and each ``cur metric, ...`` line under
-``eval/`` at the step of the evaluation (its ``eval step N`` progress line, else the last
-training line). Several trainings may append to one log: a resumed one (``resumed from ...,
-global_step N``) replaces what the interrupted one logged after step N (a step logged again:
-the last value wins), one started afresh replaces everything before it, so the series is the
-run as it went on.
+costs, ips and ETA left out) under ``train/``, and each ``cur metric, ..., global_step: N``
+line under ``eval/`` at step N (a line without it, from an older version: the step of its
+``eval step N`` progress line, else of the last training line). Several trainings may append
+to one log: a resumed one (``resumed from ...: epoch E, batch B, global_step N``) replaces what
+the interrupted one logged after step N (a step logged again: the last value wins), one
+started afresh replaces everything before it, so the series is the run as it went on.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Dict, Optional, Tuple
 Series = Dict[str, Dict[int, float]]
 
 TRAIN_LINE = re.compile(r"epoch: \[\d+/\d+\], global_step: (\d+), (.*)$")
-EVAL_LINE = re.compile(r"cur metric, (.*)$")
+EVAL_LINE = re.compile(r"cur metric, (.*?)(?:, global_step: (\d+))?$")
 EVAL_PROGRESS = re.compile(r"eval step (\d+):")
 RUN_START = re.compile(r"\d+ process\(es\), device \S+, \d+ batches/epoch")
 RESUMED = re.compile(r"resumed from .*: epoch \d+, batch \d+, global_step (\d+)[,;]")
@@ -69,7 +69,8 @@ def parse_train_log(path: str, until_step: Optional[int] = None) -> Series:
                 continue
             found = EVAL_LINE.search(line)
             if found:
-                step = eval_step if eval_step is not None else last_step
+                step = last_step if eval_step is None else eval_step
+                step = int(found.group(2)) if found.group(2) else step
                 _add(series, "eval", _pairs(found.group(1)), step)
                 eval_step = None
                 continue

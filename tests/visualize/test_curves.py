@@ -11,7 +11,7 @@ from ppdist_testing import check_ok, run_tool, tiny_run_config
 
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.hooks.curves import TrainingCurves
-from ppdist.engine.logger import format_metrics, format_train_line, setup_logger
+from ppdist.engine.logger import format_eval_line, format_metrics, format_train_line, setup_logger
 from ppdist.engine.setup import build_trainer
 from ppdist.visualize import draw_curves, parse_train_log, read_run, read_tensorboard
 from ppdist.visualize.curves import layout
@@ -136,7 +136,9 @@ def test_parse_train_log_keeps_the_run_as_it_went_on(tmp_path):
     assert series["eval/acc"] == {4: 0.25, 6: 0.3} and series["train/lr"][8] == 0.001
     assert set(series) == {"train/loss", "train/acc", "train/lr", "eval/acc", "eval/norm_edit_dis"}
     assert parse_train_log(str(log), until_step=4)["eval/acc"] == {4: 0.25}
-    resumed = [_info("resumed from out/latest.pt: epoch 2, batch 0, global_step 4, best {'acc': 0.25}")]
+    resumed = [
+        _info("resumed from out/latest.pt: epoch 2, batch 0, global_step 4; best so far: acc: 0.250000")
+    ]
     resumed += [_start(), _train_line(6, 2.4), _train_line(8, 1.9), _eval(0.5, 8), _train_line(10, 1.5)]
     log.write_text("".join(first + resumed))
     series = parse_train_log(str(log))
@@ -148,7 +150,7 @@ def test_parse_train_log_keeps_the_run_as_it_went_on(tmp_path):
             "continues after 64 of 128 samples with 2 batch(es) left; global_step 8 -> 4; learning rate x1 "
             "of the configured one"
         ),
-        _info("resumed from out/latest.pt: epoch 2, batch 2, global_step 4, best -"),
+        _info("resumed from out/latest.pt: epoch 2, batch 2, global_step 4, best -"),  # an older version's
         _start(6),
         _train_line(6, 1.0),
     ]
@@ -160,6 +162,18 @@ def test_parse_train_log_keeps_the_run_as_it_went_on(tmp_path):
         "train/acc": {2: 0.5},
         "train/lr": {2: 0.001},
     }
+
+
+def test_an_evaluation_lands_at_the_step_its_line_names(tmp_path):
+    """``cur metric`` names its global step: an evaluation without progress lines (a small
+    evaluation set, the final one after the last training line) is drawn at its own step."""
+    line = format_eval_line({"acc": 0.5, "norm_edit_dis": 0.9}, 240.98, 12)
+    assert line == "cur metric, acc: 0.500000, norm_edit_dis: 0.900000, fps: 240.98, global_step: 12"
+    log = tmp_path / "train.log"
+    log.write_text("".join([_start(), _train_line(10, 2.0), _info(line), _eval(0.25)]))
+    series = parse_train_log(str(log))
+    assert series["eval/acc"] == {12: 0.5, 10: 0.25}  # a line of an older version: the last training step
+    assert "eval/global_step" not in series and "eval/fps" not in series
 
 
 def test_curves_png_follows_the_evaluations_and_a_resume(runs, tmp_path, digits_dir):
