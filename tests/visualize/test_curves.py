@@ -13,6 +13,7 @@ from ppdist.engine.dist import DistEnv
 from ppdist.engine.hooks.curves import TrainingCurves
 from ppdist.engine.logger import format_eval_line, format_metrics, format_train_line, setup_logger
 from ppdist.engine.setup import build_trainer
+from ppdist.visualize import curves as curves_module
 from ppdist.visualize import draw_curves, parse_train_log, read_run, read_tensorboard
 from ppdist.visualize.curves import layout
 
@@ -103,6 +104,65 @@ def test_draw_curves_plots_the_values_given(tmp_path):
         draw_curves({"a": {}}, path)
     # PP-YOLOE's 5 loss terms + lr + 12 COCO numbers: 4 columns of smaller panels, within 1600 x 1200
     assert layout(18) == (4, 5, (400, 240)) and layout(4) == (3, 2, (500, 320))
+
+
+@pytest.fixture
+def drawn_figures(monkeypatch):
+    """The figures draw_curves saves, kept for inspection (and still written)."""
+    figures = []
+    save = curves_module.save_png
+
+    def keep(figure, path):
+        figures.append(figure)
+        save(figure, path)
+
+    monkeypatch.setattr(curves_module, "save_png", keep)
+    return figures
+
+
+COCO_NAMES = ("ap", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar1", "ar10", "ar100")
+COCO_NAMES += ("ar_small", "ar_medium", "ar_large")
+
+
+def _det_series():
+    """A PP-YOLOE run's values: 5 loss terms, lr, the 12 COCO numbers (-1: no object of that
+    size), the image count."""
+    series = {f"train/{n}": {4: 3.0, 8: 2.0} for n in ("loss", "loss_cls", "loss_iou", "loss_dfl", "loss_l1")}
+    series["train/lr"] = {4: 0.01, 8: 0.01}
+    for name in COCO_NAMES:
+        series[f"eval/{name}"] = {4: 0.1, 8: 0.2}
+    series["eval/ap_small"] = {4: -1.0, 8: -1.0}
+    series["eval/ap_medium"] = {4: -1.0, 8: 0.3}
+    series["eval/images"] = {4: 12.0, 8: 12.0}
+    return series
+
+
+def test_curves_draw_losses_lr_and_the_main_metrics(tmp_path, drawn_figures):
+    """Detection: the loss terms, the learning rate, AP, AP50 and AP75; not the size breakdowns,
+    the recalls or the image count (``--keys`` still draws a breakdown, without COCO's -1)."""
+    path = str(tmp_path / "det.png")
+    names = ["loss", "lr", "loss_cls", "loss_iou", "loss_dfl", "loss_l1", "ap", "ap50", "ap75"]
+    assert draw_curves({"det": _det_series()}, path) == names
+    assert [axes.get_title() for axes in drawn_figures[0].axes] == names
+    assert_picture(path, (1500, 960))
+    assert draw_curves({"det": _det_series()}, path, ["ap_medium", "ap_small"]) == ["ap_medium"]
+    (line,) = drawn_figures[1].axes[0].get_lines()
+    assert list(line.get_xdata()) == [8] and list(line.get_ydata()) == [0.3]  # -1 is "no data"
+    seg = {"train/loss": {2: 1.0}, "train/lr": {2: 0.01}, "eval/miou": {2: 0.5}, "eval/images": {2: 6.0}}
+    assert draw_curves({"seg": seg}, path) == ["loss", "lr", "miou"]
+
+
+def test_curves_have_no_offset_or_scientific_axis(tmp_path, drawn_figures):
+    """A metric near zero reads as itself (0.00000030), not as 3 under a 1e-7 multiplier."""
+    series = {"eval/norm_edit_dis": {2: 0.0, 4: 3e-7, 6: 2e-8}, "train/lr": {2: 1.0001, 4: 1.0002}}
+    draw_curves({"a": series}, str(tmp_path / "c.png"))
+    for axes in drawn_figures[0].axes:
+        for axis in (axes.xaxis, axes.yaxis):
+            assert axis.get_major_formatter().get_offset() == "", axes.get_title()
+            labels = [t.get_text() for t in axis.get_ticklabels()]
+            assert not any("e-" in label or "10^" in label for label in labels), labels
+    labels = [t.get_text() for t in drawn_figures[0].axes[1].yaxis.get_ticklabels()]
+    assert pytest.approx(3e-7, abs=1e-12) in [float(label.replace("\u2212", "-")) for label in labels]
 
 
 def _train_line(step: int, loss: float, lr: float = 0.001) -> str:
