@@ -4,7 +4,8 @@
 
 Writes into ``--output_dir``: rec ``results.txt`` (``path<TAB>text<TAB>score``); det ``bbox.json``
 (COCO results) and the images with boxes above ``--draw_threshold``; seg ``<name>.png`` (palette
-PNG of class ids) and ``<name>_overlay.jpg``. Unreadable files are reported and skipped.
+PNG of class ids) and ``<name>_overlay.jpg`` (above a legend naming its classes: the data set's
+``labels.txt`` names, recorded in ``inference.yml``). Unreadable files are reported and skipped.
 """
 
 from __future__ import annotations

@@ -11,21 +11,15 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from ppdist.visualize.palette import class_name, flat_palette
+
 Result = Dict[str, Any]
 
 
 def pseudo_colour_palette(size: int = 256) -> List[int]:
-    """Flat ``[r, g, b, ...]`` palette of pseudo-colour PNGs, class ``i`` at ``3 * i``: the Pascal VOC
-    colours (bits of the id spread over the channels, most significant first) of ids 1..size, so
-    class 0 is not black - the colours PaddleSeg's predictions use."""
-    palette: List[int] = []
-    for voc_id in range(1, size + 1):
-        rgb = [0, 0, 0]
-        for bit in range(8):
-            for channel in range(3):
-                rgb[channel] |= ((voc_id >> (3 * bit + channel)) & 1) << (7 - bit)
-        palette.extend(rgb)
-    return palette
+    """Flat ``[r, g, b, ...]`` palette of pseudo-colour PNGs, class ``i`` at ``3 * i``: the colours
+    PaddleSeg's predictions use, those of ``tools/browse_dataset.py`` (``ppdist.visualize.palette``)."""
+    return flat_palette(size)
 
 
 def _stem(path: str) -> str:
@@ -113,11 +107,13 @@ class DetWriter:
 
 class SegWriter:
     """``output_dir/<stem>.png`` (palette mode, pixel value = class id) and ``<stem>_overlay.jpg``
-    (the image blended with the class colours, PaddleSeg's weight 0.6)."""
+    (the image blended with the class colours, PaddleSeg's weight 0.6, above a legend of the
+    classes it shows: the data set's ``names`` when known, else ``class i``)."""
 
-    def __init__(self, output_dir: str, weight: float = 0.6) -> None:
+    def __init__(self, output_dir: str, weight: float = 0.6, names: Sequence[str] = ()) -> None:
         self.output_dir = output_dir
         self.weight = weight
+        self.names = list(names)
         self.palette = pseudo_colour_palette(256)
         self.written: List[str] = []
 
@@ -138,11 +134,39 @@ class SegWriter:
         colours = np.asarray(self.palette, dtype=np.uint8).reshape(-1, 3)[:, ::-1]  # BGR
         pseudo = colours[np.clip(label_map, 0, 255)]
         overlay = cv2.addWeighted(image, self.weight, pseudo, 1 - self.weight, 0)
-        cv2.imwrite(stem + "_overlay.jpg", overlay)
+        shown = [int(v) for v in np.unique(label_map) if 0 <= v < 256]
+        legend = legend_strip(overlay.shape[1], shown, colours, self.names)
+        cv2.imwrite(stem + "_overlay.jpg", stack_legend(overlay, legend) if shown else overlay)
         return [stem + ".png", stem + "_overlay.jpg"]
 
     def close(self) -> List[str]:
         return self.written
+
+
+LEGEND_ROW_PX = 16
+
+
+def legend_strip(
+    width: int, classes: Sequence[int], colours_bgr: np.ndarray, names: Sequence[str]
+) -> np.ndarray:
+    """A white BGR strip at least ``width`` wide (wider when a name needs it): one row per class
+    of ``classes``, its colour and name."""
+    texts = [class_name(cls, names) for cls in classes]
+    widest = max((cv2.getTextSize(t, cv2.FONT_HERSHEY_SIMPLEX, 0.4, 1)[0][0] for t in texts), default=0)
+    strip = np.full((LEGEND_ROW_PX * len(classes) + 4, max(width, widest + 26), 3), 255, np.uint8)
+    for row, (cls, text) in enumerate(zip(classes, texts)):
+        top = 2 + row * LEGEND_ROW_PX
+        colour = tuple(int(c) for c in colours_bgr[cls])
+        cv2.rectangle(strip, (4, top + 2), (16, top + LEGEND_ROW_PX - 3), colour, -1)
+        cv2.putText(strip, text, (22, top + 12), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1, cv2.LINE_AA)
+    return strip
+
+
+def stack_legend(image: np.ndarray, legend: np.ndarray) -> np.ndarray:
+    """``image`` above ``legend``, the narrower one padded with white on the right."""
+    width = max(image.shape[1], legend.shape[1])
+    pad = [np.pad(a, ((0, 0), (0, width - a.shape[1]), (0, 0)), constant_values=255) for a in (image, legend)]
+    return np.concatenate(pad)
 
 
 def build_writer(task: str, output_dir: str, info: Mapping[str, Any], draw_threshold: float = 0.5) -> Any:
@@ -152,4 +176,4 @@ def build_writer(task: str, output_dir: str, info: Mapping[str, Any], draw_thres
         return RecWriter(output_dir)
     if task == "det":
         return DetWriter(output_dir, info.get("labels") or [], draw_threshold)
-    return SegWriter(output_dir)
+    return SegWriter(output_dir, names=(info.get("labels") or {}).get("names") or ())
