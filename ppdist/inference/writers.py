@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from ppdist.visualize.palette import class_name, flat_palette
+from ppdist.visualize.palette import class_colour, class_name, flat_palette
 
 Result = Dict[str, Any]
 
@@ -48,13 +48,15 @@ class RecWriter:
 
 class DetWriter:
     """COCO results in ``output_dir/bbox.json`` (image_id = running index, plus ``file_name``) and
-    each image with its boxes above ``draw_threshold`` drawn, as ``output_dir/<name>``."""
+    each image with its boxes above ``draw_threshold`` drawn, as ``output_dir/<name>``, in the
+    colours browse_dataset gives the classes (``ppdist.visualize.palette``)."""
 
     def __init__(
         self, output_dir: str, labels: Sequence[Mapping[str, Any]], draw_threshold: float = 0.5
     ) -> None:
         self.output_dir = output_dir
         self.names = {int(row["id"]): str(row["name"]) for row in labels}
+        self.classes = {cat: index for index, cat in enumerate(sorted(self.names))}  # browse's class index
         self.draw_threshold = draw_threshold
         self.records: List[Dict[str, Any]] = []
         self.images = 0
@@ -79,15 +81,13 @@ class DetWriter:
 
     def draw(self, result: Result) -> str:
         image = cv2.imread(result["path"], cv2.IMREAD_COLOR)
-        palette = pseudo_colour_palette(max(self.names or {0: ""}) + 1)
         for box, score, cat in zip(
             result["boxes"].tolist(), result["scores"].tolist(), result["category_ids"].tolist()
         ):
             if score < self.draw_threshold:
                 continue
-            r, g, b = (
-                palette[3 * int(cat) : 3 * int(cat) + 3] if 3 * int(cat) + 2 < len(palette) else (0, 255, 0)
-            )
+            index = self.classes.get(int(cat))
+            r, g, b = class_colour(index) if index is not None else (0, 255, 0)
             x1, y1, x2, y2 = (int(round(v)) for v in box)
             cv2.rectangle(image, (x1, y1), (x2, y2), (b, g, r), 2)
             text = f"{self.names.get(int(cat), cat)} {score:.2f}"

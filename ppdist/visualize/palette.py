@@ -1,5 +1,6 @@
-"""The one palette of segmentation classes: ``tools/infer.py``'s PNGs and overlays,
-``tools/browse_dataset.py``'s label overlays and legends draw class ``i`` in the same colour.
+"""The one palette of classes: ``tools/infer.py``'s PNGs, overlays and boxes,
+``tools/browse_dataset.py``'s label overlays, legends and boxes draw class ``i`` in the same
+colour (a detection class is the index of its category among the set's sorted category ids).
 
 The colours are PaddleSeg's: the Pascal VOC colours (bits of the id spread over the channels,
 most significant first) of ids 1, 2, ..., so class 0 is not black. ``ignore_index`` is white.
@@ -24,6 +25,11 @@ def class_colours(count: int) -> np.ndarray:
             for channel in range(3):
                 colours[cls, channel] |= ((voc_id >> (3 * bit + channel)) & 1) << (7 - bit)
     return colours
+
+
+def class_colour(cls: int) -> Tuple[int, int, int]:
+    """The RGB colour of class ``cls``."""
+    return tuple(int(v) for v in class_colours(cls + 1)[cls])
 
 
 def flat_palette(size: int = 256) -> List[int]:

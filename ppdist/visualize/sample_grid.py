@@ -10,13 +10,12 @@ import os
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ppdist.visualize.dataset_browser import Browse, BrowsedSample
 from ppdist.visualize.figures import new_figure, save_png
-from ppdist.visualize.palette import IGNORE_RGB, class_colours, class_name
+from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours, class_name
 
 PANEL_PX = {"det": (320, 320), "seg": (520, 280), "rec": (400, 140)}
 COLUMNS = {"det": 4, "seg": 3, "rec": 3}
@@ -27,8 +26,8 @@ LEGEND_PX = 40
 
 
 def box_colour(cls: int) -> Tuple[float, float, float]:
-    """The RGB colour (0..1) a box of class ``cls`` is drawn in."""
-    return tuple(float(v) for v in colormaps["tab10"](int(cls) % 10)[:3])
+    """The RGB colour (0..1) a box of class ``cls`` is drawn in (infer's, ``palette``)."""
+    return tuple(v / 255.0 for v in class_colour(int(cls)))
 
 
 def overlay(image: np.ndarray, label_map: np.ndarray, ignore_index: Optional[int]) -> np.ndarray:

@@ -221,3 +221,23 @@ def test_segmentation_classes_have_infers_colours_and_the_datasets_names(tmp_pat
     browse = read_samples(config, "Eval", dataset, range(3))
     texts = [t.get_text() for t in render_samples(browse, browse.samples).legends[0].get_texts()]
     assert texts[:2] == ["class 0", "class 1"] and dataset.label_list == []
+
+
+def test_a_detection_class_has_one_colour_in_browse_and_infer(tmp_path):
+    """Class k (the k-th category of the set) is drawn in one colour: browse_dataset's box and
+    infer's box of that category."""
+    labels = [{"id": 3, "name": "ellipse"}, {"id": 7, "name": "rectangle"}, {"id": 9, "name": "ring"}]
+    image = str(tmp_path / "white.png")
+    Image.fromarray(np.full((60, 60, 3), 255, np.uint8)).save(image)
+    writer = build_writer("det", str(tmp_path / "infer"), {"labels": labels}, draw_threshold=0.5)
+    for index, label in enumerate(labels):
+        result = {
+            "path": image,
+            "boxes": np.array([[10.0, 20.0, 50.0, 50.0]]),
+            "scores": np.array([0.9]),
+            "category_ids": np.array([label["id"]]),
+        }
+        drawn = np.asarray(Image.open(writer.draw(result)).convert("RGB"))
+        edge = tuple(int(v) for v in drawn[35, 10])  # the box's left side
+        assert edge == tuple(round(255 * c) for c in box_colour(index)), label["name"]
+    assert len({box_colour(k) for k in range(3)}) == 3
