@@ -21,7 +21,7 @@ from ppdist.cli import flat_overrides, run_main
 from ppdist.convert.configs import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
-from ppdist.visualize.browse import BrowseOptions, browse_dataset, check_options
+from ppdist.visualize.browse import BrowseOptions, NothingToDraw, browse_dataset, check_options
 from ppdist.visualize.dataset_browser import summary_markdown
 
 
@@ -51,7 +51,12 @@ def main() -> int:
     options = BrowseOptions(args.split, args.num, args.out, args.shuffle, args.seed, args.all)
     check_options(config, options)  # before any data is generated
     ensure_synthetic_data(config, DistEnv())
-    summary = browse_dataset(config, options)
+    try:
+        summary = browse_dataset(config, options)
+    except NothingToDraw as exc:  # each bad sample (file:line, reason), then run_main's one-line error
+        for line in exc.bad:
+            print(f"bad sample: {line}")
+        raise
     print(summary_markdown(summary))
     print(
         f"wrote {', '.join(summary['pictures'])} and summary.json / summary.md in {args.out} "

@@ -44,6 +44,8 @@ class GlobalKey:
 
 NONE_TYPE = type(None)
 NUMBER_TYPES = (int, float)
+MAX_ACCUMULATE_STEPS = 65536  # micro-batches per optimizer step: far past any real use, refused above
+
 GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "use_gpu": GlobalKey((bool,), True, "Train on CUDA when available; falls back to CPU with a warning."),
     "epoch_num": GlobalKey((int, NONE_TYPE), None, "Number of epochs (or set max_iters)."),
@@ -200,7 +202,8 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         (int,),
         1,
         "Gradient accumulation: K micro-batches per optimizer step per process; N processes x K train "
-        "on exactly the batches of N*K processes (LR schedule, EMA, logs and checkpoints count optimizer steps).",
+        "on exactly the batches of N*K processes (LR schedule, EMA, logs and checkpoints count optimizer steps). "
+        f"At most {MAX_ACCUMULATE_STEPS}, and at most the batches of an epoch (checked against the data set).",
     ),
     "nan_policy": GlobalKey(
         (str,),

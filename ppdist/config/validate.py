@@ -19,6 +19,7 @@ from ppdist.config.schema import (
     COMPILE_KEYS,
     GLOBAL_SCHEMA,
     LOADER_SCHEMA,
+    MAX_ACCUMULATE_STEPS,
     NONE_TYPE,
     NUMBER_TYPES,
     OPTIMIZER_COMMON_KEYS,
@@ -123,6 +124,11 @@ def _validate_global(config: Dict[str, Any]) -> None:
     for key in ("accumulate_steps", "keep_checkpoint_max"):
         if glob[key] is not None and glob[key] < 1:
             raise ConfigError(f"Global.{key} must be a positive integer, got {glob[key]}")
+    if glob["accumulate_steps"] is not None and glob["accumulate_steps"] > MAX_ACCUMULATE_STEPS:
+        raise ConfigError(
+            f"Global.accumulate_steps must be a positive integer of at most {MAX_ACCUMULATE_STEPS} "
+            f"(micro-batches per optimizer step), got {glob['accumulate_steps']}"
+        )
     early_stop_settings(glob)
     profiler_settings(glob)
 

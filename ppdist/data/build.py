@@ -25,8 +25,8 @@ from ppdist.data.base import (
 )
 from ppdist.data.device_transforms import DeviceTransform, defer_to_device
 from ppdist.data.pending_image import materialize
-from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler
-from ppdist.errors import DataError
+from ppdist.data.samplers import EvalBatchSampler, TrainBatchSampler, max_accumulate_steps
+from ppdist.errors import ConfigError, DataError
 from ppdist.registry import DATASETS, TRANSFORMS
 from ppdist.utils.memory import keep_freed_memory
 from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
@@ -226,6 +226,22 @@ def loader_options(loader_cfg: Mapping[str, Any], device_type: str) -> Dict[str,
     return options
 
 
+def check_accumulation(
+    section: str, dataset_len: int, batch_size: int, world_size: int, drop_last: bool, accumulate: int
+) -> None:
+    """ConfigError naming the largest ``Global.accumulate_steps`` that works when an optimizer step
+    of ``accumulate`` micro-batches would be longer than an epoch."""
+    largest = max_accumulate_steps(dataset_len, batch_size, world_size, drop_last)
+    if accumulate <= max(largest, 1):
+        return  # (largest 0: not even one full batch; the batch size is the mistake, said below)
+    raise ConfigError(
+        f"Global.accumulate_steps {accumulate} is larger than an epoch: {section} gives {largest} "
+        f"batch(es) of {batch_size} per process ({dataset_len} samples over {world_size} process(es)"
+        f"{', drop_last' if drop_last else ''}); the largest Global.accumulate_steps that works for this "
+        f"data set is {largest}"
+    )
+
+
 def build_dataloader(
     config: Mapping[str, Any],
     section: str,
@@ -250,6 +266,10 @@ def build_dataloader(
             f"check its label file / annotation file / dataset_root"
         )
     if mode == "train":
+        accumulate = int(config["Global"].get("accumulate_steps") or 1)
+        check_accumulation(
+            section, len(dataset), batch_size, world_size, bool(loader_cfg["drop_last"]), accumulate
+        )
         sampler: Any = TrainBatchSampler(
             len(dataset),
             batch_size,
@@ -258,7 +278,7 @@ def build_dataloader(
             shuffle=bool(loader_cfg["shuffle"]),
             drop_last=bool(loader_cfg["drop_last"]),
             seed=seed,
-            accumulate_steps=int(config["Global"].get("accumulate_steps") or 1),
+            accumulate_steps=accumulate,
         )
         if len(sampler) == 0:
             processes = (

@@ -3,8 +3,11 @@
 ``cache: auto`` keeps index files in ``$PPDIST_CACHE_DIR`` (default ``~/.cache/ppdist/index``),
 ``cache: PATH`` in the folder ``PATH``, ``cache: off`` builds in memory in every process. A cache
 file is named after the input files' paths and the dataset options, and holds a key of the
-inputs' size and modification time: a changed input is rebuilt (replacing the stale file), an
-unchanged one is mapped — by the other ranks of the node, by the next run, by a torchrun restart.
+inputs' size, modification and change times and inode: a changed input is rebuilt (replacing the
+stale file) — also one edited in place with its mtime restored (its ctime moved) or replaced by
+another file (another inode) — an unchanged one is mapped — by the other ranks of the node, by the
+next run, by a torchrun restart. A cache file that fails its checksum or cannot be parsed is
+rebuilt with one warning.
 
 The first process to need an index takes an exclusive lock on ``<file>.lock``, builds, writes the
 file atomically and maps it; processes that wait on the lock then find the file and map it. A
@@ -29,7 +32,7 @@ from ppdist.utils.memory import release_free_memory
 
 logger = logging.getLogger("ppdist")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 CACHE_DIR_ENV = "PPDIST_CACHE_DIR"
 WAIT_REPORT_S = 30.0
 
@@ -56,11 +59,12 @@ def cache_folder(cache: Any, key: str) -> Optional[str]:
 
 
 def source_stamp(paths: Sequence[str]) -> list:
-    """``[absolute path, size, mtime_ns]`` of each input: what makes a cache file stale."""
+    """``[absolute path, size, mtime_ns, ctime_ns, inode]`` of each input: what makes a
+    cache file stale (ctime moves on any write, even one whose mtime is set back afterwards)."""
     stamp = []
     for path in paths:
         st = os.stat(path)
-        stamp.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+        stamp.append([os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
     return stamp
 
 
@@ -74,14 +78,16 @@ def cache_file(folder: str, kind: str, sources: Sequence[str], options: Mapping[
     return os.path.join(folder, f"{kind}-{hashlib.sha256(ident.encode()).hexdigest()[:20]}.idx")
 
 
-def _fresh(path: str, key: Any) -> Optional[PackedIndex]:
-    """The index in ``path`` if it exists and was built from exactly ``key``."""
+def _fresh(path: str, key: Any, report: bool) -> Optional[PackedIndex]:
+    """The index in ``path`` if it exists, is intact and was built from exactly ``key``;
+    ``report``: log a damaged file (once, by the process that rebuilds it)."""
     try:
         index = PackedIndex.load(path)
     except FileNotFoundError:
         return None
-    except (IndexFileError, OSError, ValueError, KeyError) as exc:
-        logger.warning("index cache %s is unreadable (%s); rebuilding it", path, exc)
+    except (IndexFileError, OSError) as exc:
+        if report:
+            logger.warning("index cache %s is unreadable (%s); rebuilding it", path, exc)
         return None
     return index if index.key == key else None
 
@@ -139,7 +145,7 @@ def cached_index(
     key = {"format": FORMAT_VERSION, "sources": source_stamp(sources), "options": dict(options)}
     key = json.loads(json.dumps(key, sort_keys=True, default=str))  # the form a file holds
     path = cache_file(folder, kind, sources, key["options"])
-    index = _fresh(path, key)
+    index = _fresh(path, key, report=False)  # a damaged file is reported under the lock
     if index is not None:
         BUILDS["mapped"] += 1
         logger.info("%s: index mapped from %s", what, path)
@@ -160,7 +166,7 @@ def cached_index(
         )
         return _build(build)
     with stack:
-        index = _fresh(path, key)  # built by the process we waited for
+        index = _fresh(path, key, report=True)  # built by the process we waited for
         if index is not None:
             BUILDS["mapped"] += 1
             logger.info("%s: index mapped from %s (built by another process)", what, path)

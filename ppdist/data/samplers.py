@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator, List, Tuple
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
@@ -93,17 +94,27 @@ class TrainBatchSampler(Sampler[List[Item]]):
         per_rank = -(-remaining // self.virtual_world_size)
         return per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
 
+    def _padded(self, order: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The samples at ``positions`` of the rest of the epoch padded by cycling the permutation:
+        ``rest + order + order + ...`` (``rest``: the permutation after ``consumed``)."""
+        rest = len(order) - self.consumed
+        inside = np.minimum(positions, max(rest - 1, 0)) + self.consumed
+        return np.where(positions < rest, order[inside], order[(positions - rest) % len(order)])
+
+    def _shard_length(self) -> int:
+        """Samples each virtual rank gets for the rest of the epoch (padding included)."""
+        return -(-max(0, self.dataset_len - self.consumed) // self.virtual_world_size)
+
     def virtual_rank_indices(self) -> List[List[int]]:
         """For each of this rank's ``accumulate_steps`` virtual ranks, its sample indices for
-        the rest of the epoch, in order."""
-        order = self.epoch_order()
-        rest = order[self.consumed :]
-        world = self.virtual_world_size
-        total = -(-len(rest) // world) * world
-        while len(rest) < total:
-            rest += order[: total - len(rest)]
+        the rest of the epoch, in order (for tests: ``__iter__`` computes one micro-batch at a time)."""
+        order = np.asarray(self.epoch_order(), dtype=np.int64)
+        world, length = self.virtual_world_size, self._shard_length()
         first = self.rank * self.accumulate_steps
-        return [rest[v:total:world] for v in range(first, first + self.accumulate_steps)]
+        return [
+            self._padded(order, v + world * np.arange(length)).tolist()
+            for v in range(first, first + self.accumulate_steps)
+        ]
 
     def rank_indices(self) -> List[int]:
         """This rank's sample indices for the rest of the epoch, in the order they are yielded."""
@@ -123,11 +134,15 @@ class TrainBatchSampler(Sampler[List[Item]]):
         return self._batches(max(0, self.dataset_len - self.consumed))
 
     def _micro_batches(self) -> Iterator[List[int]]:
-        shards = self.virtual_rank_indices()
-        size = self.batch_size
+        """Micro-batch ``m`` of step ``k``: batch ``k`` of virtual rank ``rank * K + m``, computed
+        when it is yielded (memory in the data set's size, whatever ``accumulate_steps``)."""
+        order = np.asarray(self.epoch_order(), dtype=np.int64)
+        world, length, size = self.virtual_world_size, self._shard_length(), self.batch_size
+        first = self.rank * self.accumulate_steps
         for step in range(self.remaining_batches()):
-            for shard in shards:
-                yield shard[step * size : (step + 1) * size]
+            columns = np.arange(step * size, min((step + 1) * size, length))
+            for v in range(first, first + self.accumulate_steps):
+                yield self._padded(order, v + world * columns).tolist()
 
     def first_step(self) -> int:
         """The optimizer step of the epoch (0-based) that the next iteration starts with."""
@@ -139,6 +154,12 @@ class TrainBatchSampler(Sampler[List[Item]]):
             step = first + position // self.accumulate_steps
             yield [(i, self.epoch, self.seed, step) for i in batch]
         self.consumed = 0  # only the resumed epoch starts in the middle
+
+
+def max_accumulate_steps(dataset_len: int, batch_size: int, world_size: int, drop_last: bool) -> int:
+    """The largest ``accumulate_steps`` whose optimizer step fits in an epoch: the batches each
+    process gets in an epoch without accumulation (0: not even one full batch with ``drop_last``)."""
+    return TrainBatchSampler(dataset_len, batch_size, 0, world_size, drop_last=drop_last).steps_per_epoch
 
 
 def eval_shard(dataset_len: int, rank: int, world_size: int, batch_size: int = 1) -> range:

@@ -130,8 +130,10 @@ class Evaluator:
         def merge_and_compute() -> Dict[str, Any]:
             assert gathered is not None
             self.metric.load_states([g["state"] for g in gathered])
+            metrics = self.metric.compute()
             return {
-                "metrics": self.metric.compute(),
+                "metrics": metrics,
+                "nothing_evaluated": getattr(self.metric, "nothing_evaluated", None),
                 "bad": [b for g in gathered for b in g["bad"]],
                 "samples": sum(g["samples"] for g in gathered),
                 "elapsed": max(g["elapsed"] for g in gathered),
@@ -147,6 +149,12 @@ class Evaluator:
                 f"the evaluation saw no sample: the Eval set is empty or every one of its samples was bad "
                 f"({len(self.last_bad)} bad{': ' + '; '.join(self.last_bad[:3]) if self.last_bad else ''}); "
                 f"check Eval.dataset (data_dir / label_file_list / dataset_root / anno_path)"
+            )
+        if summary["nothing_evaluated"] and self.env.is_main:
+            logger.warning(
+                "eval: nothing was evaluated: %s; %s is nan, not a score",
+                summary["nothing_evaluated"],
+                getattr(self.metric, "main_indicator", "the metric") or "the metric",
             )
         for line in self.last_bad:
             logger.warning("eval: skipped bad sample %s", line)

@@ -84,6 +84,11 @@ def check_relayout_allowed(
             f"{source} was written with batch_size_per_card {saved['batch_size_per_card']} and this run "
             f"has {layout.batch_size}"
         )
+    elif int(saved.get("accumulate_steps") or 1) != layout.accumulate_steps:
+        change = (
+            f"{source} was written with Global.accumulate_steps {int(saved.get('accumulate_steps') or 1)} "
+            f"and this run has {layout.accumulate_steps}"
+        )
     else:
         change = (
             f"{source}: the training set gives {layout.steps_per_epoch} batches per epoch but the "

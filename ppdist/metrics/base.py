@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 
 class Metric:
@@ -13,9 +13,14 @@ class Metric:
     snapshots (one per rank, in rank order); ``compute()`` returns a dict of floats that
     includes ``main_indicator``. Merging must be exact: N-process eval must give exactly
     the single-process numbers (use integer counts or ``math.fsum`` over per-sample values).
+
+    When the evaluated samples hold nothing to score (every label pixel ignored, no ground-truth
+    box), ``compute`` returns nan for the scores and sets ``nothing_evaluated`` to the reason (the
+    evaluator warns with it; nan is never a best); otherwise ``nothing_evaluated`` is None.
     """
 
     main_indicator: str = ""
+    nothing_evaluated: Optional[str] = None
 
     def reset(self) -> None:
         raise NotImplementedError

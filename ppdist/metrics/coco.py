@@ -153,6 +153,14 @@ def coco_bbox_eval(
     return out
 
 
+def ground_truth_boxes(coco_gt: Any, image_ids: List[int]) -> int:
+    """The non-crowd ground-truth boxes of ``image_ids`` (what COCOeval scores)."""
+    if not image_ids:
+        return 0  # (getAnnIds of no image id means every annotation)
+    annotations = coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=image_ids))
+    return sum(1 for annotation in annotations if not annotation.get("iscrowd", 0))
+
+
 def load_ground_truth(anno_file: str, backend: str = "pycocotools") -> Any:
     """The ``COCO`` object of ``backend`` for ``anno_file`` (its progress prints silenced)."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -308,9 +316,19 @@ class COCOMetric(Metric):
             logger.info("detections written to %s (COCO results format)", path)
         image_ids = self.image_ids
         self.last_eval = {}
-        out = coco_bbox_eval(
-            self.coco_gt, table, image_ids, self.classwise, self.backend, keep=self.last_eval
-        )
+        self.nothing_evaluated = None
+        if ground_truth_boxes(self.coco_gt, image_ids) == 0:  # no score, not 0 (nor COCO's -1)
+            self.nothing_evaluated = (
+                f"the {len(image_ids)} evaluated image(s) of {self.anno_file} hold no ground-truth box "
+                f"(crowd boxes are not scored)"
+            )
+            out: Dict[str, Any] = {name: float("nan") for name in STAT_NAMES}
+            if self.classwise:
+                out["class_ap"] = [float("nan")] * len(self.coco_gt.getCatIds())
+        else:
+            out = coco_bbox_eval(
+                self.coco_gt, table, image_ids, self.classwise, self.backend, keep=self.last_eval
+            )
         if self.classwise and self.label_list:
             for name, ap in zip(self.label_list, out["class_ap"]):
                 logger.info("class %-20s AP %.4f", name, ap)

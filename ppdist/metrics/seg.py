@@ -111,7 +111,15 @@ class SegMetric(Metric):
             self.images += int(state["images"])
 
     def compute(self) -> Dict[str, Any]:
-        return dict(metrics_from_areas(*self.areas), images=self.images)
+        out = dict(metrics_from_areas(*self.areas), images=self.images)
+        self.nothing_evaluated = None
+        if self.areas[2].sum() == 0:  # no pixel to score: nan, not PaddleSeg's 0 of an empty union
+            self.nothing_evaluated = (
+                f"no pixel of the {self.images} evaluated image(s) has a label in 0..{self.num_classes - 1} "
+                f"(every one is ignore_index {self.ignore_index} or out of range)"
+            )
+            out.update({name: float("nan") for name in INDICATORS})
+        return out
 
     def pictures(self, out_dir: str) -> List[str]:
         """``confusion_matrix.png`` (normalised per label row) and ``class_iou.png``."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Sequence
 
-from ppdist.errors import ConfigError
+from ppdist.errors import ConfigError, DataError
 from ppdist.utils.atomic import write_text_atomic
 from ppdist.visualize.dataset_browser import (
     choose_indices,
@@ -18,6 +18,17 @@ from ppdist.visualize.dataset_browser import (
     summary_markdown,
 )
 from ppdist.visualize.sample_grid import draw_samples
+
+
+class NothingToDraw(DataError):
+    """Every sample read was bad: nothing could be drawn. ``bad`` lists them (file:line, reason);
+    the summary files are written. An input mistake: exit 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, bad: Sequence[str]) -> None:
+        super().__init__(message)
+        self.bad = list(bad)
 
 
 @dataclass
@@ -44,7 +55,8 @@ def check_options(config: Mapping[str, Any], options: BrowseOptions) -> None:
 
 
 def browse_dataset(config: Mapping[str, Any], options: BrowseOptions) -> Dict[str, Any]:
-    """Draw, count and write; returns the summary (also in ``out_dir``'s summary.json / .md)."""
+    """Draw, count and write; returns the summary (also in ``out_dir``'s summary.json / .md).
+    ``NothingToDraw`` (after writing the summary) when every sample read was bad."""
     check_options(config, options)
     dataset = split_dataset(config, options.split)
     if len(dataset) == 0:
@@ -52,6 +64,17 @@ def browse_dataset(config: Mapping[str, Any], options: BrowseOptions) -> Dict[st
     indices = choose_indices(len(dataset), options.num, options.shuffle, options.seed)
     drawn = read_samples(config, options.split, dataset, indices)
     os.makedirs(options.out_dir, exist_ok=True)
+    if not drawn.samples:  # every sample read was bad: say which, and why, instead of drawing nothing
+        summary = dict(
+            summarize(drawn), of=f"the {len(indices)} samples read", drawn_indices=indices, pictures=[]
+        )
+        _write_summary(summary, options.out_dir)
+        raise NothingToDraw(
+            f"{options.split}: none of the {len(indices)} sample(s) read could be drawn: {len(drawn.bad)} bad "
+            f"(listed above and in {os.path.join(options.out_dir, 'summary.md')}); check "
+            f"{options.split}.dataset (data_dir / label_file_list / dataset_root / anno_path)",
+            drawn.bad,
+        )
     pictures = draw_samples(drawn, options.out_dir)
     if options.whole_split:
         counted = read_samples(config, options.split, dataset, range(len(dataset)), draw=False)
@@ -61,6 +84,11 @@ def browse_dataset(config: Mapping[str, Any], options: BrowseOptions) -> Dict[st
         which = f"{len(indices)} randomly chosen" if options.shuffle else f"first {len(indices)}"
         of = f"the {which} samples drawn (--all: the whole split)"
     summary = dict(summarize(counted), of=of, drawn_indices=indices, pictures=pictures)
-    write_text_atomic(os.path.join(options.out_dir, "summary.json"), json.dumps(summary, indent=1) + "\n")
-    write_text_atomic(os.path.join(options.out_dir, "summary.md"), summary_markdown(summary))
+    _write_summary(summary, options.out_dir)
     return summary
+
+
+def _write_summary(summary: Mapping[str, Any], out_dir: str) -> None:
+    """``summary.json`` and ``summary.md`` in ``out_dir``."""
+    write_text_atomic(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=1) + "\n")
+    write_text_atomic(os.path.join(out_dir, "summary.md"), summary_markdown(summary))

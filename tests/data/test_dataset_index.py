@@ -284,3 +284,87 @@ def test_cache_off_written_in_yaml_is_accepted(fixture_dir, name):
     dataset = build_component(DATASETS, entry, {"Global": {}}, "Train.dataset", transforms=[])
     assert len(dataset) > 0
     assert len(pickle.dumps(dataset)) > 2000  # the index travels in memory: no cache file was used
+
+
+def _cached_labels(data_dir, path, cache):
+    return SimpleDataSet(data_dir, [path], [], cache=cache)
+
+
+def _rebuild_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if "rebuilding" in r.getMessage()]
+
+
+def test_cache_file_with_changed_bytes_is_rebuilt_not_served(tmp_path, caplog):
+    """4 bytes changed in the arrays of a cache file: the checksum no longer matches, the index is
+    rebuilt (one log line) instead of serving another label."""
+    data_dir, path = _labels(tmp_path)
+    cache = str(tmp_path / "cache")
+    first = _cached_labels(data_dir, path, cache)
+    label = first._line(3).label
+    cache_path = first.lines.index.path
+    with open(cache_path, "rb") as handle:
+        raw = handle.read()
+    at = raw.rindex(label.encode())  # the label's bytes in the mapped text buffer
+    with open(cache_path, "r+b") as handle:  # in place, as a disk error would
+        handle.seek(at)
+        handle.write(b"XXXX")
+    with caplog.at_level(logging.INFO, logger="ppdist"):
+        again, counts = _counts(lambda: _cached_labels(data_dir, path, cache))
+    assert counts == {"built": 1, "mapped": 0} and again._line(3).label == label
+    warnings = _rebuild_warnings(caplog)
+    assert len(warnings) == 1 and "checksum" in warnings[0] and cache_path in warnings[0], warnings
+    _, counts = _counts(lambda: _cached_labels(data_dir, path, cache))
+    assert counts == {"built": 0, "mapped": 1}  # the rebuilt file is good
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw.replace(b'"<i8"', b'"<q8"', 1),  # an unknown dtype (was: a config error)
+        lambda raw: raw.replace(b'"shape": [', b'"shape": [-', 1),  # a negative shape
+        lambda raw: raw[:15] + (2**60).to_bytes(8, "little") + raw[23:],  # a header length past the file
+        lambda raw: raw[:100],  # truncated inside the header
+        lambda raw: b"",  # empty
+    ],
+    ids=["dtype", "shape", "length", "truncated", "empty"],
+)
+def test_cache_file_with_a_corrupted_header_is_rebuilt(tmp_path, caplog, damage):
+    data_dir, path = _labels(tmp_path)
+    cache = str(tmp_path / "cache")
+    first = _cached_labels(data_dir, path, cache)
+    cache_path = first.lines.index.path
+    expected = [first.origin(i) for i in range(len(first))]
+    with open(cache_path, "rb") as handle:
+        raw = handle.read()
+    with open(cache_path + ".tmp", "wb") as handle:  # a new file: ``first`` keeps its mapping
+        handle.write(damage(raw))
+    os.replace(cache_path + ".tmp", cache_path)
+    with caplog.at_level(logging.INFO, logger="ppdist"):
+        again, counts = _counts(lambda: _cached_labels(data_dir, path, cache))
+    assert counts == {"built": 1, "mapped": 0}
+    assert [again.origin(i) for i in range(len(again))] == expected
+    assert len(_rebuild_warnings(caplog)) == 1, _rebuild_warnings(caplog)
+
+
+def test_label_file_edited_in_place_with_its_mtime_restored_is_rebuilt(tmp_path):
+    """Same size, same mtime, other content: the key holds ctime and inode, so it is not served stale."""
+    data_dir, path = _labels(tmp_path)
+    cache = str(tmp_path / "cache")
+    first = _cached_labels(data_dir, path, cache)
+    label = first._line(0).label
+    before = os.stat(path)
+    with open(path, "r+b") as handle:  # edited in place: same inode, same size
+        raw = handle.read()
+        handle.seek(raw.index(label.encode()))
+        handle.write(b"Z" * len(label.encode()))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    again, counts = _counts(lambda: _cached_labels(data_dir, path, cache))
+    assert counts == {"built": 1, "mapped": 0} and again._line(0).label == "Z" * len(label)
+    replaced = tmp_path / "replacement.txt"  # another file moved over it, size and mtime kept
+    replaced.write_bytes(raw)
+    os.utime(replaced, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(replaced, path)
+    again, counts = _counts(lambda: _cached_labels(data_dir, path, cache))
+    assert counts == {"built": 1, "mapped": 0} and again._line(0).label == label

@@ -149,3 +149,34 @@ def test_eval_shards_contiguous_no_duplicates(n, world):
     assert split == single  # the same batches as one process, dealt out in contiguous runs
     sizes = [len(eval_shard(n, r, world, 3)) for r in range(world)]
     assert max(sizes) - min(sizes) < 2 * 3  # one batch, plus a short last batch
+
+
+def test_an_absurd_accumulate_steps_yields_micro_batches_without_building_the_step():
+    """accumulate_steps 1e12 with drop_last false: the first micro-batches come at once, in memory
+    proportional to the data set (was: a list of 1e12 indices, 4.4 GB in 20 s)."""
+    import time
+    import tracemalloc
+
+    sampler = TrainBatchSampler(50, 4, shuffle=True, seed=1, drop_last=False, accumulate_steps=10**12)
+    order = sampler.epoch_order()
+    tracemalloc.start()
+    start = time.perf_counter()
+    batches = iter(sampler)
+    first = [next(batches) for _ in range(3)]
+    elapsed = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert indices(first) == order[:3] and elapsed < 1.0 and peak < 1_000_000, (elapsed, peak)
+    assert sampler.steps_per_epoch == 1 and len(sampler) == 10**12
+
+
+@pytest.mark.parametrize("n,batch,world,drop_last", [(50, 4, 1, False), (50, 4, 2, True), (7, 2, 3, False)])
+def test_largest_accumulate_steps_is_the_batches_of_an_epoch(n, batch, world, drop_last):
+    from ppdist.data.samplers import max_accumulate_steps
+
+    largest = max_accumulate_steps(n, batch, world, drop_last)
+    assert largest == TrainBatchSampler(n, batch, 0, world, drop_last=drop_last).steps_per_epoch
+    assert (
+        TrainBatchSampler(n, batch, 0, world, drop_last=drop_last, accumulate_steps=largest).steps_per_epoch
+        == 1
+    )

@@ -15,10 +15,14 @@ from ppdist_testing import REPO, tiny_run_config
 from step_testing import device_batch, step_trainer
 
 from ppdist.config import load_config
+from ppdist.data.build import build_dataloader
 from ppdist.data.samplers import TrainBatchSampler
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.logger import setup_logger
+from ppdist.engine.position import Layout
+from ppdist.engine.resume import check_relayout_allowed
 from ppdist.engine.setup import build_trainer
+from ppdist.errors import CheckpointError, ConfigError
 
 QUICKSTARTS = {
     "crnn": (os.path.join(REPO, "configs", "rec", "quickstart_synth.yml"), (32, 100)),
@@ -127,3 +131,34 @@ def test_a_run_killed_mid_accumulation_resumes_to_the_same_weights(tmp_path, dig
         assert torch.equal(p, q), name
     saved = torch.load(tmp_path / "killed" / "latest.pt", weights_only=True)
     assert saved["position"]["accumulate_steps"] == 2 and saved["position"]["global_step"] == 10
+
+
+def test_absurd_accumulate_steps_is_refused_by_the_config(tmp_path, digits_dir):
+    with pytest.raises(
+        ConfigError, match=r"Global.accumulate_steps must be .* at most 65536 .*, got 1000000000000"
+    ):
+        tiny_run_config(tmp_path, digits_dir, "run", ["Global.accumulate_steps=1000000000000"])
+
+
+def test_accumulate_steps_larger_than_an_epoch_names_the_largest_that_works(tmp_path, digits_dir):
+    """512 samples, batch 16, 1 process: 32 batches an epoch (was: DataError, exit 1, "lower
+    batch_size_per_card or set drop_last: false", which does not help)."""
+    config = tiny_run_config(tmp_path, digits_dir, "run", ["Global.accumulate_steps=40"])
+    with pytest.raises(ConfigError) as info:
+        build_dataloader(config, "Train", "train")
+    message = str(info.value)
+    assert info.value.exit_code == 2 and "\n" not in message
+    assert "Global.accumulate_steps 40" in message and "largest Global.accumulate_steps that works" in message
+    assert message.endswith(" is 32"), message
+    config = tiny_run_config(tmp_path, digits_dir, "run", ["Global.accumulate_steps=32"])
+    assert build_dataloader(config, "Train", "train").batch_sampler.steps_per_epoch == 1
+
+
+def test_resume_with_another_accumulate_steps_names_it(tmp_path, digits_dir):
+    saved = {"world_size": 1, "batch_size_per_card": 16, "accumulate_steps": 2, "steps_per_epoch": 16}
+    layout = Layout(512, 16, 1, 8, accumulate_steps=4)
+    with pytest.raises(CheckpointError) as info:
+        check_relayout_allowed(saved, layout, {"auto_scale_lr": None}, "run/latest.pt")
+    message = str(info.value)
+    assert "Global.accumulate_steps 2" in message and "has 4" in message, message
+    assert "the data or batch size changed" not in message

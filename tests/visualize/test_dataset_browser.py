@@ -241,3 +241,25 @@ def test_a_detection_class_has_one_colour_in_browse_and_infer(tmp_path):
         edge = tuple(int(v) for v in drawn[35, 10])  # the box's left side
         assert edge == tuple(round(255 * c) for c in box_colour(index)), label["name"]
     assert len({box_colour(k) for k in range(3)}) == 3
+
+
+def test_when_every_sample_is_bad_the_tool_lists_each_and_exits_2(tmp_path):
+    """Was: a traceback (ValueError "no usable sample to draw (4 bad)", exit 1) naming no sample."""
+    path, _ = loaded("rec", tmp_path)
+    train_list = tmp_path / "data" / "train.txt"
+    count = len(read_lines(train_list))
+    train_list.write_text("".join(f"images/missing_{i}.png\tabc\n" for i in range(count)), encoding="utf-8")
+    out = str(tmp_path / "browse")
+    args = ["browse_dataset.py", "-c", path, "--num", "3", "--out", out, "-o", "Global.synthetic_data=null"]
+    result = run_tool(args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    for line in (1, 2, 3):
+        listed = [row for row in result.stdout.splitlines() if f"{train_list}:{line} " in row]
+        assert (
+            len(listed) == 1 and f"missing_{line - 1}.png" in listed[0] and "FileNotFoundError" in listed[0]
+        )
+    errors = [row for row in result.stderr.splitlines() if row.startswith("ppdist: error:")]
+    assert len(errors) == 1 and "none of the 3 sample(s)" in errors[0] and "3 bad" in errors[0], result.stderr
+    summary = json.load(open(os.path.join(out, "summary.json"), encoding="utf-8"))
+    assert len(summary["bad_samples"]) == 3 and summary["pictures"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Mapping, Optional
 
 from ppdist.engine.hooks.base import PRIORITY_EARLY_STOP, Hook
@@ -45,6 +46,8 @@ class EarlyStopping(Hook):
             return
         self.judged_step = step
         value = float(evaluation.last_metrics[evaluation.main_indicator])
+        if math.isnan(value):  # nothing was evaluated: neither better nor worse
+            return
         if self.best is None or value > self.best + self.min_delta:
             self.best, self.bad_evaluations = value, 0
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Any, Dict, Mapping, Optional, Sequence
 
@@ -22,7 +23,8 @@ class Evaluation(Hook):
     (``Evaluator``: exact unpadded shards) every ``eval_batch_step = [start, interval]`` global
     steps after ``start``, or instead every ``eval_batch_epoch`` epochs at their end; once more
     after the last step unless that step was just evaluated. A result whose ``main_indicator``
-    is at least the best so far becomes the best and is saved as ``best_accuracy`` (collective).
+    is at least the best so far becomes the best and is saved as ``best_accuracy`` (collective);
+    a nan one (nothing was evaluated) never does.
 
     State: the best metrics (with ``best_epoch`` / ``best_step``) and the step last evaluated.
     """
@@ -93,8 +95,10 @@ class Evaluation(Hook):
         self.last_metrics = dict(metrics)
         logger.info("%s", format_eval_line(metrics, self.evaluator.last_fps, step))
         trainer.writer.add_scalars("eval", metrics, step)
-        current = metrics[self.main_indicator]
-        if not self.best or current >= self.best[self.main_indicator]:
+        current = float(metrics[self.main_indicator])
+        if math.isnan(current):  # nothing was evaluated (the evaluator said why): no score, no best
+            logger.info("no best from this evaluation (%s is nan)", self.main_indicator)
+        elif not self.best or current >= self.best[self.main_indicator]:
             self.best = dict(metrics, best_epoch=epoch, best_step=step)
             trainer.save(BEST_NAME, {"metrics": metrics})
         logger.info("best metric, %s", format_metrics(self.best))
