@@ -4,7 +4,7 @@ step, several runs overlaid (``tools/plot_logs.py``, and ``curves.png`` after ev
 What a person compares is drawn by default: every training value (the loss terms, the learning
 rate) and the evaluation metrics except COCO's breakdowns by object size and its recalls
 (``DETAIL_CURVES``; drawn when named in ``keys``). An evaluation value of -1 is COCO's "no
-data" (no object of that size): never drawn as a value. Axes read plainly: no offset, no
+data" (no object of that size), nan an evaluation with nothing to score: neither is drawn. Axes read plainly: no offset, no
 scientific multiplier (0.0000003 is written so, not as 3 under a 1e-7)."""
 
 from __future__ import annotations
@@ -107,9 +107,14 @@ def _curves_of(series: Series, name: str) -> List[tuple]:
 
 
 def _points(series: Series, full: str) -> List[Tuple[int, float]]:
-    """The ``(step, value)`` points of ``series[full]`` in step order, without COCO's -1."""
-    no_data = full.startswith("eval/")
-    return [(s, v) for s, v in sorted(series[full].items()) if not (no_data and v == NO_DATA)]
+    """The ``(step, value)`` points of ``series[full]`` in step order; an evaluation's "no data"
+    (COCO's -1, the nan of an evaluation that had nothing to score) left out."""
+    evaluation = full.startswith("eval/")
+    return [
+        (s, v)
+        for s, v in sorted(series[full].items())
+        if not (evaluation and (v == NO_DATA or math.isnan(v)))
+    ]
 
 
 def _style(prefix_or_name: str) -> dict:

@@ -150,6 +150,11 @@ def test_curves_draw_losses_lr_and_the_main_metrics(tmp_path, drawn_figures):
     assert list(line.get_xdata()) == [8] and list(line.get_ydata()) == [0.3]  # -1 is "no data"
     seg = {"train/loss": {2: 1.0}, "train/lr": {2: 0.01}, "eval/miou": {2: 0.5}, "eval/images": {2: 6.0}}
     assert draw_curves({"seg": seg}, path) == ["loss", "lr", "miou"]
+    seg["eval/miou"] = {2: float("nan"), 4: 0.25}  # nan: nothing was evaluated at step 2
+    seg["eval/kappa"] = {2: float("nan")}
+    assert draw_curves({"seg": seg}, path) == ["loss", "lr", "miou"]
+    (line,) = drawn_figures[3].axes[2].get_lines()
+    assert list(line.get_xdata()) == [4] and list(line.get_ydata()) == [0.25]
 
 
 def test_curves_have_no_offset_or_scientific_axis(tmp_path, drawn_figures):
