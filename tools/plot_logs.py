@@ -1,7 +1,7 @@
 """Plot training curves: ``python tools/plot_logs.py RUN_DIR [OTHER_RUN_DIR ...] [--keys loss,lr,acc] --out curves.png``.
 
 Reads each run's ``train.log`` (or, with ``--source tensorboard`` or without a log, its TensorBoard
-events) and draws the loss terms, the learning rate and the evaluation metrics against global step,
+events) and draws the loss terms, the learning rate and the main evaluation metrics against global step,
 the runs overlaid (ppdist.visualize).
 """
 
@@ -22,7 +22,11 @@ from ppdist.visualize import draw_curves, read_run
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("runs", nargs="+", help="save_model_dir of each run to draw")
-    parser.add_argument("--keys", default="", help="comma-separated names (default: all), e.g. loss,lr,acc")
+    parser.add_argument(
+        "--keys",
+        default="",
+        help="comma-separated names, e.g. loss,lr,acc or ap_small (default: the losses, lr and the main metrics)",
+    )
     parser.add_argument("--source", choices=("auto", "log", "tensorboard"), default="auto")
     parser.add_argument("--out", default="curves.png", help="PNG to write (default: %(default)s)")
     args = parser.parse_args()

@@ -21,6 +21,25 @@ from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.errors import ConfigError, DataError, DataPathError
 from ppdist.registry import DATASETS
 
+LABELS_FILE = "labels.txt"  # dataset_root/labels.txt: one class name per line, class 0 first
+CITYSCAPES_NAMES = (
+    "road", "sidewalk", "building", "wall", "fence", "pole", "traffic light", "traffic sign",
+    "vegetation", "terrain", "sky", "person", "rider", "car", "truck", "bus", "train",
+    "motorcycle", "bicycle",
+)  # fmt: skip
+
+
+def read_class_names(dataset_root: str, num_classes: int) -> List[str]:
+    """The class names of ``dataset_root/labels.txt`` (one per line, as ppdist's synthetic sets
+    write it), or ``[]`` when there is none or it does not hold ``num_classes`` names."""
+    path = os.path.join(dataset_root, LABELS_FILE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            names = [line.strip() for line in handle if line.strip()]
+    except (OSError, UnicodeDecodeError):
+        return []
+    return names if len(names) == num_classes else []
+
 
 def _section(mode: str) -> str:
     return "Train.dataset" if mode == "train" else "Eval.dataset"
@@ -60,6 +79,7 @@ class _SegBase(BaseDataSet):
         if img_channels not in (1, 3):
             raise ConfigError(f"{sec}.img_channels must be 1 or 3, got {img_channels!r}")
         self.num_classes: int = num_classes
+        self.label_list: List[str] = []  # class names, when the dataset has them
         self.ignore_index = int(ignore_index)
         self.img_channels = img_channels
         self.items: List[_Item] = []
@@ -196,6 +216,7 @@ class SegDataSet(_SegBase):
         self.separator = separator
         self.file_list = _resolve_list(path, dataset_root, key)
         self.items = self._parse(self.file_list)
+        self.label_list = read_class_names(dataset_root, self.num_classes)
 
     def _parse(self, path: str) -> List[_Item]:
         items: List[_Item] = []
@@ -243,6 +264,7 @@ class CityscapesDataSet(_SegBase):
             raise DataPathError(f"{sec}.dataset_root: directory not found: {dataset_root}")
         self.dataset_root = dataset_root
         self.seed = seed
+        self.label_list = list(CITYSCAPES_NAMES) if self.num_classes == len(CITYSCAPES_NAMES) else []
         self.split = split or ("train" if mode == "train" else "val")
         pattern = os.path.join(dataset_root, "leftImg8bit", self.split, "*", "*_leftImg8bit.png")
         images = sorted(glob.glob(pattern))

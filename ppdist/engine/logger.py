@@ -87,6 +87,12 @@ def format_metrics(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: {_format_value(v)}" for k, v in values.items())
 
 
+def format_eval_line(metrics: Mapping[str, Any], fps: float, global_step: int) -> str:
+    """``cur metric, acc: 0.960000, norm_edit_dis: 0.991587, fps: 240.98, global_step: 12``:
+    PaddleOCR's evaluation line, with the step it was made at (``parse_train_log`` reads it)."""
+    return f"cur metric, {format_metrics(metrics)}, fps: {fps:.2f}, global_step: {global_step}"
+
+
 def format_eta(seconds: float) -> str:
     return str(datetime.timedelta(seconds=int(max(0.0, seconds))))
 

@@ -16,6 +16,7 @@ import yaml
 
 from ppdist.builder import component_kwargs
 from ppdist.components import build_postprocess
+from ppdist.data.seg import CITYSCAPES_NAMES, read_class_names
 from ppdist.errors import ConfigError
 from ppdist.registry import POSTPROCESSES, TRANSFORMS
 
@@ -67,13 +68,19 @@ def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return [{"id": i + 1, "name": f"class_{i}"} for i in range(num_classes)]
 
 
-def segmentation_labels(config: Mapping[str, Any]) -> Dict[str, int]:
-    """``{num_classes}`` from Global, else the head."""
-    return {
-        "num_classes": int(
-            config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"]
-        )
-    }
+def segmentation_labels(config: Mapping[str, Any]) -> Dict[str, Any]:
+    """``{num_classes}`` from Global, else the head; with ``names`` when the Eval set has them
+    (``dataset_root/labels.txt``, or Cityscapes' own): infer's overlays name the classes."""
+    num_classes = int(config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"])
+    labels: Dict[str, Any] = {"num_classes": num_classes}
+    dataset = (config.get("Eval") or {}).get("dataset") or {}
+    if dataset.get("name") == "CityscapesDataSet" and num_classes == len(CITYSCAPES_NAMES):
+        labels["names"] = list(CITYSCAPES_NAMES)
+    elif dataset.get("dataset_root"):
+        names = read_class_names(str(dataset["dataset_root"]), num_classes)
+        if names:
+            labels["names"] = names
+    return labels
 
 
 def write_inference_config(

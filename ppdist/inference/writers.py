@@ -13,22 +13,15 @@ import numpy as np
 from PIL import Image
 
 from ppdist.utils.atomic import temporary_path, write_text_atomic
+from ppdist.visualize.palette import class_colour, class_name, flat_palette
 
 Result = Dict[str, Any]
 
 
 def pseudo_colour_palette(size: int = 256) -> List[int]:
-    """Flat ``[r, g, b, ...]`` palette of pseudo-colour PNGs, class ``i`` at ``3 * i``: the Pascal VOC
-    colours (bits of the id spread over the channels, most significant first) of ids 1..size, so
-    class 0 is not black - the colours PaddleSeg's predictions use."""
-    palette: List[int] = []
-    for voc_id in range(1, size + 1):
-        rgb = [0, 0, 0]
-        for bit in range(8):
-            for channel in range(3):
-                rgb[channel] |= ((voc_id >> (3 * bit + channel)) & 1) << (7 - bit)
-        palette.extend(rgb)
-    return palette
+    """Flat ``[r, g, b, ...]`` palette of pseudo-colour PNGs, class ``i`` at ``3 * i``: the colours
+    PaddleSeg's predictions use, those of ``tools/browse_dataset.py`` (``ppdist.visualize.palette``)."""
+    return flat_palette(size)
 
 
 def _stem(path: str) -> str:
@@ -67,13 +60,15 @@ class RecWriter:
 
 class DetWriter:
     """COCO results in ``output_dir/bbox.json`` (image_id = running index, plus ``file_name``) and
-    each image with its boxes above ``draw_threshold`` drawn, as ``output_dir/<name>``."""
+    each image with its boxes above ``draw_threshold`` drawn, as ``output_dir/<name>``, in the
+    colours browse_dataset gives the classes (``ppdist.visualize.palette``)."""
 
     def __init__(
         self, output_dir: str, labels: Sequence[Mapping[str, Any]], draw_threshold: float = 0.5
     ) -> None:
         self.output_dir = output_dir
         self.names = {int(row["id"]): str(row["name"]) for row in labels}
+        self.classes = {cat: index for index, cat in enumerate(sorted(self.names))}  # browse's class index
         self.draw_threshold = draw_threshold
         self.records: List[Dict[str, Any]] = []
         self.images = 0
@@ -98,15 +93,13 @@ class DetWriter:
 
     def draw(self, result: Result) -> str:
         image = cv2.imread(result["path"], cv2.IMREAD_COLOR)
-        palette = pseudo_colour_palette(max(self.names or {0: ""}) + 1)
         for box, score, cat in zip(
             result["boxes"].tolist(), result["scores"].tolist(), result["category_ids"].tolist()
         ):
             if score < self.draw_threshold:
                 continue
-            r, g, b = (
-                palette[3 * int(cat) : 3 * int(cat) + 3] if 3 * int(cat) + 2 < len(palette) else (0, 255, 0)
-            )
+            index = self.classes.get(int(cat))
+            r, g, b = class_colour(index) if index is not None else (0, 255, 0)
             x1, y1, x2, y2 = (int(round(v)) for v in box)
             cv2.rectangle(image, (x1, y1), (x2, y2), (b, g, r), 2)
             text = f"{self.names.get(int(cat), cat)} {score:.2f}"
@@ -128,11 +121,13 @@ class DetWriter:
 
 class SegWriter:
     """``output_dir/<stem>.png`` (palette mode, pixel value = class id) and ``<stem>_overlay.jpg``
-    (the image blended with the class colours, PaddleSeg's weight 0.6)."""
+    (the image blended with the class colours, PaddleSeg's weight 0.6, above a legend of the
+    classes it shows: the data set's ``names`` when known, else ``class i``)."""
 
-    def __init__(self, output_dir: str, weight: float = 0.6) -> None:
+    def __init__(self, output_dir: str, weight: float = 0.6, names: Sequence[str] = ()) -> None:
         self.output_dir = output_dir
         self.weight = weight
+        self.names = list(names)
         self.palette = pseudo_colour_palette(256)
         self.written: List[str] = []
 
@@ -153,7 +148,9 @@ class SegWriter:
         colours = np.asarray(self.palette, dtype=np.uint8).reshape(-1, 3)[:, ::-1]  # BGR
         pseudo = colours[np.clip(label_map, 0, 255)]
         overlay = cv2.addWeighted(image, self.weight, pseudo, 1 - self.weight, 0)
-        cv2.imwrite(stem + "_overlay.jpg", overlay)
+        shown = [int(v) for v in np.unique(label_map) if 0 <= v < 256]
+        legend = legend_strip(overlay.shape[1], shown, colours, self.names)
+        cv2.imwrite(stem + "_overlay.jpg", stack_legend(overlay, legend) if shown else overlay)
         return [stem + ".png", stem + "_overlay.jpg"]
 
     def close(self) -> List[str]:
@@ -163,6 +160,32 @@ class SegWriter:
         """Nothing to drop: each image's files are complete once written."""
 
 
+LEGEND_ROW_PX = 16
+
+
+def legend_strip(
+    width: int, classes: Sequence[int], colours_bgr: np.ndarray, names: Sequence[str]
+) -> np.ndarray:
+    """A white BGR strip at least ``width`` wide (wider when a name needs it): one row per class
+    of ``classes``, its colour and name."""
+    texts = [class_name(cls, names) for cls in classes]
+    widest = max((cv2.getTextSize(t, cv2.FONT_HERSHEY_SIMPLEX, 0.4, 1)[0][0] for t in texts), default=0)
+    strip = np.full((LEGEND_ROW_PX * len(classes) + 4, max(width, widest + 26), 3), 255, np.uint8)
+    for row, (cls, text) in enumerate(zip(classes, texts)):
+        top = 2 + row * LEGEND_ROW_PX
+        colour = tuple(int(c) for c in colours_bgr[cls])
+        cv2.rectangle(strip, (4, top + 2), (16, top + LEGEND_ROW_PX - 3), colour, -1)
+        cv2.putText(strip, text, (22, top + 12), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1, cv2.LINE_AA)
+    return strip
+
+
+def stack_legend(image: np.ndarray, legend: np.ndarray) -> np.ndarray:
+    """``image`` above ``legend``, the narrower one padded with white on the right."""
+    width = max(image.shape[1], legend.shape[1])
+    pad = [np.pad(a, ((0, 0), (0, width - a.shape[1]), (0, 0)), constant_values=255) for a in (image, legend)]
+    return np.concatenate(pad)
+
+
 def build_writer(task: str, output_dir: str, info: Mapping[str, Any], draw_threshold: float = 0.5) -> Any:
     """The writer of ``task`` into ``output_dir`` (created)."""
     os.makedirs(output_dir, exist_ok=True)
@@ -170,4 +193,4 @@ def build_writer(task: str, output_dir: str, info: Mapping[str, Any], draw_thres
         return RecWriter(output_dir)
     if task == "det":
         return DetWriter(output_dir, info.get("labels") or [], draw_threshold)
-    return SegWriter(output_dir)
+    return SegWriter(output_dir, names=(info.get("labels") or {}).get("names") or ())

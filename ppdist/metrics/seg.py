@@ -16,6 +16,7 @@ import torch
 from ppdist.metrics.base import Metric
 from ppdist.registry import METRICS
 from ppdist.visualize.eval_pictures import class_bars, confusion_picture
+from ppdist.visualize.palette import class_name
 
 INDICATORS = ("miou", "acc", "kappa", "mdice")
 
@@ -76,7 +77,12 @@ class SegMetric(Metric):
         self.num_classes = int(num_classes)
         self.ignore_index = int(ignore_index)
         self.main_indicator = main_indicator
+        self.class_names: List[str] = []
         self.reset()
+
+    def bind_dataset(self, dataset: Any) -> None:
+        """The eval dataset (called by the evaluator): its class names label the pictures."""
+        self.class_names = list(getattr(dataset, "label_list", []) or [])
 
     def reset(self) -> None:
         self.areas = np.zeros((3, self.num_classes), dtype=np.int64)
@@ -118,7 +124,7 @@ class SegMetric(Metric):
     def pictures(self, out_dir: str) -> List[str]:
         """``confusion_matrix.png`` (normalised per label row) and ``class_iou.png``."""
         os.makedirs(out_dir, exist_ok=True)
-        names = [str(c) for c in range(self.num_classes)]
+        names = [class_name(c, self.class_names) for c in range(self.num_classes)]
         matrix = os.path.join(out_dir, "confusion_matrix.png")
         confusion_picture(self.confusion, names, matrix, "pixels, normalised per label", normalize_rows=True)
         bars = os.path.join(out_dir, "class_iou.png")

@@ -1,6 +1,7 @@
 """A grid of browsed samples with their targets: boxes and class names (det), the image beside
-its label map laid over it in a palette with ``ignore_index`` white (seg), the decoded text label
-(rec)."""
+its label map laid over it in the segmentation palette (``ppdist.visualize.palette``: the colours
+of ``tools/infer.py``'s overlays, ``ignore_index`` white) with a legend naming the classes (seg),
+the decoded text label (rec)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import os
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
-from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ppdist.visualize.dataset_browser import Browse, BrowsedSample
 from ppdist.visualize.figures import new_figure, save_png
+from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours, class_name
 
 PANEL_PX = {"det": (320, 320), "seg": (520, 280), "rec": (400, 140)}
 COLUMNS = {"det": 4, "seg": 3, "rec": 3}
@@ -22,25 +23,11 @@ ROWS_PER_PAGE = {"det": 3, "seg": 4, "rec": 8}  # pages of at most 1560 x 1160 p
 OVERLAY_ALPHA = 0.6  # weight of the label colours over the image
 GAP_PX = 4  # white between a segmentation sample's image and its overlay
 LEGEND_PX = 40
-IGNORE_RGB = (255, 255, 255)
-
-
-def palette(count: int) -> np.ndarray:
-    """``count`` distinct RGB colours (the bit-interleaved VOC-style palette), uint8."""
-    colours = np.zeros((count, 3), np.uint8)
-    for label in range(count):
-        value, shift = label, 7
-        while value:
-            for channel in range(3):
-                colours[label, channel] |= ((value >> channel) & 1) << shift
-            value >>= 3
-            shift -= 1
-    return colours
 
 
 def box_colour(cls: int) -> Tuple[float, float, float]:
-    """The RGB colour (0..1) a box of class ``cls`` is drawn in."""
-    return tuple(float(v) for v in colormaps["tab10"](int(cls) % 10)[:3])
+    """The RGB colour (0..1) a box of class ``cls`` is drawn in (infer's, ``palette``)."""
+    return tuple(v / 255.0 for v in class_colour(int(cls)))
 
 
 def overlay(image: np.ndarray, label_map: np.ndarray, ignore_index: Optional[int]) -> np.ndarray:
@@ -51,7 +38,7 @@ def overlay(image: np.ndarray, label_map: np.ndarray, ignore_index: Optional[int
         label_map = label_map[rows][:, cols]
     ignored = label_map == ignore_index if ignore_index is not None else np.zeros(label_map.shape, bool)
     valid = np.where(ignored, 0, label_map.clip(min=0))
-    colours = palette(int(valid.max()) + 1)[valid]
+    colours = class_colours(int(valid.max()) + 1)[valid]
     colours[ignored] = IGNORE_RGB
     return ((1 - OVERLAY_ALPHA) * image + OVERLAY_ALPHA * colours).round().astype(np.uint8)
 
@@ -85,10 +72,14 @@ def _draw_panel(axes, sample: BrowsedSample, browse: Browse) -> None:
     axes.set_title(_title(sample), fontsize=8)
 
 
-def _seg_legend(figure: Figure, samples: Sequence[BrowsedSample], ignore_index: Optional[int]) -> None:
+def _seg_legend(figure: Figure, samples: Sequence[BrowsedSample], browse: Browse) -> None:
+    """The classes on the page, each in its colour with its name (``class i`` without names)."""
+    ignore_index = browse.ignore_index
     values = sorted({int(v) for s in samples for v in np.unique(s.label_map)} - {ignore_index})
-    colours = palette(max(values) + 1) if values else np.zeros((0, 3), np.uint8)
-    handles = [Patch(color=colours[v] / 255.0, label=f"class {v}") for v in values if v >= 0]
+    colours = class_colours(max(values) + 1) if values else np.zeros((0, 3), np.uint8)
+    handles = [
+        Patch(color=colours[v] / 255.0, label=class_name(v, browse.class_names)) for v in values if v >= 0
+    ]
     if ignore_index is not None:
         handles.append(Patch(facecolor="white", edgecolor="black", label=f"ignore ({ignore_index})"))
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False)
@@ -104,7 +95,7 @@ def render_samples(browse: Browse, samples: Sequence[BrowsedSample]) -> Figure:
     for position, sample in enumerate(samples):
         _draw_panel(figure.add_subplot(rows, columns, position + 1), sample, browse)
     if legend:
-        _seg_legend(figure, samples, browse.ignore_index)
+        _seg_legend(figure, samples, browse)
     figure.tight_layout(rect=(0, legend / (height * rows + legend), 1, 1))
     return figure
 

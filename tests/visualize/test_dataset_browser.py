@@ -13,6 +13,10 @@ from ppdist.config import load_config
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
 from ppdist.errors import ConfigError
+from ppdist.export.inference_config import segmentation_labels
+from ppdist.inference.writers import LEGEND_ROW_PX, build_writer
+from ppdist.metrics.seg import SegMetric
+from ppdist.visualize import eval_pictures
 from ppdist.visualize.browse import BrowseOptions, browse_dataset
 from ppdist.visualize.dataset_browser import choose_indices, read_samples, split_dataset, summarize
 from ppdist.visualize.sample_grid import IGNORE_RGB, OVERLAY_ALPHA, box_colour, overlay, render_samples
@@ -172,6 +176,71 @@ def test_the_tool_draws_the_split_and_lists_a_missing_image_with_its_line(tmp_pa
     assert summary["pictures"] == [os.path.join(out, "samples_1.png"), os.path.join(out, "samples_2.png")]
     assert_picture(summary["pictures"][0], (3 * 400, 8 * 140))
     assert_picture(summary["pictures"][1], (3 * 400, 2 * 140))
+
+
+def test_segmentation_classes_have_infers_colours_and_the_datasets_names(tmp_path, monkeypatch):
+    """browse_dataset's overlay and legend, infer's PNG palette and the evaluation pictures: one
+    colour per class, and the names of the set's labels.txt (``class i`` without one)."""
+    _, config = loaded("seg", tmp_path)
+    dataset = split_dataset(config, "Eval")
+    names = ["background", "ellipse", "rectangle", "triangle"]
+    assert dataset.label_list == names
+    browse = read_samples(config, "Eval", dataset, range(3))
+    legend = render_samples(browse, browse.samples).legends[0]
+    drawn = {
+        text.get_text(): tuple(round(255 * c) for c in handle.get_facecolor()[:3])
+        for text, handle in zip(legend.get_texts(), legend.legend_handles)
+    }
+    sample = browse.samples[0]
+    image = str(tmp_path / "image.png")
+    Image.fromarray(sample.image).save(image)
+    label_map = np.where(sample.label_map == 255, 0, sample.label_map)
+    info = {"task": "seg", "labels": segmentation_labels(config)}  # what infer gets (inference.yml)
+    assert info["labels"] == {"num_classes": 4, "names": names}
+    writer = build_writer("seg", str(tmp_path / "infer"), info)
+    (png, jpg) = writer.write({"path": image, "label_map": label_map})
+    infer_palette = Image.open(png).getpalette()
+    rows = len(np.unique(label_map))  # the overlay above one legend row per class it shows
+    assert writer.names == names and Image.open(jpg).size[1] == 64 + LEGEND_ROW_PX * rows + 4
+    shown = overlay(np.zeros_like(sample.image), sample.label_map, 255)
+    for cls in range(4):
+        colour = tuple(infer_palette[3 * cls : 3 * cls + 3])
+        assert drawn[names[cls]] == colour, names[cls]
+        where = sample.label_map == cls
+        if where.any():
+            assert (shown[where] == np.round(OVERLAY_ALPHA * np.array(colour))).all(), cls
+    assert drawn["ignore (255)"] == (255, 255, 255)
+    figures = []
+    monkeypatch.setattr(eval_pictures, "save_png", lambda figure, path: figures.append(figure))
+    metric = SegMetric(num_classes=4)
+    metric.bind_dataset(dataset)
+    metric.pictures(str(tmp_path / "pictures"))
+    assert [t.get_text() for t in figures[0].axes[0].get_xticklabels()] == names
+    os.remove(tmp_path / "data" / "labels.txt")  # a set without names: classes by number
+    dataset = split_dataset(config, "Eval")
+    browse = read_samples(config, "Eval", dataset, range(3))
+    texts = [t.get_text() for t in render_samples(browse, browse.samples).legends[0].get_texts()]
+    assert texts[:2] == ["class 0", "class 1"] and dataset.label_list == []
+
+
+def test_a_detection_class_has_one_colour_in_browse_and_infer(tmp_path):
+    """Class k (the k-th category of the set) is drawn in one colour: browse_dataset's box and
+    infer's box of that category."""
+    labels = [{"id": 3, "name": "ellipse"}, {"id": 7, "name": "rectangle"}, {"id": 9, "name": "ring"}]
+    image = str(tmp_path / "white.png")
+    Image.fromarray(np.full((60, 60, 3), 255, np.uint8)).save(image)
+    writer = build_writer("det", str(tmp_path / "infer"), {"labels": labels}, draw_threshold=0.5)
+    for index, label in enumerate(labels):
+        result = {
+            "path": image,
+            "boxes": np.array([[10.0, 20.0, 50.0, 50.0]]),
+            "scores": np.array([0.9]),
+            "category_ids": np.array([label["id"]]),
+        }
+        drawn = np.asarray(Image.open(writer.draw(result)).convert("RGB"))
+        edge = tuple(int(v) for v in drawn[35, 10])  # the box's left side
+        assert edge == tuple(round(255 * c) for c in box_colour(index)), label["name"]
+    assert len({box_colour(k) for k in range(3)}) == 3
 
 
 def test_when_every_sample_is_bad_the_tool_lists_each_and_exits_2(tmp_path):

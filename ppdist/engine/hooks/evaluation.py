@@ -10,7 +10,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.hooks.base import PRIORITY_EVALUATION, Hook
 from ppdist.engine.hooks.checkpointing import LATEST_NAME
-from ppdist.engine.logger import format_metrics
+from ppdist.engine.logger import format_eval_line, format_metrics
 from ppdist.errors import EmptyEvaluationError
 
 logger = logging.getLogger("ppdist")
@@ -93,7 +93,7 @@ class Evaluation(Hook):
             return {}
         self.last_eval_step = step
         self.last_metrics = dict(metrics)
-        logger.info("cur metric, %s, fps: %.2f", format_metrics(metrics), self.evaluator.last_fps)
+        logger.info("%s", format_eval_line(metrics, self.evaluator.last_fps, step))
         trainer.writer.add_scalars("eval", metrics, step)
         current = float(metrics[self.main_indicator])
         if math.isnan(current):  # nothing was evaluated (the evaluator said why): no score, no best
