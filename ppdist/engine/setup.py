@@ -239,9 +239,10 @@ def build_trainer(
     without a configured ``ppdist`` logger the run logs to the console and ``train.log``."""
     glob = config["Global"]
     env = env or init_distributed(glob["use_gpu"], glob["dist_timeout"])
+    claim = claim_run_dir(config, env)  # before train.log: Global.overwrite starts it afresh
     if not logging.getLogger(LOGGER_NAME).handlers:
         setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
-    claim = claim_run_dir(config, env)
+    claim.report()
     device = env.device.type
     train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, device)
     eval_loader = (

@@ -1,8 +1,11 @@
 """One run per output folder: a held lock refuses a second run; another run's checkpoints are not
 silently replaced; a lock of a process that has ended is taken over."""
 
+import errno
 import json
+import multiprocessing
 import os
+import runpy
 import socket
 import subprocess
 import sys
@@ -10,6 +13,7 @@ import sys
 import pytest
 from ppdist_testing import check_ok, run_tool, tiny_config
 
+from ppdist.engine import run_lock
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.run_dir import LOCK_NAME, RunDirLock, claim_run_dir
 from ppdist.errors import ConfigError
@@ -61,3 +65,101 @@ def test_a_second_train_in_the_same_folder_exits_2_and_leaves_the_first_intact(t
     again = run_tool(["train.py", "-c", cfg])
     assert again.returncode == 2 and "already holds a run's checkpoints" in again.stderr, again.stderr
     assert (out / "latest.pt").read_bytes() == before and not (out / LOCK_NAME).exists()
+
+
+def glob_of(folder, **extra):
+    return dict({"save_model_dir": str(folder), "checkpoints": None, "overwrite": False}, **extra)
+
+
+@pytest.mark.parametrize("pid", ["abc", None, 1.5])
+def test_a_lock_with_a_pid_that_is_not_a_number_is_taken_over_on_this_host(tmp_path, pid):
+    write_lock(str(tmp_path), pid)
+    lock = RunDirLock(str(tmp_path))
+    lock.acquire()
+    assert lock.notes and "took over the lock" in lock.notes[0]
+    lock.release()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_lock_of_another_host_with_a_text_pid_is_refused_in_one_line(tmp_path):
+    write_lock(str(tmp_path), "abc", host="elsewhere")
+    with pytest.raises(ConfigError, match="in use by another run \\(host elsewhere, pid abc"):
+        RunDirLock(str(tmp_path)).acquire()
+
+
+def claim_error(folder) -> str:
+    with pytest.raises(ConfigError) as refused:
+        claim_run_dir({"Global": glob_of(folder)}, DistEnv())
+    assert "\n" not in str(refused.value)
+    return str(refused.value)
+
+
+def test_an_empty_or_file_save_model_dir_is_one_config_error(tmp_path):
+    assert "Global.save_model_dir is empty" in claim_error("")
+    (tmp_path / "file").write_text("x")
+    assert "is a file, not a folder" in claim_error(tmp_path / "file")
+    assert "is a file, not a folder" in claim_error(tmp_path / "file" / "run")
+
+
+@pytest.mark.parametrize(
+    "where, error",
+    [
+        ("_create", OSError(errno.EROFS, "Read-only file system")),
+        ("_create", PermissionError(errno.EACCES, "Permission denied")),
+        ("_fill", OSError(errno.ENOSPC, "No space left on device")),
+    ],
+)
+def test_an_unwritable_or_full_folder_is_one_config_error_and_leaves_no_lock(
+    tmp_path, monkeypatch, where, error
+):
+    def fail(*args):
+        raise error
+
+    monkeypatch.setattr(run_lock, where, fail)
+    message = claim_error(tmp_path)
+    assert f"cannot write the lock file {tmp_path / LOCK_NAME}" in message and error.strerror in message
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_as_save_model_dir_exits_2_in_one_line(tmp_path, digits_dir, monkeypatch, capsys, repo_root):
+    (tmp_path / "taken").write_text("x")
+    cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "taken"), epochs=1, num_train=64)
+    monkeypatch.setattr(sys, "argv", ["train.py", "-c", cfg])
+    with pytest.raises(SystemExit) as exited:  # tools/train.py in this process: no second torch import
+        runpy.run_path(os.path.join(repo_root, "tools", "train.py"), run_name="__main__")
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 2 and stderr.count("\n") == 1, stderr
+    assert "is a file, not a folder" in stderr and (tmp_path / "taken").read_text() == "x"
+
+
+def take_stale_lock(folder, start, done):
+    """Exit code: 10 took the lock, 11 refused (in use), 1 anything else."""
+    start.wait()
+    lock, code = RunDirLock(folder), 1
+    try:
+        lock.acquire()
+        code = 10
+    except ConfigError:
+        code = 11
+    finally:
+        done.wait(timeout=60)  # hold the lock until every process has tried
+        lock.release()
+        os._exit(code)
+
+
+def test_of_several_processes_taking_over_the_same_stale_lock_exactly_one_wins(tmp_path):
+    context = multiprocessing.get_context("fork")
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    for trial in range(12):
+        folder = str(tmp_path / str(trial))
+        write_lock(folder, int(ended.stdout))
+        start, done = context.Barrier(4), context.Barrier(4)
+        procs = [context.Process(target=take_stale_lock, args=(folder, start, done)) for _ in range(4)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(90)
+        assert sorted(proc.exitcode for proc in procs) == [10, 11, 11, 11], f"trial {trial}"
+        assert os.listdir(folder) == [], os.listdir(folder)
