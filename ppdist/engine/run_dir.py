@@ -3,9 +3,11 @@
 ``claim_run_dir(config, env)`` is what ``build_trainer`` (and ``tools/train.py``, earlier: before its
 log file) calls before anything is written there, whatever starts the run: rank 0
 takes ``save_model_dir/.ppdist.lock`` (``run_lock.RunDirLock``), refuses a folder that holds another
-run's checkpoints unless this run resumes (``Global.checkpoints``) or is told to replace it
-(``Global.overwrite: true``), and every rank gets the same verdict. The lock is removed when the run's training ends (``RunDirRelease``) or the process exits.
-A folder this process has claimed already is not claimed again (the first claim releases it).
+run's checkpoints unless this run resumes the folder's own checkpoints (``Global.checkpoints: auto``
+with a ``latest.pt``, or a file inside the folder) or is told to replace that run
+(``Global.overwrite: true``), and every rank gets the same verdict. The lock is removed when the
+run's training ends (``RunDirRelease``) or the process exits. A folder this process has claimed
+already is not claimed again (the first claim releases it).
 """
 
 from __future__ import annotations
@@ -29,16 +31,46 @@ def _restarted() -> bool:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
 
 
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
+def resumes_own_run(glob: Mapping[str, Any]) -> bool:
+    """``Global.checkpoints`` continues the run of ``save_model_dir`` itself: ``auto``, or a
+    checkpoint file inside that folder."""
+    setting = glob.get("checkpoints")
+    if not setting:
+        return False
+    return setting == "auto" or _inside(str(setting), glob["save_model_dir"])
+
+
 def overwrite_problem(glob: Mapping[str, Any]) -> Optional[str]:
     """Why starting this run in ``save_model_dir`` would replace another run's checkpoints (None if not)."""
     folder = glob["save_model_dir"]
     found = existing_run_files(folder)
-    if not found or glob.get("checkpoints") or glob.get("overwrite") or _restarted():
+    if not found or glob.get("overwrite") or _restarted():
         return None
+    held = f"Global.save_model_dir {folder} already holds a run's checkpoints ({', '.join(found)})"
+    setting = glob.get("checkpoints")
+    if setting == "auto" and "latest.pt" not in found:
+        return (
+            f"{held} but no latest.pt, so Global.checkpoints=auto has nothing to continue and would "
+            f"replace them; resume one explicitly with -o Global.checkpoints="
+            f"{os.path.join(folder, os.path.splitext(found[0])[0])}, give this run another "
+            f"save_model_dir, or replace it with -o Global.overwrite=true"
+        )
+    if resumes_own_run(glob):
+        return None
+    if setting:
+        return (
+            f"{held} and Global.checkpoints {setting} is another run's checkpoint: resuming it here "
+            f"would replace them; resume it in its own folder or a new save_model_dir, or replace "
+            f"{folder}'s run with -o Global.overwrite=true"
+        )
     return (
-        f"Global.save_model_dir {folder} already holds a run's checkpoints ({', '.join(found)}); continue "
-        f"it with -o Global.checkpoints=auto, give this run another save_model_dir, or replace it with "
-        f"-o Global.overwrite=true"
+        f"{held}; continue it with -o Global.checkpoints=auto, give this run another save_model_dir, "
+        f"or replace it with -o Global.overwrite=true"
     )
 
 

@@ -71,6 +71,38 @@ def glob_of(folder, **extra):
     return dict({"save_model_dir": str(folder), "checkpoints": None, "overwrite": False}, **extra)
 
 
+def test_a_foreign_checkpoint_is_not_resumed_over_another_runs_checkpoints(tmp_path):
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    for run in (run_a, run_b):
+        run.mkdir()
+        (run / "latest.pt").write_bytes(b"x")
+    foreign = str(run_b / "latest.pt")
+    with pytest.raises(ConfigError) as refused:
+        claim_run_dir({"Global": glob_of(run_a, checkpoints=foreign)}, DistEnv())
+    message = str(refused.value)
+    assert f"{run_a} already holds a run's checkpoints (latest.pt)" in message
+    assert f"Global.checkpoints {foreign} is another run's checkpoint" in message
+    assert "Global.overwrite=true" in message and "\n" not in message
+    # the folder's own checkpoints, a foreign one into an empty folder, or told to replace: allowed
+    for folder, extra in (
+        (run_a, {"checkpoints": str(run_a / "latest.pt")}),
+        (run_a, {"checkpoints": str(run_a / "latest")}),
+        (tmp_path / "new", {"checkpoints": foreign}),
+        (run_a, {"checkpoints": foreign, "overwrite": True}),
+    ):
+        claim_run_dir({"Global": glob_of(folder, **extra)}, DistEnv()).release()
+
+
+def test_auto_in_a_folder_with_only_best_accuracy_is_refused(tmp_path):
+    (tmp_path / "best_accuracy.pt").write_bytes(b"x")
+    with pytest.raises(ConfigError) as refused:
+        claim_run_dir({"Global": glob_of(tmp_path, checkpoints="auto")}, DistEnv())
+    message = str(refused.value)
+    assert "holds a run's checkpoints (best_accuracy.pt) but no latest.pt" in message
+    assert f"-o Global.checkpoints={tmp_path / 'best_accuracy'}" in message
+    assert (tmp_path / "best_accuracy.pt").read_bytes() == b"x" and not (tmp_path / LOCK_NAME).exists()
+
+
 @pytest.mark.parametrize("pid", ["abc", None, 1.5])
 def test_a_lock_with_a_pid_that_is_not_a_number_is_taken_over_on_this_host(tmp_path, pid):
     write_lock(str(tmp_path), pid)
