@@ -5,19 +5,21 @@ log file) calls before anything is written there, whatever starts the run: rank 
 takes ``save_model_dir/.ppdist.lock`` (``run_lock.RunDirLock``), refuses a folder that holds another
 run's checkpoints unless this run resumes the folder's own checkpoints (``Global.checkpoints: auto``
 with a ``latest.pt``, or a file inside the folder) or is told to replace that run
-(``Global.overwrite: true``), and every rank gets the same verdict. The lock is removed when the
-run's training ends (``RunDirRelease``) or the process exits. A folder this process has claimed
-already is not claimed again (the first claim releases it).
+(``Global.overwrite: true``: the replaced run's files are deleted first,
+``run_files.remove_run_artifacts``, so its log, events and curves do not mix with the new run's),
+and every rank gets the same verdict. The lock is removed when the run's training ends
+(``RunDirRelease``) or the process exits. A folder this process has claimed already is not claimed
+again (the first claim releases it).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping, Optional, Set, Tuple
+from typing import Any, List, Mapping, Optional, Set, Tuple
 
 from ppdist.engine.dist import DistEnv, broadcast_object
-from ppdist.engine.run_files import existing_run_files
+from ppdist.engine.run_files import existing_run_files, remove_run_artifacts
 from ppdist.engine.run_lock import LOCK_NAME, RunDirLock
 from ppdist.errors import ConfigError
 
@@ -43,6 +45,14 @@ def resumes_own_run(glob: Mapping[str, Any]) -> bool:
     if not setting:
         return False
     return setting == "auto" or _inside(str(setting), glob["save_model_dir"])
+
+
+def continues_in_place(glob: Mapping[str, Any]) -> bool:
+    """This run continues the folder's own run from a checkpoint there (``auto`` with a
+    ``latest.pt``, or a file inside the folder): ``Global.overwrite`` then has nothing to replace."""
+    if glob.get("checkpoints") == "auto":
+        return "latest.pt" in existing_run_files(glob["save_model_dir"])
+    return resumes_own_run(glob)
 
 
 def overwrite_problem(glob: Mapping[str, Any]) -> Optional[str]:
@@ -87,18 +97,41 @@ def check_folder(folder: str) -> None:
         raise ConfigError(f"Global.save_model_dir {folder}: {path} is a file, not a folder; give a folder")
 
 
-class RunDirClaim:
-    """This process's claim on an output folder (every rank has one; rank 0's holds the lock)."""
+def clear_replaced_run(glob: Mapping[str, Any]) -> List[str]:
+    """With ``Global.overwrite`` (not continuing the folder's run, not a torchrun restart): delete
+    the replaced run's artifacts; returns their names."""
+    if not glob.get("overwrite") or continues_in_place(glob) or _restarted():
+        return []
+    folder = glob["save_model_dir"]
+    try:
+        return remove_run_artifacts(folder)
+    except OSError as exc:
+        raise ConfigError(
+            f"Global.overwrite: cannot remove the replaced run's files from {folder}: {exc}"
+        ) from None
 
-    def __init__(self, folder: str, lock: Optional[RunDirLock], first: bool) -> None:
-        self.folder, self.lock, self.first = folder, lock, first
+
+class RunDirClaim:
+    """This process's claim on an output folder (every rank has one; rank 0's holds the lock).
+    ``removed``: what ``Global.overwrite`` deleted of the replaced run (rank 0), to be logged once
+    the log file is open (``report``)."""
+
+    def __init__(self, folder: str, lock: Optional[RunDirLock], first: bool, removed: List[str]) -> None:
+        self.folder, self.lock, self.first, self.removed = folder, lock, first, removed
 
     def report(self) -> None:
-        """Log (once) what taking the lock did (a stale lock taken over), once the log file is open."""
+        """Log (once) what claiming the folder did: a stale lock taken over, what the overwrite removed."""
         for note in self.lock.notes if self.lock is not None else []:
             logger.warning("%s", note)
         if self.lock is not None:
             self.lock.notes = []
+        if self.removed:
+            logger.info(
+                "Global.overwrite: removed the replaced run's %s from %s",
+                ", ".join(self.removed),
+                self.folder,
+            )
+            self.removed = []
 
     def release(self) -> None:
         """Give the folder back (only the claim that took it does)."""
@@ -113,18 +146,23 @@ class RunDirClaim:
 _CLAIMED: Set[str] = set()  # output folders this process has claimed and not given back
 
 
-def _claim_on_main(glob: Mapping[str, Any]) -> Tuple[Optional[RunDirLock], Optional[str]]:
-    """Rank 0's part: ``(lock, problem)``."""
+def _claim_on_main(glob: Mapping[str, Any]) -> Tuple[Optional[RunDirLock], List[str], Optional[str]]:
+    """Rank 0's part: ``(lock, removed, problem)``."""
     try:
         check_folder(glob["save_model_dir"])
         problem = overwrite_problem(glob)
         if problem is not None:
-            return None, problem
+            return None, [], problem
         lock = RunDirLock(glob["save_model_dir"])
         lock.acquire()
     except ConfigError as exc:
-        return None, str(exc)
-    return lock, None
+        return None, [], str(exc)
+    try:
+        removed = clear_replaced_run(glob)
+    except ConfigError as exc:
+        lock.release()
+        return None, [], str(exc)
+    return lock, removed, None
 
 
 def claim_run_dir(config: Mapping[str, Any], env: DistEnv) -> RunDirClaim:
@@ -134,13 +172,14 @@ def claim_run_dir(config: Mapping[str, Any], env: DistEnv) -> RunDirClaim:
     glob = config["Global"]
     folder = os.path.abspath(glob["save_model_dir"]) if str(glob["save_model_dir"]).strip() else ""
     if folder and folder in _CLAIMED:
-        return RunDirClaim(folder, None, first=False)
+        return RunDirClaim(folder, None, first=False, removed=[])
     lock: Optional[RunDirLock] = None
+    removed: List[str] = []
     problem: Optional[str] = None
     if env.is_main:
-        lock, problem = _claim_on_main(glob)
+        lock, removed, problem = _claim_on_main(glob)
     problem = broadcast_object(problem, env)
     if problem is not None:
         raise ConfigError(problem)
     _CLAIMED.add(folder)
-    return RunDirClaim(folder, lock, first=True)
+    return RunDirClaim(folder, lock, first=True, removed=removed)

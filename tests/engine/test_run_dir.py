@@ -3,6 +3,7 @@ silently replaced; a lock of a process that has ended is taken over."""
 
 import errno
 import json
+import logging
 import multiprocessing
 import os
 import runpy
@@ -11,11 +12,13 @@ import subprocess
 import sys
 
 import pytest
-from ppdist_testing import check_ok, run_tool, tiny_config
+from ppdist_testing import check_ok, run_tool, tiny_config, tiny_run_config
 
 from ppdist.engine import run_lock
 from ppdist.engine.dist import DistEnv
+from ppdist.engine.logger import LOGGER_NAME, setup_logger
 from ppdist.engine.run_dir import LOCK_NAME, RunDirLock, claim_run_dir
+from ppdist.engine.setup import build_trainer
 from ppdist.errors import ConfigError
 
 
@@ -195,3 +198,46 @@ def test_of_several_processes_taking_over_the_same_stale_lock_exactly_one_wins(t
             proc.join(90)
         assert sorted(proc.exitcode for proc in procs) == [10, 11, 11, 11], f"trial {trial}"
         assert os.listdir(folder) == [], os.listdir(folder)
+
+
+def test_overwrite_removes_the_replaced_runs_artifacts_and_says_which(tmp_path, caplog):
+    names = ["latest.pt", "best_accuracy.pt", "iter_epoch_3.pt", "iter_step_40.pt", "train.log"]
+    names += ["config.yml", "curves.png"]
+    for name in names + ["notes.txt"]:
+        (tmp_path / name).write_text("old")
+    for folder in ("tensorboard", "eval_pictures", "mlruns"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x").write_text("old")
+    with caplog.at_level("INFO", logger="ppdist"):
+        claim = claim_run_dir({"Global": glob_of(tmp_path, overwrite=True)}, DistEnv())
+        claim.report()
+    assert sorted(os.listdir(tmp_path)) == [LOCK_NAME, "mlruns", "notes.txt"]
+    lines = [r.getMessage() for r in caplog.records if "Global.overwrite" in r.getMessage()]
+    assert len(lines) == 1 and "train.log" in lines[0] and "tensorboard/" in lines[0], lines
+    claim.release()
+
+
+def test_overwrite_keeps_the_files_of_a_run_it_continues(tmp_path):
+    (tmp_path / "latest.pt").write_text("old")
+    (tmp_path / "train.log").write_text("old")
+    for setting in ("auto", str(tmp_path / "latest.pt")):
+        claim = claim_run_dir({"Global": glob_of(tmp_path, overwrite=True, checkpoints=setting)}, DistEnv())
+        assert claim.removed == [] and (tmp_path / "train.log").read_text() == "old"
+        claim.release()
+
+
+def test_an_overwriting_api_run_starts_a_fresh_train_log_that_says_what_was_removed(tmp_path, digits_dir):
+    logger = logging.getLogger(LOGGER_NAME)
+    for handler in list(logger.handlers):  # a fresh interpreter: build_trainer opens train.log itself
+        logger.removeHandler(handler)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "latest.pt").write_bytes(b"old")
+    (folder / "train.log").write_text("cur metric, acc: 0.9 OLD RUN\n")
+    config = tiny_run_config(tmp_path, digits_dir, "run", ["Global.overwrite=true", "Global.use_gpu=false"])
+    trainer = build_trainer(config, DistEnv())
+    trainer.hook("run_dir").claim.release()
+    setup_logger(None)  # closes train.log
+    log = (folder / "train.log").read_text()
+    assert "OLD RUN" not in log and not (folder / "latest.pt").exists()
+    assert f"Global.overwrite: removed the replaced run's latest.pt, train.log from {folder}" in log
