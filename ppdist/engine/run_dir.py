@@ -19,7 +19,7 @@ import os
 from typing import Any, List, Mapping, Optional, Set, Tuple
 
 from ppdist.engine.dist import DistEnv, broadcast_object
-from ppdist.engine.run_files import existing_run_files, remove_run_artifacts
+from ppdist.engine.run_files import describe, existing_run_files, remove_run_artifacts
 from ppdist.engine.run_lock import LOCK_NAME, RunDirLock
 from ppdist.errors import ConfigError
 
@@ -55,19 +55,25 @@ def continues_in_place(glob: Mapping[str, Any]) -> bool:
     return resumes_own_run(glob)
 
 
+def best_kept(found: List[str]) -> str:
+    """The checkpoint to name when ``auto`` finds no ``latest.pt``: ``best_accuracy.pt``, else the
+    newest snapshot."""
+    return "best_accuracy.pt" if "best_accuracy.pt" in found else found[-1]
+
+
 def overwrite_problem(glob: Mapping[str, Any]) -> Optional[str]:
     """Why starting this run in ``save_model_dir`` would replace another run's checkpoints (None if not)."""
     folder = glob["save_model_dir"]
     found = existing_run_files(folder)
     if not found or glob.get("overwrite") or _restarted():
         return None
-    held = f"Global.save_model_dir {folder} already holds a run's checkpoints ({', '.join(found)})"
+    held = f"Global.save_model_dir {folder} already holds a run's checkpoints ({describe(found)})"
     setting = glob.get("checkpoints")
     if setting == "auto" and "latest.pt" not in found:
         return (
             f"{held} but no latest.pt, so Global.checkpoints=auto has nothing to continue and would "
             f"replace them; resume one explicitly with -o Global.checkpoints="
-            f"{os.path.join(folder, os.path.splitext(found[0])[0])}, give this run another "
+            f"{os.path.join(folder, os.path.splitext(best_kept(found))[0])}, give this run another "
             f"save_model_dir, or replace it with -o Global.overwrite=true"
         )
     if resumes_own_run(glob):

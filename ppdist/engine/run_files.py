@@ -18,8 +18,16 @@ ARTIFACT_DIRS = ("tensorboard", "eval_pictures", "profiler")
 
 
 def existing_run_files(folder: str) -> List[str]:
-    """The checkpoints of a run (``latest.pt``, ``best_accuracy.pt``) that ``folder`` holds."""
-    return [name for name in RUN_FILES if os.path.isfile(os.path.join(folder, name))]
+    """The checkpoints of a run that ``folder`` holds: ``latest.pt``, ``best_accuracy.pt``, then the
+    snapshots, oldest first (a new run's ``keep_checkpoint_max`` would delete those)."""
+    kept = [name for name in RUN_FILES if os.path.isfile(os.path.join(folder, name))]
+    return kept + snapshot_files(folder)
+
+
+def describe(names: List[str], shown: int = 4) -> str:
+    """``a, b, c, d and 3 more``."""
+    listed = ", ".join(names[:shown])
+    return listed if len(names) <= shown else f"{listed} and {len(names) - shown} more"
 
 
 def snapshot_files(folder: str) -> List[str]:

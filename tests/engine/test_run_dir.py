@@ -106,6 +106,16 @@ def test_auto_in_a_folder_with_only_best_accuracy_is_refused(tmp_path):
     assert (tmp_path / "best_accuracy.pt").read_bytes() == b"x" and not (tmp_path / LOCK_NAME).exists()
 
 
+def test_a_folder_with_only_snapshots_holds_a_run(tmp_path):
+    for name in ("iter_epoch_1.pt", "iter_epoch_2.pt"):
+        (tmp_path / name).write_bytes(b"x")
+    os.utime(tmp_path / "iter_epoch_1.pt", (1, 1))  # the older one
+    with pytest.raises(ConfigError, match=r"checkpoints \(iter_epoch_1.pt, iter_epoch_2.pt\); continue"):
+        claim_run_dir({"Global": glob_of(tmp_path)}, DistEnv())
+    with pytest.raises(ConfigError, match=f"-o Global.checkpoints={tmp_path / 'iter_epoch_2'},"):
+        claim_run_dir({"Global": glob_of(tmp_path, checkpoints="auto")}, DistEnv())
+
+
 @pytest.mark.parametrize("pid", ["abc", None, 1.5])
 def test_a_lock_with_a_pid_that_is_not_a_number_is_taken_over_on_this_host(tmp_path, pid):
     write_lock(str(tmp_path), pid)
