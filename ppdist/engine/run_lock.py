@@ -81,6 +81,13 @@ def _stale(holder: Optional[Mapping[str, Any]]) -> bool:
     return pid is None or not _alive(pid)
 
 
+def _describe(holder: Optional[Mapping[str, Any]]) -> str:
+    """``host H, pid P, since T`` (``unreadable`` for a lock that is not a holder's record)."""
+    if holder is None:
+        return "unreadable"
+    return f"host {holder.get('host')}, pid {holder.get('pid')}, since {holder.get('started')}"
+
+
 def _create(path: str) -> int:
     return os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
 
@@ -166,7 +173,9 @@ class RunDirLock:
                     os.remove(aside)
                     continue
                 os.remove(aside)
-                self.notes.append(f"took over the lock of a run that has ended: {self.path} ({holder})")
+                self.notes.append(
+                    f"took over the lock of a run that has ended: {self.path} ({_describe(holder)})"
+                )
                 try:
                     os.link(tmp, self.path)
                     return
@@ -199,9 +208,8 @@ class RunDirLock:
 
     def _in_use(self, other: Mapping[str, Any]) -> ConfigError:
         return ConfigError(
-            f"Global.save_model_dir {self.folder} is in use by another run (host {other.get('host')}, "
-            f"pid {other.get('pid')}, since {other.get('started')}); give this run another "
-            f"save_model_dir, or delete {self.path} if that run is gone"
+            f"Global.save_model_dir {self.folder} is in use by another run ({_describe(other)}); give "
+            f"this run another save_model_dir, or delete {self.path} if that run is gone"
         )
 
     def release(self) -> None:

@@ -121,7 +121,9 @@ def test_a_lock_with_a_pid_that_is_not_a_number_is_taken_over_on_this_host(tmp_p
     write_lock(str(tmp_path), pid)
     lock = RunDirLock(str(tmp_path))
     lock.acquire()
-    assert lock.notes and "took over the lock" in lock.notes[0]
+    assert lock.notes == [
+        f"took over the lock of a run that has ended: {lock.path} (host {socket.gethostname()}, pid {pid}, since earlier)"
+    ]
     lock.release()
     assert os.listdir(tmp_path) == []
 
