@@ -1,6 +1,7 @@
 """The lock file of an output folder (``save_model_dir/.ppdist.lock``): its holder's host, pid and
 torchrun job, written whole before it appears (a temporary file hard-linked into place, so no
-reader ever sees an empty lock).
+reader ever sees an empty lock; on a filesystem without hard links it is created with ``O_EXCL``
+and then written).
 
 A lock nobody holds any more (unreadable, a process of this host that has ended, or an earlier
 attempt of this torchrun job) is taken over, and judging it stale and replacing it is one step:
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -112,6 +114,20 @@ def _write_new(path: str, data: bytes) -> None:
     os.close(fd)
 
 
+def _place(tmp: str, path: str) -> None:
+    """Make ``path`` a copy of the complete file ``tmp``, failing with ``FileExistsError`` if it exists:
+    a hard link (atomic); where the filesystem has none, an ``O_EXCL`` file written after it appears."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+            raise
+        with open(tmp, "rb") as handle:
+            _write_new(path, handle.read())
+
+
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
 
@@ -150,7 +166,7 @@ class RunDirLock:
     def _link_or_take_over(self, tmp: str) -> None:
         while True:
             try:
-                os.link(tmp, self.path)  # atomic: fails if a lock exists
+                _place(tmp, self.path)
                 return
             except FileExistsError:
                 pass
@@ -177,7 +193,7 @@ class RunDirLock:
                     f"took over the lock of a run that has ended: {self.path} ({_describe(holder)})"
                 )
                 try:
-                    os.link(tmp, self.path)
+                    _place(tmp, self.path)
                     return
                 except FileExistsError:
                     continue  # a process that found no lock took it first: judge its lock

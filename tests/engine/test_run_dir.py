@@ -134,6 +134,22 @@ def test_a_lock_of_another_host_with_a_text_pid_is_refused_in_one_line(tmp_path)
         RunDirLock(str(tmp_path)).acquire()
 
 
+def test_without_hard_links_the_lock_is_still_taken_and_refused_when_held(tmp_path, monkeypatch):
+    def no_links(*args):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)  # e.g. some FUSE / SMB mounts
+    lock = RunDirLock(str(tmp_path))
+    lock.acquire()
+    with open(lock.path, encoding="utf-8") as handle:
+        assert json.load(handle)["pid"] == os.getpid()
+    write_lock(str(tmp_path / "held"), os.getppid())
+    with pytest.raises(ConfigError, match="in use by another run"):
+        RunDirLock(str(tmp_path / "held")).acquire()
+    lock.release()
+    assert os.listdir(tmp_path) == ["held"]
+
+
 def claim_error(folder) -> str:
     with pytest.raises(ConfigError) as refused:
         claim_run_dir({"Global": glob_of(folder)}, DistEnv())
