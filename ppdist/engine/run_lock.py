@@ -172,31 +172,40 @@ class RunDirLock:
                 pass
             except OSError as exc:
                 raise ConfigError(f"cannot create the lock file {self.path}: {_reason(exc)}") from None
-            with self._takeover():
-                holder, inode = _read_holder(self.path)
-                if inode is None:
-                    continue  # released meanwhile: try again
-                if not _stale(holder):
-                    raise self._in_use(holder or {})
-                aside = f"{self.path}.{secrets.token_hex(6)}.stale"
-                try:
-                    os.rename(self.path, aside)
-                except FileNotFoundError:
-                    continue
-                if os.stat(aside).st_ino != inode:  # replaced since it was read: put it back, judge again
-                    with contextlib.suppress(FileExistsError):
-                        os.link(aside, self.path)
-                    os.remove(aside)
-                    continue
-                os.remove(aside)
-                self.notes.append(
-                    f"took over the lock of a run that has ended: {self.path} ({_describe(holder)})"
-                )
-                try:
-                    _place(tmp, self.path)
+            try:
+                if self._take_over_if_stale(tmp):
                     return
-                except FileExistsError:
-                    continue  # a process that found no lock took it first: judge its lock
+            except OSError as exc:
+                raise ConfigError(f"cannot replace the lock file {self.path}: {_reason(exc)}") from None
+
+    def _take_over_if_stale(self, tmp: str) -> bool:
+        """Under the takeover file: a stale lock is replaced by ``tmp`` (True); False when the
+        folder changed meanwhile (try again); a live holder's lock raises ``ConfigError``."""
+        with self._takeover():
+            holder, inode = _read_holder(self.path)
+            if inode is None:
+                return False  # released meanwhile
+            if not _stale(holder):
+                raise self._in_use(holder or {})
+            aside = f"{self.path}.{secrets.token_hex(6)}.stale"
+            try:
+                os.rename(self.path, aside)
+            except FileNotFoundError:
+                return False
+            if os.stat(aside).st_ino != inode:  # replaced since it was read: put it back, judge again
+                with contextlib.suppress(FileExistsError):
+                    os.link(aside, self.path)
+                os.remove(aside)
+                return False
+            os.remove(aside)
+            self.notes.append(
+                f"took over the lock of a run that has ended: {self.path} ({_describe(holder)})"
+            )
+            try:
+                _place(tmp, self.path)
+            except FileExistsError:
+                return False  # a process that found no lock took it first: judge its lock
+            return True
 
     @contextlib.contextmanager
     def _takeover(self) -> Iterator[None]:
