@@ -32,6 +32,7 @@ def main() -> int:
     env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
     claim = claim_run_dir(config, env)  # one run per folder, before anything is written there
     logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
+    claim.report()  # a stale lock taken over, what Global.overwrite removed
     warn_cpu_fallback(env, "training")
     report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
     for note in command.notes:

@@ -240,11 +240,12 @@ def build_trainer(
     glob = config["Global"]
     own_env = env is None  # a tool that passes its env has logged the CPU fallback itself
     env = env or init_distributed(glob["use_gpu"], glob["dist_timeout"])
+    claim = claim_run_dir(config, env)  # before train.log: Global.overwrite starts it afresh
     if not logging.getLogger(LOGGER_NAME).handlers:
         setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
+    claim.report()
     if own_env:
         warn_cpu_fallback(env, "training")
-    claim = claim_run_dir(config, env)
     device = env.device.type
     train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, device)
     eval_loader = (

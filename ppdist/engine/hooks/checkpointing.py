@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from ppdist.config import dump_config
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.hooks.base import PRIORITY_CHECKPOINT, Hook
+from ppdist.engine.run_files import snapshot_files
 
 logger = logging.getLogger("ppdist")
 
@@ -24,9 +25,12 @@ class Checkpointer(Hook):
     those steps also keep an ``iter_step_N`` snapshot (PaddleSeg's ``iter_N``). With
     ``keep_checkpoint_max`` only the newest that many snapshots (``iter_epoch_N``/``iter_step_N``)
     are kept: an older one is deleted once the new one is written; ``latest`` and
-    ``best_accuracy`` are never deleted. Saving is collective (every rank's RNG state goes into
-    the file). Before training, rank 0 writes the trainer's resolved config to
-    ``save_dir/config.yml``. State: the snapshots written, oldest first."""
+    ``best_accuracy`` are never deleted, and each deletion is logged. When a run starts (a resume
+    too) the list is rebuilt from the snapshots in the folder (oldest first), so that none that a
+    checkpoint's list misses (``latest`` is written before the epoch's snapshot) is kept forever.
+    Saving is collective (every rank's RNG state goes into the file). Before training, rank 0
+    writes the trainer's resolved config to ``save_dir/config.yml``. State: the snapshots written,
+    oldest first."""
 
     name = "checkpoint"
     priority = PRIORITY_CHECKPOINT
@@ -46,8 +50,10 @@ class Checkpointer(Hook):
 
     def before_train(self) -> None:
         trainer = self.trainer
-        if trainer.env.is_main and trainer.config is not None and trainer.save_dir:
-            dump_config(trainer.config, os.path.join(trainer.save_dir, CONFIG_NAME))
+        if trainer.env.is_main and trainer.save_dir:
+            self.snapshots = [os.path.splitext(name)[0] for name in snapshot_files(trainer.save_dir)]
+            if trainer.config is not None:
+                dump_config(trainer.config, os.path.join(trainer.save_dir, CONFIG_NAME))
 
     def after_step(self) -> None:
         trainer = self.trainer

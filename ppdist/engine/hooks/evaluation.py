@@ -22,9 +22,10 @@ class Evaluation(Hook):
     """Evaluates the trainer's eval model (the EMA average when kept) on every process together
     (``Evaluator``: exact unpadded shards) every ``eval_batch_step = [start, interval]`` global
     steps after ``start``, or instead every ``eval_batch_epoch`` epochs at their end; once more
-    after the last step unless that step was just evaluated. A result whose ``main_indicator``
-    is at least the best so far becomes the best and is saved as ``best_accuracy`` (collective);
-    a nan one (nothing was evaluated) never does.
+    after the last step (at the last epoch's end, before ``latest`` is written) unless that step
+    was just evaluated. A result whose ``main_indicator`` is at least the best so far becomes the
+    best and is saved as ``best_accuracy`` (collective); a nan one (nothing was evaluated) never
+    does.
 
     State: the best metrics (with ``best_epoch`` / ``best_step``) and the step last evaluated.
     """
@@ -54,6 +55,9 @@ class Evaluation(Hook):
     def after_epoch(self) -> None:
         if self._due(epoch_end=True):
             self.evaluate(self.trainer.epoch)
+        elif self.trainer.finished and self.last_eval_step != self.trainer.position.global_step:
+            # the final model, evaluated before the checkpoint hook writes latest (which then holds it)
+            self.evaluate(self.trainer.position.completed_epoch)
 
     def _due(self, epoch_end: bool) -> bool:
         step = self.trainer.position.global_step
@@ -64,9 +68,10 @@ class Evaluation(Hook):
         return step > self.start and (step - self.start) % self.interval == 0
 
     def after_train(self) -> None:
-        """The schedule ended between two evaluations: evaluate the final model, and save
-        ``latest`` again so that it holds the updated best. Then the final evaluation's pictures
-        go to ``save_model_dir/eval_pictures`` (rank 0; ``Evaluator.draw_pictures``)."""
+        """The final model was evaluated by ``after_epoch`` of the last epoch (before the checkpoint
+        hook writes ``latest``, once); should it not have been, evaluate it now and save ``latest``
+        again so that it holds the updated best. Then the final evaluation's pictures go to
+        ``save_model_dir/eval_pictures`` (rank 0; ``Evaluator.draw_pictures``)."""
         position = self.trainer.position
         if self.last_eval_step != position.global_step:
             self.evaluate(position.completed_epoch)
