@@ -135,7 +135,8 @@ BENCH = "a benchmark: minutes to hours at its settings (tests/benchmark covers t
 
 # (a piece of the command's text, why it does not run here)
 NOT_RUN: List[Tuple[str, str]] = [
-    ("pip install", "installs packages: the test runs in the installed environment"),
+    ("pip install -e", "installs packages: the test runs in the installed environment"),
+    ("pip install torch", "installs packages: the test runs in the installed environment"),
     ("python -m venv", "creates an environment: the test runs in the installed environment"),
     ("= python -m pytest tests -q", "the test suite itself"),
     ("= python -m pytest tests -q -m cuda", "the CUDA test suite: needs a GPU"),
