@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import glob
 import os
+import resource
 import subprocess
 import sys
 import time
 from typing import Dict, List, Tuple
 
+import pytest
 from docs_commands_testing import DocCommand, extract_commands, fresh_copy, with_overrides
 from ppdist_testing import REPO
 
@@ -272,6 +274,24 @@ def test_every_docs_command_is_run_or_listed():
     classify(unique_commands(extract_commands(REPO)))
 
 
+def test_commands_are_read_from_shell_fences_in_order_and_a_new_one_fails(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(
+        "```bash\n# a comment\npython tools/a.py -c x.yml \\\n    -o 'K=#1'   # why\n\n```\n"
+        "```text\npython tools/not_a_command.py\n```\n"
+    )
+    (tmp_path / "docs" / "b.md").write_text("```sh\npython tools/a.py -c x.yml -o 'K=#1'\nls out\n```\n")
+    commands = extract_commands(str(tmp_path))
+    assert [(c.where, c.text) for c in commands] == [
+        ("README.md:3", "python tools/a.py -c x.yml -o 'K=#1'"),
+        ("docs/b.md:2", "python tools/a.py -c x.yml -o 'K=#1'"),
+        ("docs/b.md:3", "ls out"),
+    ]
+    assert [c.where for c in unique_commands(commands)] == ["README.md:3", "docs/b.md:3"]
+    with pytest.raises(AssertionError, match="docs/b.md:3: neither run nor listed in NOT_RUN: ls out"):
+        classify(unique_commands(commands))
+
+
 def tiny_overrides(text: str) -> List[str]:
     for config, overrides in TINY.items():
         if f"-c {config}" in text:
@@ -309,8 +329,11 @@ def test_docs_commands_run_in_order_in_a_fresh_copy(tmp_path):
         if kind == "skip":
             continue
         _, expected, extra = RUN[index]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         result, seconds = run_command(copy, command, extra)
-        timings.append(f"{seconds:6.1f} s  {command.where}")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        timings.append(f"{seconds:6.1f} s wall {cpu:6.1f} s CPU  {command.where}")
         print(timings[-1], flush=True)
         assert result.returncode == 0, (
             f"{command.where}: exit {result.returncode}: {command.text}\n"
