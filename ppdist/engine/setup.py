@@ -330,12 +330,15 @@ def log_lr_scaling(glob: Mapping[str, Any], trainer: Trainer, sampler: Any) -> N
         return
     factor = lr_factor(glob, sampler.samples_per_step)
     peak = trainer.scheduler.schedule.base_lr
+    accumulate = int(glob.get("accumulate_steps") or 1)
+    micro = f" x {accumulate} accumulated micro-batches" if accumulate > 1 else ""
     logger.info(
-        "Global.auto_scale_lr: global batch %d (%d per process x %d) / base_batch_size %d -> learning "
-        "rates x%.4g (peak %.6g -> %.6g)",
+        "Global.auto_scale_lr: global batch %d (%d per process x %d process(es)%s) / base_batch_size %d "
+        "-> learning rates x%.4g (peak %.6g -> %.6g)",
         sampler.samples_per_step,
         sampler.batch_size,
         trainer.env.world_size,
+        micro,
         base,
         factor,
         peak / factor,

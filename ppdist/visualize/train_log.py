@@ -136,6 +136,11 @@ def read_run(run_dir: str, source: str = "auto") -> Series:
             raise FileNotFoundError(f"{run_dir} has no train.log")
         return parse_train_log(log_path)
     if not os.path.isdir(board):
+        if os.path.isfile(log_path):  # asked for TensorBoard on a run trained without it
+            raise FileNotFoundError(
+                f"{run_dir} has no tensorboard folder (it was trained with Global.use_tensorboard off);"
+                " its train.log is drawn without --source tensorboard"
+            )
         raise FileNotFoundError(
             f"{run_dir} has no train.log and no tensorboard folder (Global.use_tensorboard): nothing to plot"
         )

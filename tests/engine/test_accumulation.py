@@ -162,3 +162,29 @@ def test_resume_with_another_accumulate_steps_names_it(tmp_path, digits_dir):
     message = str(info.value)
     assert "Global.accumulate_steps 2" in message and "has 4" in message, message
     assert "the data or batch size changed" not in message
+
+
+@pytest.mark.parametrize(
+    "processes, accumulate, expected",
+    [
+        (1, 2, "global batch 64 (32 per process x 1 process(es) x 2 accumulated micro-batches)"),
+        (4, 1, "global batch 128 (32 per process x 4 process(es))"),
+    ],
+)
+def test_the_scaled_lr_line_names_the_accumulation_factor(monkeypatch, processes, accumulate, expected):
+    """The auto_scale_lr line's global batch is per process x processes x micro-batches; the
+    accumulation factor is named (issue 28: "global batch 64 (32 per process x 1)")."""
+    from types import SimpleNamespace
+
+    from ppdist.engine import setup
+
+    lines = []
+    monkeypatch.setattr(setup.logger, "info", lambda fmt, *args: lines.append(fmt % args))
+    glob = {"auto_scale_lr": {"base_batch_size": 32}, "accumulate_steps": accumulate}
+    sampler = SimpleNamespace(batch_size=32, samples_per_step=32 * processes * accumulate)
+    trainer = SimpleNamespace(
+        scheduler=SimpleNamespace(schedule=SimpleNamespace(base_lr=0.004)),
+        env=SimpleNamespace(world_size=processes),
+    )
+    setup.log_lr_scaling(glob, trainer, sampler)
+    assert len(lines) == 1 and expected in lines[0], lines

@@ -273,3 +273,17 @@ def test_curves_png_follows_the_evaluations_and_a_resume(runs, tmp_path, digits_
     fallback.trainer = types.SimpleNamespace(save_dir=again)
     assert fallback.earlier_history(4) == parse_train_log(os.path.join(runs["slow"], "train.log"), 4)
     assert fallback.earlier_history(4)["eval/acc"] == pytest.approx({4: first["eval/acc"][4]}, abs=6e-6)
+
+
+def test_read_run_names_the_missing_tensorboard_folder_not_the_log(tmp_path):
+    """--source tensorboard on a run trained without TensorBoard: the message names what is missing
+    (issue 28: it said "has no train.log" beside one) and how to draw the log instead."""
+    (tmp_path / "train.log").write_text("")
+    with pytest.raises(FileNotFoundError) as info:
+        read_run(str(tmp_path), "tensorboard")
+    message = str(info.value)
+    assert "has no train.log" not in message
+    assert f"{tmp_path} has no tensorboard folder" in message
+    assert "Global.use_tensorboard" in message and "without --source tensorboard" in message
+    with pytest.raises(FileNotFoundError, match="has no train.log and no tensorboard folder"):
+        read_run(str(tmp_path / "empty"), "auto")
