@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import math
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ppdist.config.inject import component_kwargs
@@ -102,6 +103,11 @@ def _validate_global(config: Dict[str, Any]) -> None:
             f"Global.max_bad_sample_ratio must lie in [0, 1] (a fraction of an epoch's samples), got "
             f"{glob['max_bad_sample_ratio']}"
         )
+    if not 0.0 <= float(glob["max_skipped_step_ratio"]) <= 1.0:
+        raise ConfigError(
+            f"Global.max_skipped_step_ratio must lie in [0, 1] (a fraction of the steps of a window), got "
+            f"{glob['max_skipped_step_ratio']}"
+        )
     compile_options(glob)
     step = glob["eval_batch_step"]
     if isinstance(step, int):
@@ -183,8 +189,13 @@ def early_stop_settings(glob: Mapping[str, Any]) -> Optional[Tuple[int, float]]:
             f"Global.early_stop.patience must be a positive integer (evaluations without improvement), "
             f"got {patience!r}"
         )
-    if not isinstance(min_delta, (int, float)) or isinstance(min_delta, bool) or min_delta < 0:
-        raise ConfigError(f"Global.early_stop.min_delta must be a number >= 0, got {min_delta!r}")
+    if (
+        not isinstance(min_delta, (int, float))
+        or isinstance(min_delta, bool)
+        or not math.isfinite(min_delta)
+        or min_delta < 0
+    ):
+        raise ConfigError(f"Global.early_stop.min_delta must be a finite number >= 0, got {min_delta!r}")
     return patience, float(min_delta)
 
 

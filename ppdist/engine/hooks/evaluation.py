@@ -82,6 +82,7 @@ class Evaluation(Hook):
         step = trainer.position.global_step
         trainer.check_finite()  # never evaluate (and save as best) weights a non-finite step made
         trainer.sync_buffers()
+        trainer.check_state_finite("it is neither evaluated nor saved as the best")
         self.last_metrics = {}
         try:
             metrics = self.evaluator.run(trainer.eval_model(), desc=f"eval step {step}")
