@@ -270,6 +270,27 @@ def _validate_data_section(config: Dict[str, Any], section: str) -> None:
     part["loader"] = loader
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+LR_VALUE_KEYS = ("learning_rate", "end_lr", "eta_min", "warmup_start_lr")  # as engine.optim's
+
+
+def _check_learning_rates(lr: Any) -> None:
+    """Every learning rate of ``Optimizer.lr`` is a finite number a float32 holds (the optimizers
+    compute in float32: a larger one fails deep inside torch)."""
+    if isinstance(lr, dict):
+        values = [(f"Optimizer.lr.{key}", lr[key]) for key in LR_VALUE_KEYS if key in lr]
+        if isinstance(lr.get("values"), (list, tuple)):
+            values += [(f"Optimizer.lr.values[{i}]", v) for i, v in enumerate(lr["values"])]
+    else:
+        values = [("Optimizer.lr", lr)]
+    for path, value in values:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+                raise ConfigError(
+                    f"{path} must be a finite number a float32 holds (at most {FLOAT32_MAX:.4g}), got {value!r}"
+                )
+
+
 def _validate_optimizer(config: Dict[str, Any]) -> None:
     opt = config.get("Optimizer")
     if not isinstance(opt, dict) or "name" not in opt:
@@ -291,6 +312,7 @@ def _validate_optimizer(config: Dict[str, Any]) -> None:
         )
     else:
         _check_type(lr, NUMBER_TYPES, "Optimizer.lr")
+    _check_learning_rates(lr)
     reg = opt.get("regularizer")
     if reg:
         if not isinstance(reg, dict) or "name" not in reg:
