@@ -1,4 +1,5 @@
-"""The non-finite guard's record: the first optimizer step whose loss or gradients were not finite.
+"""The non-finite guard's record: the first optimizer step whose loss, gradients or BatchNorm
+statistics (updated by its forward: Inf/NaN inputs under a finite loss) were not finite.
 
 The record lives on the device and is updated without reading anything on the host (the GPU never
 waits); ``check`` reads it — on log steps and before every checkpoint — and raises

@@ -98,7 +98,8 @@ class Trainer:
     step is ``K`` micro-batches: DDP syncs gradients on the last only, and the gradient is that
     of the ``N * K`` processes the step stands for (``ppdist.losses.normalizer``). ``nan_policy``
     (``stop`` / ``skip``; None: not watched) keeps the non-finite record of ``ppdist.engine.nonfinite``:
-    ``save`` refuses to write over a good checkpoint after a non-finite step.
+    ``save`` refuses to write over a good checkpoint after a non-finite step, and ``save`` and the
+    evaluation refuse a model with a NaN/Inf weight or buffer whatever the policy (``check_state_finite``).
 
     A step reads no value on the host (the GPU never waits): loss terms stay tensors until a hook
     logs them.
