@@ -214,7 +214,7 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         0.5,
         "With nan_policy 'skip': stop the run (exit 1) when more than this fraction of the steps is left "
         "out, judged over each window of at least 10 steps between log lines / epoch ends, and over the "
-        "whole run at its end. 1: never stop.",
+        "whole run when it ends inside a shorter window. 1: never stop.",
     ),
     "early_stop": GlobalKey(
         (dict, NONE_TYPE),

@@ -170,6 +170,7 @@ def test_a_short_run_is_judged_as_a_whole_and_a_ratio_of_1_never_stops(tmp_path,
     trainer.loss_fn = _Poisoned(trainer.loss_fn, trainer.model, loss_at={2, 3, 4})
     with pytest.raises(NonFiniteError, match="left out 3 of the 4 steps from global_step 1 to 4"):
         trainer.train()
+    assert not (tmp_path / "short" / "best_accuracy.pt").exists()  # judged before the final evaluation
     overrides += ["Global.max_skipped_step_ratio=1", "Global.overwrite=true"]
     trainer = build_trainer(tiny_run_config(tmp_path, digits_dir, "short", overrides), DistEnv())
     trainer.loss_fn = _Poisoned(trainer.loss_fn, trainer.model, loss_at={2, 3, 4})

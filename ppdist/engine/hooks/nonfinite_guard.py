@@ -18,8 +18,8 @@ class NonFiniteGuard(Hook):
     ``Trainer.save`` and the evaluation check too). With ``nan_policy: skip`` it warns with the
     number of steps left out since the last report, and stops the run with ``NonFiniteError``
     when more than ``max_ratio`` of the steps were left out: over each window of at least
-    ``MIN_WINDOW`` steps since the last judgement, and over the whole run at its end. State: the
-    total skipped."""
+    ``MIN_WINDOW`` steps since the last judgement, and over the whole run when it ends inside a
+    shorter window (before the final evaluation and checkpoint). State: the total skipped."""
 
     name = "nonfinite"
     priority = PRIORITY_NONFINITE
@@ -42,12 +42,6 @@ class NonFiniteGuard(Hook):
     def after_epoch(self) -> None:
         self._check()
 
-    def after_train(self) -> None:
-        """A run shorter than a window is judged as a whole at its end."""
-        watch = self.trainer.nonfinite
-        if watch is not None and watch.policy == "skip" and self.run_start is not None:
-            self._judge(self.run_start, watch.skipped, minimum=1)
-
     def _check(self) -> None:
         trainer = self.trainer
         watch = trainer.nonfinite
@@ -67,6 +61,8 @@ class NonFiniteGuard(Hook):
         if watch.policy == "skip" and self.window is not None:
             if self._judge(self.window, skipped, minimum=self.MIN_WINDOW):
                 self.window = (trainer.position.global_step, skipped)
+            elif trainer.finished and self.run_start is not None:  # the run ends inside a short window:
+                self._judge(self.run_start, skipped, minimum=1)  # judged as a whole, before the last eval
 
     def _judge(self, since: Tuple[int, int], skipped: int, minimum: int) -> bool:
         """Raise ``NonFiniteError`` when more than ``max_ratio`` of the steps after ``since``
