@@ -179,10 +179,14 @@ def last_good_text(last_good: Optional[Tuple[str, int]]) -> str:
     )
 
 
-def buffers_finite(model: nn.Module) -> Optional[torch.Tensor]:
-    """A device bool: every floating buffer of ``model`` (BatchNorm statistics) is finite (None
-    without such buffers). A forward on non-finite inputs can poison them with a finite loss."""
-    buffers = [b for b in model.buffers() if b.is_floating_point() and b.numel()]
+def float_buffers(model: nn.Module) -> List[torch.Tensor]:
+    """The floating buffers of ``model`` (BatchNorm statistics): what ``buffers_finite`` checks."""
+    return [b for b in model.buffers() if b.is_floating_point() and b.numel()]
+
+
+def buffers_finite(buffers: List[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A device bool: every tensor of ``buffers`` (``float_buffers``) is finite (None without
+    any). A forward on non-finite inputs can poison them under a finite loss."""
     if not buffers:
         return None
     return torch.stack([n.float() for n in torch._foreach_norm(buffers, float("inf"))]).isfinite().all()

@@ -44,6 +44,7 @@ from ppdist.engine.nonfinite import (
     NonFiniteError,
     NonFiniteWatch,
     buffers_finite,
+    float_buffers,
     gradients_finite,
     last_good_text,
     skip_in_scaler,
@@ -150,6 +151,7 @@ class Trainer:
         self.nonfinite = NonFiniteWatch(nan_policy) if nan_policy else None
         # the model's buffers before each forward, put back when nan_policy skip leaves a step out
         self.rollback = BufferRollback(model) if nan_policy == "skip" else None
+        self.stat_buffers = float_buffers(model)  # checked after each forward (nan_policy)
         self.last_good: Optional[Tuple[str, int]] = None  # the last checkpoint written: (path, global_step)
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
@@ -325,7 +327,7 @@ class Trainer:
         fp16 GradScaler the gradients are its business: it skips overflowing steps itself); with
         ``nan_policy: skip``, the device flag "leave this step out", the same on every process."""
         grads_finite = None if self.scaler.is_enabled() else gradients_finite(self.model.parameters())
-        stats_finite = buffers_finite(self.model)  # the forward's BatchNorm statistics
+        stats_finite = buffers_finite(self.stat_buffers)  # the forward's BatchNorm statistics
         if stats_finite is not None:
             grads_finite = stats_finite if grads_finite is None else grads_finite & stats_finite
         bad = self.nonfinite.observe(values, grads_finite, self.position.global_step + 1)
