@@ -8,7 +8,7 @@ which are not finite.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -64,3 +64,24 @@ def state_dict_nonfinite(state: Mapping[str, object], keys: Iterable[str] = ("mo
     if isinstance(module, Mapping):
         named.update({f"ema.{k}": v for k, v in module.items() if torch.is_tensor(v)})
     return nonfinite_tensors(named)
+
+
+def _float_tensors(obj: Any) -> List[torch.Tensor]:
+    if torch.is_tensor(obj):
+        return [obj.detach()] if obj.is_floating_point() and obj.numel() else []
+    if isinstance(obj, Mapping):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _float_tensors(item)]
+    return []
+
+
+def any_nonfinite(outputs: Any) -> Optional[torch.Tensor]:
+    """A device bool: some floating tensor of ``outputs`` (a tensor, or dicts / lists / tuples of
+    them: a model's predictions) holds a NaN or Inf; None without floating tensors. No host read."""
+    tensors = _float_tensors(outputs)
+    if not tensors:
+        return None
+    device = tensors[0].device
+    norms = torch._foreach_norm(tensors, float("inf"))
+    return ~torch.stack([n.float().to(device) for n in norms]).isfinite().all()

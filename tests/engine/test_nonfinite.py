@@ -212,3 +212,17 @@ def test_a_divergence_after_a_resume_names_the_resumed_checkpoint(tmp_path, digi
         resumed.train()
     assert f"the last good checkpoint is {latest} (global_step 2)" in str(caught.value)
     assert "no checkpoint of this run was written" not in str(caught.value)
+
+
+def test_predictions_that_are_not_finite_never_make_a_best_model(tmp_path, digits_dir, capsys):
+    setup_logger(None)
+    trainer = build_trainer(tiny_run_config(tmp_path, digits_dir, "run", ["Global.max_iters=4"]), DistEnv())
+    # finite weights whose outputs overflow (as after a huge finite update): NaN predictions
+    trainer.model.register_forward_hook(lambda module, inputs, output: output * float("nan"))
+    evaluation = trainer.hook("evaluation")
+    metrics = evaluation.evaluate(1)
+    assert "acc" in metrics and evaluation.evaluator.last_nonfinite_batches == 7  # every batch of 51 samples
+    assert evaluation.best == {} and not (tmp_path / "run" / "best_accuracy.pt").exists()
+    log = capsys.readouterr().out
+    assert "the model's predictions hold NaN/Inf values in 7 batch(es)" in log
+    assert "eval at step 0: the predictions hold NaN/Inf values: not a best model" in log

@@ -95,7 +95,9 @@ class Evaluation(Hook):
         logger.info("cur metric, %s, fps: %.2f", format_metrics(metrics), self.evaluator.last_fps)
         trainer.writer.add_scalars("eval", metrics, step)
         current = metrics[self.main_indicator]
-        if not self.best or current >= self.best[self.main_indicator]:
+        if self.evaluator.last_nonfinite_batches:  # argmax of NaN scores: a number, not a measurement
+            logger.warning("eval at step %d: the predictions hold NaN/Inf values: not a best model", step)
+        elif not self.best or current >= self.best[self.main_indicator]:
             self.best = dict(metrics, best_epoch=epoch, best_step=step)
             trainer.save(BEST_NAME, {"metrics": metrics})
         logger.info("best metric, %s", format_metrics(self.best))
