@@ -16,6 +16,7 @@ from ppdist.engine.checkpoint import weights_source
 from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.evaluator import Evaluator
+from ppdist.engine.finite_state import describe, nonfinite_tensors
 from ppdist.errors import ConfigError
 from ppdist.registry import METRICS
 
@@ -49,6 +50,16 @@ def set_picture_options(
         metric[key] = float(value)
 
 
+def warn_if_not_finite(model: torch.nn.Module, source: str) -> None:
+    """One warning line when the weights loaded from ``source`` hold NaN/Inf values (its metrics
+    then come from a broken model)."""
+    found = nonfinite_tensors(model.state_dict())
+    if found:
+        logger.warning(
+            "%s is not finite: %s; its metrics are those of a broken model", source, describe(found)
+        )
+
+
 def evaluate_checkpoint(
     config: Mapping[str, Any],
     env: DistEnv,
@@ -68,6 +79,7 @@ def evaluate_checkpoint(
     model = build_model(config)
     data, source = ckpt.load_across_ranks(source, env)  # also when only some nodes have the file
     ckpt.load_inference_weights(model, data, source)
+    warn_if_not_finite(model, source)
     if "metrics" in data:
         logger.info("metrics stored in the checkpoint: %s", data["metrics"])
     model.to(env.device)

@@ -92,6 +92,12 @@ def test_paddle_config_loads_with_defaults(repo_root):
         ("Optimizer.beta3=0.1", r"unknown key Optimizer.beta3.*'beta1'"),
         ("Optimizer.lr.name=Cosin", r"unknown lr schedule name 'Cosin'.*'Cosine'"),
         (
+            "Optimizer.lr.learning_rate=1e39",
+            r"Optimizer.lr.learning_rate must be a finite number a float32 holds \(at most 3.403e\+38\), got 1e\+39",
+        ),
+        ("Optimizer.lr.learning_rate=.nan", r"Optimizer.lr.learning_rate must be a finite number"),
+        ("Optimizer.lr=.inf", r"Optimizer.lr must be a finite number a float32 holds"),
+        (
             "Train.dataset.transforms.2.RecResizeImg.image_shap=[3,32,100]",
             r"Train.dataset.transforms\[2\].RecResizeImg.image_shap",
         ),

@@ -212,6 +212,13 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "naming the step and the last good checkpoint), or 'skip' the step and continue (one flag read per step).",
         choices=("stop", "skip"),
     ),
+    "max_skipped_step_ratio": GlobalKey(
+        NUMBER_TYPES,
+        0.5,
+        "With nan_policy 'skip': stop the run (exit 1) when more than this fraction of the steps is left "
+        "out, judged over each window of at least 10 steps between log lines / epoch ends, and over the "
+        "whole run when it ends inside a shorter window. 1: never stop.",
+    ),
     "early_stop": GlobalKey(
         (dict, NONE_TYPE),
         None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import math
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ppdist.config.inject import component_kwargs
@@ -103,6 +104,11 @@ def _validate_global(config: Dict[str, Any]) -> None:
             f"Global.max_bad_sample_ratio must lie in [0, 1] (a fraction of an epoch's samples), got "
             f"{glob['max_bad_sample_ratio']}"
         )
+    if not 0.0 <= float(glob["max_skipped_step_ratio"]) <= 1.0:
+        raise ConfigError(
+            f"Global.max_skipped_step_ratio must lie in [0, 1] (a fraction of the steps of a window), got "
+            f"{glob['max_skipped_step_ratio']}"
+        )
     compile_options(glob)
     step = glob["eval_batch_step"]
     if isinstance(step, int):
@@ -189,8 +195,13 @@ def early_stop_settings(glob: Mapping[str, Any]) -> Optional[Tuple[int, float]]:
             f"Global.early_stop.patience must be a positive integer (evaluations without improvement), "
             f"got {patience!r}"
         )
-    if not isinstance(min_delta, (int, float)) or isinstance(min_delta, bool) or min_delta < 0:
-        raise ConfigError(f"Global.early_stop.min_delta must be a number >= 0, got {min_delta!r}")
+    if (
+        not isinstance(min_delta, (int, float))
+        or isinstance(min_delta, bool)
+        or not math.isfinite(min_delta)
+        or min_delta < 0
+    ):
+        raise ConfigError(f"Global.early_stop.min_delta must be a finite number >= 0, got {min_delta!r}")
     return patience, float(min_delta)
 
 
@@ -265,6 +276,27 @@ def _validate_data_section(config: Dict[str, Any], section: str) -> None:
     part["loader"] = loader
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+LR_VALUE_KEYS = ("learning_rate", "end_lr", "eta_min", "warmup_start_lr")  # as engine.optim's
+
+
+def _check_learning_rates(lr: Any) -> None:
+    """Every learning rate of ``Optimizer.lr`` is a finite number a float32 holds (the optimizers
+    compute in float32: a larger one fails deep inside torch)."""
+    if isinstance(lr, dict):
+        values = [(f"Optimizer.lr.{key}", lr[key]) for key in LR_VALUE_KEYS if key in lr]
+        if isinstance(lr.get("values"), (list, tuple)):
+            values += [(f"Optimizer.lr.values[{i}]", v) for i, v in enumerate(lr["values"])]
+    else:
+        values = [("Optimizer.lr", lr)]
+    for path, value in values:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+                raise ConfigError(
+                    f"{path} must be a finite number a float32 holds (at most {FLOAT32_MAX:.4g}), got {value!r}"
+                )
+
+
 def _validate_optimizer(config: Dict[str, Any]) -> None:
     opt = config.get("Optimizer")
     if not isinstance(opt, dict) or "name" not in opt:
@@ -286,6 +318,7 @@ def _validate_optimizer(config: Dict[str, Any]) -> None:
         )
     else:
         _check_type(lr, NUMBER_TYPES, "Optimizer.lr")
+    _check_learning_rates(lr)
     reg = opt.get("regularizer")
     if reg:
         if not isinstance(reg, dict) or "name" not in reg:

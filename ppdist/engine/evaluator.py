@@ -7,7 +7,7 @@ import contextlib
 import logging
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, List, Mapping
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 import torch
 from torch import nn
@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, SAMPLE_INDEX_KEY
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv, gather_object_to_main, run_on_main
+from ppdist.engine.finite_state import any_nonfinite
 from ppdist.engine.logger import format_eta
 from ppdist.errors import EmptyEvaluationError
 from ppdist.metrics.base import Metric
@@ -80,6 +81,7 @@ class Evaluator:
         self.host_keys = (SAMPLE_INDEX_KEY,) + tuple(getattr(postprocess, "host_keys", ()))
         self.last_fps = 0.0
         self.last_bad: List[str] = []
+        self.last_nonfinite_batches = 0  # batches of the last run whose predictions held NaN/Inf
         bind = getattr(metric, "bind_dataset", None)  # e.g. COCO ground truth and category ids
         if bind is not None:
             bind(getattr(loader, "dataset", None))
@@ -104,6 +106,7 @@ class Evaluator:
         samples = 0
         start = time.perf_counter()
         progress = EvalProgress(len(self.loader), desc, enabled=self.env.is_main)
+        nonfinite: Optional[torch.Tensor] = None  # batches whose predictions were not finite, on the device
         for batch in self.loader:
             bad.extend(batch.pop(BAD_SAMPLES_KEY, []))
             batch.pop(NOTES_KEY, None)  # changes to kept samples are reported by training
@@ -116,6 +119,9 @@ class Evaluator:
                 # a post-process with test-time augmentation runs the model itself
                 infer = getattr(self.postprocess, "infer", None)
                 preds = infer(model, batch) if infer is not None else model(batch)
+            flag = any_nonfinite(preds)
+            if flag is not None:
+                nonfinite = flag.long() if nonfinite is None else nonfinite + flag.long()
             results = self.postprocess(preds, batch)
             self.metric.update(results, batch)
             samples += size
@@ -124,7 +130,15 @@ class Evaluator:
         # one rank computes the metric (COCOeval over all detections is the costly case) and
         # every rank gets its result: rank 0 gathers the states, the others wait while it works
         gathered = gather_object_to_main(
-            {"state": self.metric.state(), "bad": bad, "samples": samples, "elapsed": elapsed}, self.env
+            {
+                "state": self.metric.state(),
+                "bad": bad,
+                "samples": samples,
+                "elapsed": elapsed,
+                # read once per evaluation (a meta tensor, which stands for a device in tests, has no value)
+                "nonfinite": 0 if nonfinite is None or nonfinite.is_meta else int(nonfinite.item()),
+            },
+            self.env,
         )
 
         def merge_and_compute() -> Dict[str, Any]:
@@ -137,12 +151,14 @@ class Evaluator:
                 "bad": [b for g in gathered for b in g["bad"]],
                 "samples": sum(g["samples"] for g in gathered),
                 "elapsed": max(g["elapsed"] for g in gathered),
+                "nonfinite": sum(g["nonfinite"] for g in gathered),
             }
 
         summary = run_on_main(merge_and_compute, self.env, f"{desc}: computing the metric")
         metrics, total = summary["metrics"], summary["samples"]
         self.last_bad = summary["bad"]
         self.last_fps = total / max(summary["elapsed"], 1e-9)
+        self.last_nonfinite_batches = summary["nonfinite"]
         if total == 0:  # every rank knows (broadcast): all raise together, none waits
             model.train(was_training)
             raise EmptyEvaluationError(
@@ -160,5 +176,11 @@ class Evaluator:
             logger.warning("eval: skipped bad sample %s", line)
         if self.last_bad:
             logger.warning("eval: %d bad sample(s) skipped, %d evaluated", len(self.last_bad), total)
+        if self.last_nonfinite_batches:
+            logger.warning(
+                "eval: the model's predictions hold NaN/Inf values in %d batch(es): these metrics are not "
+                "those of a working model",
+                self.last_nonfinite_batches,
+            )
         model.train(was_training)
         return metrics

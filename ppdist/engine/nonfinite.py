@@ -1,4 +1,5 @@
-"""The non-finite guard's record: the first optimizer step whose loss or gradients were not finite.
+"""The non-finite guard's record: the first optimizer step whose loss, gradients or BatchNorm
+statistics (updated by its forward: Inf/NaN inputs under a finite loss) were not finite.
 
 The record lives on the device and is updated without reading anything on the host (the GPU never
 waits); ``check`` reads it — on log steps and before every checkpoint — and raises
@@ -160,14 +161,32 @@ class NonFiniteWatch:
             return
         step, terms, rank = found
         shown = ", ".join(f"{name}: {value:.6g}" for name, value in terms.items())
-        saved = (
-            f"the last good checkpoint is {last_good[0]} (global_step {last_good[1]}); resume from it "
-            f"with -o Global.checkpoints={last_good[0]}"
-            if last_good
-            else "no checkpoint of this run was written before it"
-        )
         raise NonFiniteError(
-            f"training diverged: the loss or the gradients are not finite at global_step {step} "
-            f"(rank {rank}: {shown}); nothing after it is saved, {saved}, and lower the learning rate, "
-            f"set Global.grad_clip, or set Global.nan_policy: skip to leave such steps out"
+            f"training diverged: the loss, the gradients or the BatchNorm statistics are not finite at "
+            f"global_step {step} (rank {rank}: {shown}); nothing after it is saved, {last_good_text(last_good)}, "
+            f"and lower the learning rate, set Global.grad_clip, or set Global.nan_policy: skip to leave "
+            f"such steps out"
         )
+
+
+def last_good_text(last_good: Optional[Tuple[str, int]]) -> str:
+    """Where to resume from: the last checkpoint written (or resumed from) with finite tensors."""
+    if not last_good:
+        return "no checkpoint of this run was written before it"
+    return (
+        f"the last good checkpoint is {last_good[0]} (global_step {last_good[1]}); resume from it "
+        f"with -o Global.checkpoints={last_good[0]}"
+    )
+
+
+def float_buffers(model: nn.Module) -> List[torch.Tensor]:
+    """The floating buffers of ``model`` (BatchNorm statistics): what ``buffers_finite`` checks."""
+    return [b for b in model.buffers() if b.is_floating_point() and b.numel()]
+
+
+def buffers_finite(buffers: List[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A device bool: every tensor of ``buffers`` (``float_buffers``) is finite (None without
+    any). A forward on non-finite inputs can poison them under a finite loss."""
+    if not buffers:
+        return None
+    return torch.stack([n.float() for n in torch._foreach_norm(buffers, float("inf"))]).isfinite().all()

@@ -118,6 +118,7 @@ def resume(trainer: Trainer, state: Mapping[str, Any], source: str, glob: Mappin
     check = functools.partial(check_relayout_allowed, glob=glob, source=source)
     trainer.load_state_dict(state, source, on_relayout=check)
     position = trainer.position
+    trainer.last_good = (source, position.global_step)  # what a divergence after it resumes from
     if position.saved_layout(saved) != position.layout:
         logger.warning(
             "resuming a run of %d process(es) x %d per process with %d x %d (%s): "

@@ -189,7 +189,7 @@ def default_hooks(
     hooks: List[Hook] = [
         BadSampleCheck(glob["max_bad_sample_ratio"], period=glob["print_batch_step"]),
         TrainLogger(glob["print_batch_step"], glob["log_smooth_window"], memory_info=glob["print_mem_info"]),
-        NonFiniteGuard(period=glob["print_batch_step"]),
+        NonFiniteGuard(period=glob["print_batch_step"], max_ratio=glob["max_skipped_step_ratio"]),
         Checkpointer(glob["save_epoch_step"], glob["save_iter_step"], glob["keep_checkpoint_max"]),
     ]
     if evaluator is not None:

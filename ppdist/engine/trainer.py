@@ -36,12 +36,17 @@ from ppdist.engine.amp import load_scaler_state
 from ppdist.engine.batch import batch_size_of, detach, move_to_device
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_tensors
 from ppdist.engine.ema import ModelEMA
+from ppdist.engine.finite_state import describe, model_state, nonfinite_tensors
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.nonfinite import (
     BufferRollback,
+    NonFiniteError,
     NonFiniteWatch,
+    buffers_finite,
+    float_buffers,
     gradients_finite,
+    last_good_text,
     skip_in_scaler,
     step_unless,
     takes_found_inf,
@@ -94,7 +99,8 @@ class Trainer:
     step is ``K`` micro-batches: DDP syncs gradients on the last only, and the gradient is that
     of the ``N * K`` processes the step stands for (``ppdist.losses.normalizer``). ``nan_policy``
     (``stop`` / ``skip``; None: not watched) keeps the non-finite record of ``ppdist.engine.nonfinite``:
-    ``save`` refuses to write over a good checkpoint after a non-finite step.
+    ``save`` refuses to write over a good checkpoint after a non-finite step, and ``save`` and the
+    evaluation refuse a model with a NaN/Inf weight or buffer whatever the policy (``check_state_finite``).
 
     A step reads no value on the host (the GPU never waits): loss terms stay tensors until a hook
     logs them.
@@ -145,6 +151,7 @@ class Trainer:
         self.nonfinite = NonFiniteWatch(nan_policy) if nan_policy else None
         # the model's buffers before each forward, put back when nan_policy skip leaves a step out
         self.rollback = BufferRollback(model) if nan_policy == "skip" else None
+        self.stat_buffers = float_buffers(model)  # checked after each forward (nan_policy)
         self.last_good: Optional[Tuple[str, int]] = None  # the last checkpoint written: (path, global_step)
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
@@ -320,6 +327,9 @@ class Trainer:
         fp16 GradScaler the gradients are its business: it skips overflowing steps itself); with
         ``nan_policy: skip``, the device flag "leave this step out", the same on every process."""
         grads_finite = None if self.scaler.is_enabled() else gradients_finite(self.model.parameters())
+        stats_finite = buffers_finite(self.stat_buffers)  # the forward's BatchNorm statistics
+        if stats_finite is not None:
+            grads_finite = stats_finite if grads_finite is None else grads_finite & stats_finite
         bad = self.nonfinite.observe(values, grads_finite, self.position.global_step + 1)
         return self.nonfinite.skip_flag(bad, self.env) if self.nonfinite.policy == "skip" else None
 
@@ -447,6 +457,7 @@ class Trainer:
             raise ConfigError("the trainer has no save_dir: checkpoints cannot be written")
         self.check_finite()
         self.sync_buffers()
+        self.check_state_finite(f"{name}{ckpt.SUFFIX} is not written")
         rng_states = all_gather_object(capture_rng_state(), self.env)
         path = os.path.join(self.save_dir, name + ckpt.SUFFIX)
         if self.env.is_main:
@@ -461,6 +472,18 @@ class Trainer:
         checkpoint) if a step since the start was not finite; nothing without ``nan_policy``."""
         if self.nonfinite is not None:
             self.nonfinite.check(self.env, self.last_good)
+
+    def check_state_finite(self, consequence: str) -> None:
+        """Raise ``NonFiniteError`` (saying ``consequence``) when a weight or buffer of the model or
+        of its EMA holds a NaN or Inf, e.g. a finite step whose update overflowed (one fused device
+        check, read once)."""
+        found = nonfinite_tensors(model_state(self.model, self.ema.module if self.ema else None))
+        if found:
+            raise NonFiniteError(
+                f"the model is not finite at global_step {self.position.global_step}: {describe(found)}; "
+                f"{consequence}, {last_good_text(self.last_good)}, and lower the learning rate or set "
+                f"Global.grad_clip"
+            )
 
     def load_state_dict(
         self,

@@ -32,7 +32,18 @@ def test_stops_after_patience_evaluations_without_improvement_and_resumes_stoppe
         tiny_run_config(tmp_path, digits_dir, "run", EVERY_2 + [stop, "Global.checkpoints=auto"]), DistEnv()
     )
     resumed.train()
-    assert resumed.position.global_step == 6  # a stopped run does not train on
+    assert resumed.position.global_step == 6  # a stopped run does not train on, and says how to
+    assert resumed.stop_reason.endswith(
+        "before this resume; raise Global.early_stop.patience above 2 to train on"
+    )
+
+    more_patience = stop.replace("patience: 2", "patience: 4")
+    resumed = build_trainer(
+        tiny_run_config(tmp_path, digits_dir, "run", EVERY_2 + [more_patience, "Global.checkpoints=auto"]),
+        DistEnv(),
+    )
+    summary = resumed.train()  # trains on with the new patience: evaluations 8 and 10 without improvement
+    assert resumed.position.global_step == 10 and summary["early_stopped"] is True
 
 
 def test_improving_runs_are_not_stopped(tmp_path, digits_dir):
@@ -51,7 +62,11 @@ def test_improving_runs_are_not_stopped(tmp_path, digits_dir):
     "setting,message",
     [
         ("{patience: 0}", "Global.early_stop.patience must be a positive integer"),
-        ("{patience: 2, min_delta: -1}", "Global.early_stop.min_delta must be a number >= 0"),
+        ("{patience: 2, min_delta: -1}", "Global.early_stop.min_delta must be a finite number >= 0"),
+        (
+            "{patience: 2, min_delta: .nan}",
+            r"Global.early_stop.min_delta must be a finite number >= 0, got nan",
+        ),
         ("{patience: 2, min_delt: 0.1}", "unknown key Global.early_stop.min_delt"),
     ],
 )

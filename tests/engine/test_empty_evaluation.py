@@ -46,6 +46,7 @@ def test_the_best_model_is_kept_when_an_evaluation_saw_nothing(caplog):
         position=SimpleNamespace(global_step=40),
         sync_buffers=lambda: None,
         check_finite=lambda: None,
+        check_state_finite=lambda consequence: None,
         eval_model=lambda: None,
         save=lambda *args: saved.append(args),
     )

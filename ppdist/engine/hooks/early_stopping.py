@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Dict, Mapping, Optional
 
 from ppdist.engine.hooks.base import PRIORITY_EARLY_STOP, Hook
 from ppdist.engine.hooks.evaluation import Evaluation
+
+logger = logging.getLogger("ppdist")
 
 
 class EarlyStopping(Hook):
@@ -14,7 +17,9 @@ class EarlyStopping(Hook):
     indicator last rose by more than ``min_delta`` above its best; at ``patience`` it asks the
     trainer to stop (``Trainer.request_stop``: final checkpoint as at the schedule's end). Every
     process sees the same metrics, so all decide alike. State: the best value, the count, the
-    step last judged and whether the run stopped (a resumed stopped run does not train on)."""
+    step last judged and whether the run stopped. A resumed stopped run trains on when
+    ``patience`` was raised above the evaluations it had without improvement (as if the new
+    patience had been set from the start), else it stops at once and says how to go on."""
 
     name = "early_stop"
     priority = PRIORITY_EARLY_STOP
@@ -29,8 +34,21 @@ class EarlyStopping(Hook):
         self.stopped = False
 
     def before_train(self) -> None:
-        if self.stopped:
-            self.trainer.request_stop(self._reason())
+        if not self.stopped:
+            return
+        if self.bad_evaluations < self.patience:
+            self.stopped = False
+            logger.info(
+                "the resumed run had stopped early after %d evaluation(s) without improvement; "
+                "Global.early_stop.patience is now %d: training continues",
+                self.bad_evaluations,
+                self.patience,
+            )
+            return
+        self.trainer.request_stop(
+            f"{self._reason()}, before this resume; raise Global.early_stop.patience above "
+            f"{self.bad_evaluations} to train on"
+        )
 
     def after_step(self) -> None:
         self._judge()

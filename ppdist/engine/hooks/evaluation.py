@@ -89,6 +89,7 @@ class Evaluation(Hook):
         step = trainer.position.global_step
         trainer.check_finite()  # never evaluate (and save as best) weights a non-finite step made
         trainer.sync_buffers()
+        trainer.check_state_finite("it is neither evaluated nor saved as the best")
         self.last_metrics = {}
         try:
             metrics = self.evaluator.run(trainer.eval_model(), desc=f"eval step {step}")
@@ -103,6 +104,8 @@ class Evaluation(Hook):
         current = float(metrics[self.main_indicator])
         if math.isnan(current):  # nothing was evaluated (the evaluator said why): no score, no best
             logger.info("no best from this evaluation (%s is nan)", self.main_indicator)
+        elif self.evaluator.last_nonfinite_batches:  # argmax of NaN scores: a number, not a measurement
+            logger.warning("eval at step %d: the predictions hold NaN/Inf values: not a best model", step)
         elif not self.best or current >= self.best[self.main_indicator]:
             self.best = dict(metrics, best_epoch=epoch, best_step=step)
             trainer.save(BEST_NAME, {"metrics": metrics})

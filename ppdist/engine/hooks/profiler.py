@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
@@ -93,6 +94,44 @@ class TorchProfiler(Hook):
                 self.end,
                 self.trainer.position.global_step,
             )
+            return
+        self._warn_past_the_end(self.trainer.total_steps)
+        if self._profiles_here() and not self.options.timer_only:
+            self._check_trace_dir()
+
+    def _warn_past_the_end(self, total_steps: int) -> None:
+        """Say at the start when the window (0-based step indices) reaches past the last step."""
+        if self.start >= total_steps:
+            logger.warning(
+                "profiler: the window batch_range=[%d, %d) starts after this run's last step (index %d of "
+                "%d steps): nothing will be profiled; lower Global.profiler_options batch_range",
+                self.start,
+                self.end,
+                total_steps - 1,
+                total_steps,
+            )
+        elif self.end > total_steps:
+            logger.warning(
+                "profiler: the window batch_range=[%d, %d) ends after this run's %d steps: only steps "
+                "[%d, %d) will be profiled",
+                self.start,
+                self.end,
+                total_steps,
+                self.start,
+                total_steps,
+            )
+
+    def _check_trace_dir(self) -> None:
+        """The trace folder is made and writable before the first step (not mid-training)."""
+        try:
+            os.makedirs(self.trace_dir, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.trace_dir):
+                pass
+        except OSError as exc:
+            raise ConfigError(
+                f"Global.profiler_options: the profile_path {self.trace_dir} cannot be written "
+                f"({exc.strerror or exc}); give a writable profile_path"
+            ) from exc
 
     def before_step(self) -> None:
         step = self.trainer.position.global_step  # 0-based index of the step about to run

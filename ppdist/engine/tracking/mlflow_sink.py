@@ -7,15 +7,19 @@ import atexit
 import logging
 import os
 import re
+import socket
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
 from ppdist.engine.tracking.base import Sink
+from ppdist.errors import TrackerError
 
 logger = logging.getLogger("ppdist")
 PARAM_VALUE_MAX = 500  # MLflow's limit before 2.x; the whole config is also an artifact
 BATCH_PARAMS = 100  # MlflowClient.log_batch takes at most 100 params per call
 FILE_STORE_SWITCH = "MLFLOW_ALLOW_FILE_STORE"  # MLflow 3 keeps its file store behind this switch
+CONNECT_TIMEOUT_S = 5.0  # MLflow itself retries a refused connection for minutes, silently
 
 
 def mlflow_name(name: str) -> str:
@@ -38,6 +42,23 @@ def flatten_config(config: Mapping[str, Any], prefix: str = "") -> List[Tuple[st
 
 def is_file_store(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file:")
+
+
+def check_reachable(uri: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise ``TrackerError`` within ``timeout_s`` when the server of an ``http(s)://`` tracking
+    URI does not accept a connection (other stores are not probed)."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TrackerError(
+            f"Global.mlflow: the tracking server {uri} is unreachable ({reason}); start it, fix "
+            f"Global.mlflow.tracking_uri (or MLFLOW_TRACKING_URI), or turn Global.mlflow off"
+        ) from exc
 
 
 class MLflowSink(Sink):
@@ -63,6 +84,7 @@ class MLflowSink(Sink):
 
         if is_file_store(tracking_uri):
             os.environ.setdefault(FILE_STORE_SWITCH, "true")
+        check_reachable(tracking_uri)
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri, self.checkpoints, self.best_name = tracking_uri, checkpoints, best_name
         self.last_eval: Tuple[int, Dict[str, float]] = (-1, {})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from unittest.mock import patch
 
 import pytest
 from ppdist_testing import tiny_run_config
@@ -13,6 +14,7 @@ from torch.profiler import ProfilerAction
 
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.hooks import TorchProfiler
+from ppdist.engine.hooks import profiler as profiler_module
 from ppdist.engine.hooks.profiler import window_schedule
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.setup import build_trainer
@@ -90,3 +92,38 @@ def test_a_rank_the_run_does_not_have_is_refused_before_the_first_step(tmp_path,
     with pytest.raises(ConfigError, match=r"ranks=1, but the run has 1 process\(es\)"):
         trainer.train()
     assert trainer.position.global_step == 0
+
+
+def test_an_unwritable_profile_path_is_refused_before_the_first_step(tmp_path, digits_dir):
+    (tmp_path / "a_file").write_text("")
+    folder = tmp_path / "a_file" / "prof"
+    config = tiny_run_config(
+        tmp_path, digits_dir, "w", [f"Global.profiler_options='batch_range=[3,5];profile_path={folder}'"]
+    )
+    trainer = build_trainer(config, DistEnv())
+    with pytest.raises(
+        ConfigError, match=f"the profile_path {folder} cannot be written .*writable profile_path"
+    ):
+        trainer.train()
+    assert trainer.position.global_step == 0
+
+
+@pytest.mark.parametrize(
+    "window, message",
+    [
+        ("[5,8]", "batch_range=[5, 8) starts after this run's last step (index 2 of 3 steps): nothing will"),
+        ("[1,8]", "batch_range=[1, 8) ends after this run's 3 steps: only steps [1, 3) will be profiled"),
+    ],
+)
+def test_a_window_past_the_end_of_the_run_is_warned_about_at_the_start(tmp_path, digits_dir, window, message):
+    setup_logger(None)
+    options = f"batch_range={window};timer_only=true"
+    config = tiny_run_config(
+        tmp_path, digits_dir, "e", ["Global.max_iters=3", f"Global.profiler_options='{options}'"]
+    )
+    trainer = build_trainer(config, DistEnv())
+    hook = trainer.hook("profiler")
+    with patch.object(profiler_module.logger, "warning") as warn:
+        hook.before_train()
+    (line,) = [call.args[0] % call.args[1:] for call in warn.call_args_list]
+    assert message in line

@@ -1,15 +1,21 @@
 """The MLflow and W&B sinks on their own, offline: checkpoints uploaded as artifacts when
-Global.tracker_checkpoints asks, a crashed run marked FAILED, the flattened config params."""
+Global.tracker_checkpoints asks, a crashed run marked FAILED, the flattened config params; an
+unreachable MLflow server or a file in TensorBoard's place said in one line."""
 
 from __future__ import annotations
 
 import os
+import socket
+import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 from tracker_testing import offline_wandb, wandb_artifacts, wandb_records
 
 from ppdist.engine.tracking import MLflowSink, WandbSink
 from ppdist.engine.tracking.mlflow_sink import flatten_config
+from ppdist.engine.tracking.tensorboard import TensorBoardSink
+from ppdist.errors import ConfigError, TrackerError
 
 
 def test_config_params_are_flat_and_named_as_mlflow_accepts():
@@ -58,3 +64,19 @@ def test_wandb_uploads_checkpoints_as_artifacts(tmp_path, monkeypatch):
     assert entry.path == "best_accuracy.pt" and entry.ref == ""  # a copy, not a reference
     assert '"metrics":{"acc":0.75}' in artifact.metadata.replace(" ", "")
     assert os.path.exists(checkpoint)
+
+
+def test_an_mlflow_server_that_refuses_connections_is_named_within_seconds():
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(TrackerError, match=rf"the tracking server http://127.0.0.1:{port} is unreachable"):
+        MLflowSink(f"http://127.0.0.1:{port}", "exp")
+    assert time.monotonic() - started < 10
+
+
+def test_a_file_where_the_tensorboard_folder_goes_is_one_config_error(tmp_path):
+    (tmp_path / "tensorboard").write_text("")
+    with pytest.raises(ConfigError, match=r"TensorBoard's folder .*tensorboard is a file, not a folder"):
+        TensorBoardSink(str(tmp_path / "tensorboard"))
