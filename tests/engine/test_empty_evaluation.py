@@ -142,6 +142,7 @@ def test_detection_set_without_boxes_reports_nothing_evaluated(tmp_path):
 def test_a_nan_score_never_becomes_the_best(caplog):
     class NothingEvaluated:
         last_fps = 0.0
+        last_nonfinite_batches = 0
 
         def run(self, model, desc=""):
             return {"miou": float("nan"), "acc": float("nan"), "images": 4}
@@ -151,6 +152,7 @@ def test_a_nan_score_never_becomes_the_best(caplog):
         position=SimpleNamespace(global_step=40),
         sync_buffers=lambda: None,
         check_finite=lambda: None,
+        check_state_finite=lambda reason: None,
         eval_model=lambda: None,
         save=lambda *args: saved.append(args),
         writer=SimpleNamespace(add_scalars=lambda *args: None),
