@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import yaml
 
@@ -316,3 +318,29 @@ def paddle_fixture_arrays(family: str, name: str) -> Dict[str, Any]:
 
     with np.load(os.path.join(paddle_fixture_dir(family), f"{name}.npz")) as data:
         return {key: data[key] for key in data.files}
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: List[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def ppdist_log_records(level: int = logging.INFO) -> Iterator[List[logging.LogRecord]]:
+    """The records of the ``ppdist`` logger at ``level`` and above, by a handler of its own:
+    independent of pytest's caplog, which misses them once ``setup_logger`` (called by
+    ``build_trainer`` when nothing is configured) stops their propagation, and which pytest 9
+    attaches to non-propagating loggers, so that toggling ``propagate`` counts them twice."""
+    logger, collect = logging.getLogger("ppdist"), _Collect()
+    previous = logger.level
+    logger.addHandler(collect)
+    logger.setLevel(level)
+    try:
+        yield collect.records
+    finally:
+        logger.removeHandler(collect)
+        logger.setLevel(previous)

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+from ppdist_testing import ppdist_log_records
 from ppdist_testing import tiny_run_config as config_for
 
 from ppdist.engine import setup
@@ -261,7 +262,7 @@ def test_compile_trains_like_eager_and_saves_plain_weights(tmp_path, digits_dir)
         torch.testing.assert_close(saved[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_training_metric_is_computed_on_log_steps_only(tmp_path, digits_dir, caplog):
+def test_training_metric_is_computed_on_log_steps_only(tmp_path, digits_dir):
     config = config_for(
         tmp_path, digits_dir, overrides=["Global.cal_metric_during_train=true", "Global.max_iters=20"]
     )
@@ -274,10 +275,10 @@ def test_training_metric_is_computed_on_log_steps_only(tmp_path, digits_dir, cap
         return postprocess(preds, batch)
 
     trainer.train_metric = (counting_postprocess, metric)
-    with caplog.at_level("INFO", logger="ppdist"):
+    with ppdist_log_records() as records:
         trainer.train()
     # the training lines (the final evaluation's cur metric line names its global_step too)
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch: ")]
+    lines = [r.getMessage() for r in records if r.getMessage().startswith("epoch: ")]
     assert calls == [5, 10, 15, 20] and len(lines) == 4, (calls, lines)
     assert all("acc: " in line and "norm_edit_dis: " in line for line in lines)
 
