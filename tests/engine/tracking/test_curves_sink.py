@@ -5,6 +5,7 @@ import logging
 import os
 
 from picture_testing import assert_picture
+from ppdist_testing import ppdist_log_records
 
 from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.tracking.curves import CurvesSink, series_from_state, series_state
@@ -29,35 +30,16 @@ def test_the_sink_draws_after_evaluations_and_at_the_end(tmp_path):
     assert_picture(str(path), (1000, 320))
 
 
-class Collect(logging.Handler):
-    """The ppdist logger's records, whatever pytest attached to it (pytest 9 adds its capture
-    handler to loggers that do not propagate, so toggling ``propagate`` counts records twice)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-
 def test_a_failed_drawing_keeps_the_values(tmp_path):
     os.makedirs(tmp_path / "curves.png")  # cannot be replaced by a file
     sink = CurvesSink(str(tmp_path))
     writer = ScalarWriter(sinks=[sink])
-    ppdist_logger, collect = logging.getLogger("ppdist"), Collect()
-    level = ppdist_logger.level
-    ppdist_logger.addHandler(collect)
-    ppdist_logger.setLevel(logging.INFO)
-    try:
+    with ppdist_log_records(logging.WARNING) as records:
         writer.add_scalars("eval", {"acc": 0.5}, 4)
         writer.add_scalars("train", {"loss": 1.0}, 6)
         writer.add_scalars("eval", {"acc": 0.7}, 8)
-    finally:
-        ppdist_logger.removeHandler(collect)
-        ppdist_logger.setLevel(level)
     assert sink.series == {"eval/acc": {4: 0.5, 8: 0.7}, "train/loss": {6: 1.0}}
-    assert sum("curves.png not drawn" in r.getMessage() for r in collect.records) == 2
+    assert sum("curves.png not drawn" in r.getMessage() for r in records) == 2
 
 
 def test_the_values_round_trip_through_a_checkpoint_state():
