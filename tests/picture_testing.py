@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 from PIL import Image
@@ -23,3 +23,16 @@ def assert_picture(
     else:
         assert width >= min_size[0] and height >= min_size[1], (path, width, height)
     assert image.std() > 10 and len(np.unique(image.reshape(-1, 3), axis=0)) > min_colours, path  # not blank
+
+
+def keep_saved_figures(monkeypatch: Any, module: Any) -> List[Any]:
+    """The figures ``module.save_png`` saves from now on, kept for inspection (and still written)."""
+    figures: List[Any] = []
+    save = module.save_png
+
+    def keep(figure: Any, path: str) -> None:
+        figures.append(figure)
+        save(figure, path)
+
+    monkeypatch.setattr(module, "save_png", keep)
+    return figures

@@ -34,6 +34,21 @@ def test_an_evaluation_of_no_sample_raises_instead_of_scoring():
         evaluator.run(Identity())
 
 
+def evaluation_hook(evaluator, main_indicator, saved):
+    """An Evaluation hook on a stand-in trainer: step 40, finite state, saves appended to ``saved``."""
+    hook = Evaluation(evaluator, main_indicator)
+    hook.trainer = SimpleNamespace(
+        position=SimpleNamespace(global_step=40),
+        sync_buffers=lambda: None,
+        check_finite=lambda: None,
+        check_state_finite=lambda consequence: None,
+        eval_model=lambda: None,
+        save=lambda *args: saved.append(args),
+        writer=SimpleNamespace(add_scalars=lambda *args: None),
+    )
+    return hook
+
+
 def test_the_best_model_is_kept_when_an_evaluation_saw_nothing(caplog):
     class Empty:
         last_fps = 0.0
@@ -42,16 +57,7 @@ def test_the_best_model_is_kept_when_an_evaluation_saw_nothing(caplog):
             raise EmptyEvaluationError("the evaluation saw no sample")
 
     saved = []
-    trainer = SimpleNamespace(
-        position=SimpleNamespace(global_step=40),
-        sync_buffers=lambda: None,
-        check_finite=lambda: None,
-        check_state_finite=lambda consequence: None,
-        eval_model=lambda: None,
-        save=lambda *args: saved.append(args),
-    )
-    hook = Evaluation(Empty(), "acc")
-    hook.trainer = trainer
+    hook = evaluation_hook(Empty(), "acc", saved)
     hook.best = {"acc": 0.5, "best_epoch": 1, "best_step": 20}
     with caplog.at_level("WARNING", logger="ppdist"):
         assert hook.evaluate(2) == {}
@@ -148,17 +154,7 @@ def test_a_nan_score_never_becomes_the_best(caplog):
             return {"miou": float("nan"), "acc": float("nan"), "images": 4}
 
     saved = []
-    trainer = SimpleNamespace(
-        position=SimpleNamespace(global_step=40),
-        sync_buffers=lambda: None,
-        check_finite=lambda: None,
-        check_state_finite=lambda reason: None,
-        eval_model=lambda: None,
-        save=lambda *args: saved.append(args),
-        writer=SimpleNamespace(add_scalars=lambda *args: None),
-    )
-    hook = Evaluation(NothingEvaluated(), "miou")
-    hook.trainer = trainer
+    hook = evaluation_hook(NothingEvaluated(), "miou", saved)
     hook.evaluate(1)  # the first evaluation: nothing to compare with, still not a best
     assert hook.best == {} and saved == []
     hook.best = {"miou": 0.5, "best_epoch": 1, "best_step": 20}

@@ -6,7 +6,7 @@ import shutil
 import types
 
 import pytest
-from picture_testing import assert_picture
+from picture_testing import assert_picture, keep_saved_figures
 from ppdist_testing import check_ok, run_tool, tiny_run_config
 
 from ppdist.engine.dist import DistEnv
@@ -109,15 +109,7 @@ def test_draw_curves_plots_the_values_given(tmp_path):
 @pytest.fixture
 def drawn_figures(monkeypatch):
     """The figures draw_curves saves, kept for inspection (and still written)."""
-    figures = []
-    save = curves_module.save_png
-
-    def keep(figure, path):
-        figures.append(figure)
-        save(figure, path)
-
-    monkeypatch.setattr(curves_module, "save_png", keep)
-    return figures
+    return keep_saved_figures(monkeypatch, curves_module)
 
 
 COCO_NAMES = ("ap", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar1", "ar10", "ar100")

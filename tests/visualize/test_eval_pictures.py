@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from picture_testing import assert_picture
+from picture_testing import assert_picture, keep_saved_figures
 from PIL import Image
 from ppdist_testing import check_ok, run_tool, tiny_config, tiny_run_config
 from pycocotools.coco import COCO
@@ -105,15 +105,7 @@ def test_pr_curves_are_cocoevals_precision_array(tmp_path):
 @pytest.fixture
 def drawn_figures(monkeypatch):
     """The figures the evaluation pictures save, kept for inspection (and still written)."""
-    figures = []
-    save = eval_pictures.save_png
-
-    def keep(figure, path):
-        figures.append(figure)
-        save(figure, path)
-
-    monkeypatch.setattr(eval_pictures, "save_png", keep)
-    return figures
+    return keep_saved_figures(monkeypatch, eval_pictures)
 
 
 def test_the_two_all_classes_pr_curves_are_told_apart(tmp_path, drawn_figures):
