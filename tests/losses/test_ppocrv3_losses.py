@@ -9,7 +9,10 @@ import os
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from ppdist.components import build_loss, build_metric, build_postprocess
+from ppdist.config import load_config
 from ppdist.errors import ConfigError
 from ppdist.losses import (
     CombinedLoss,
@@ -210,3 +213,48 @@ def test_config_mistakes_are_one_clear_error(caplog):
     assert "loss_config_list[0].DistillationSARLoss: ignore_index is not set" in caplog.text
     with pytest.raises(TypeError, match="DMLLoss compares two outputs; as a Loss use DistillationDMLLoss"):
         DMLLoss()(torch.zeros(1, 2, 3), {"label": torch.zeros(1)})
+
+
+def distillation_config(tmp_path, repo_root, loss_entries):
+    """configs/rec/rec_mv3_none_bilstm_ctc.yml with the distillation recipe's Loss, PostProcess and
+    Metric sections (their keys are validated whatever the Architecture) and the fixture's dictionary."""
+    with open(os.path.join(repo_root, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")) as handle:
+        config = yaml.safe_load(handle)
+    config["Global"].update(character_dict_path=DICT, use_space_char=True)
+    config["Loss"] = {"name": "CombinedLoss", "loss_config_list": loss_entries}
+    config["PostProcess"] = {"name": "DistillationCTCLabelDecode", "model_name": ["Student", "Teacher"],
+                             "key": "head_out", "multi_head": True}  # fmt: skip
+    config["Metric"] = {"name": "DistillationMetric", "base_metric_name": "RecMetric", "main_indicator": "acc",
+                        "key": "Student", "ignore_space": False}  # fmt: skip
+    path = tmp_path / "distillation.yml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_the_recipe_sections_validate_and_build_with_the_global_dictionary(tmp_path, repo_root, fixture):
+    config = load_config(distillation_config(tmp_path, repo_root, copy.deepcopy(DISTILLATION_LOSS)))
+    loss = build_loss(config)
+    assert loss.parts[-1].sar.ignore_index == 13  # n + 1 from Global.character_dict_path + use_space_char
+    assert build_postprocess(config).num_classes == 12
+    assert build_metric(config).main_indicator == "acc"
+    assert_terms(loss(nest(fixture, "train"), batch_of(fixture)), fixture, "combined")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda e: e[2]["DistillationDistanceLoss"].pop("weight"),
+         r"Loss\.loss_config_list\[2\]\.DistillationDistanceLoss\.weight is required by CombinedLoss"),
+        (lambda e: e[0]["DistillationDMLLoss"].update(dis_heads="ctc"),
+         r"unknown key Loss\.loss_config_list\[0\]\.DistillationDMLLoss\.dis_heads .*Did you mean: 'dis_head'"),
+        (lambda e: e.append({"DistilationCTCLoss": {"weight": 1.0}}),
+         r"unknown loss name 'DistilationCTCLoss' at Loss\.loss_config_list\[5\].*'DistillationCTCLoss'"),
+        (lambda e: e.append({"DistillationCTCLoss": 1.0}),
+         r"Loss\.loss_config_list\[5\]\.DistillationCTCLoss parameters must be a mapping"),
+    ],
+)  # fmt: skip
+def test_loss_list_mistakes_fail_validation_with_the_entry_path(tmp_path, repo_root, edit, message):
+    entries = copy.deepcopy(DISTILLATION_LOSS)
+    edit(entries)
+    with pytest.raises(ConfigError, match=message):
+        load_config(distillation_config(tmp_path, repo_root, entries))
