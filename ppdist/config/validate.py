@@ -235,6 +235,14 @@ def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
         _check_component(TRANSFORMS, dict(params, name=name), f"{where}[{i}].{name}", config)
 
 
+def _check_forwarded_keys(registry: Any, entry: Mapping[str, Any], where: str) -> None:
+    """A component that hands its extra keywords to another one (DistillationMetric to its base
+    metric) checks them with its ``check_forwarded(kwargs, where)``."""
+    check = getattr(registry.get(entry["name"], f"{where}.name"), "check_forwarded", None)
+    if check is not None:
+        check({k: v for k, v in entry.items() if k != "name"}, where)
+
+
 def _check_loss_list(loss: Mapping[str, Any]) -> None:
     """The ``{LossName: params}`` entries of a composite loss's ``loss_config_list`` (CombinedLoss,
     MultiLoss): known names and keywords; the keys the composite itself takes from every entry
@@ -448,6 +456,7 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
         if config.get(section) is None:
             raise ConfigError(f"missing required section {section}")
         _check_component(registry, config[section], section, config)
+        _check_forwarded_keys(registry, config[section], section)
     for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
         _check_component(LOSSES, entry, f"Loss.types[{i}]", config)
     _check_loss_list(config["Loss"])

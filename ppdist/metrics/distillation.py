@@ -38,6 +38,13 @@ class DistillationMetric(Metric):
         self.dataset: Any = None
         self.metrics: Dict[str, Metric] = {}
 
+    @classmethod
+    def check_forwarded(cls, kwargs: Mapping[str, Any], where: str) -> None:
+        """Config validation: the keywords meant for the base metric are its own."""
+        own = ("key", "base_metric_name")
+        base = kwargs.get("base_metric_name", "RecMetric")
+        METRICS.check(base, {k: v for k, v in kwargs.items() if k not in own}, where)
+
     @property
     def nothing_evaluated(self) -> Optional[str]:  # type: ignore[override]
         return getattr(self._key_metric(), "nothing_evaluated", None)

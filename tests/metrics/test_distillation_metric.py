@@ -7,7 +7,9 @@ import pickle
 import numpy as np
 import pytest
 import torch
+import yaml
 
+from ppdist.config import load_config
 from ppdist.errors import ConfigError
 from ppdist.metrics import DistillationMetric, RecMetric
 from ppdist.postprocess import DistillationCTCLabelDecode
@@ -91,3 +93,19 @@ def test_config_mistakes():
         ValueError, match=r"key 'Student' is not a model of the post-process's results \(\['Teacher'\]\)"
     ):
         metric.update({"Teacher": {"preds": [], "labels": []}}, {})
+
+
+def test_base_metric_keys_are_checked_by_config_validation(tmp_path, repo_root):
+    with open(os.path.join(repo_root, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")) as handle:
+        config = yaml.safe_load(handle)
+    config["Metric"] = dict(CONFIG, ignore_spaces=False)
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(
+        ConfigError, match=r"unknown key Metric\.ignore_spaces for metric 'RecMetric'.*'ignore_space'"
+    ):
+        load_config(str(path))
+    config["Metric"] = dict(CONFIG, base_metric_name="RecMetrc")
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=r"unknown metric name 'RecMetrc'.*'RecMetric'"):
+        load_config(str(path))
