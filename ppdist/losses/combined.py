@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ppdist.errors import ConfigError
+from ppdist.losses.distillation import sum_tensors
 from ppdist.losses.entries import build_entry, parse_entries, set_sar_ignore_index
 from ppdist.losses.precision import full_precision
 from ppdist.registry import LOSSES
@@ -62,15 +63,8 @@ class CombinedLoss(nn.Module):
             if isinstance(out, torch.Tensor):
                 out = {f"loss_{name}_{idx}": out}
             out = {key: value * weight for key, value in out.items()}
-            share = out["loss"] if "loss" in out else _sum(list(out.values()))
+            share = out["loss"] if "loss" in out else sum_tensors(list(out.values()))
             total = share if total is None else total + share
             terms.update((k, v) for k, v in out.items() if k != "loss")
         assert total is not None  # parse_entries refuses an empty list
         return dict({"loss": total}, **terms)
-
-
-def _sum(values: List[torch.Tensor]) -> torch.Tensor:
-    total = values[0]
-    for value in values[1:]:
-        total = total + value
-    return total

@@ -62,13 +62,17 @@ def _check_branch(dis_head: str) -> str:
     return dis_head
 
 
-def with_total(terms: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """``terms`` plus ``loss``, their sum (PaddleOCR's ``_sum_loss``)."""
-    values = list(terms.values())
+def sum_tensors(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``values[0] + values[1] + ...`` in order (as Paddle's running sums; the shapes may broadcast)."""
     total = values[0]
     for value in values[1:]:
         total = total + value
-    return dict(terms, loss=total)
+    return total
+
+
+def with_total(terms: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """``terms`` plus ``loss``, their sum (PaddleOCR's ``_sum_loss``)."""
+    return dict(terms, loss=sum_tensors(list(terms.values())))
 
 
 @LOSSES.register(name="DistillationDMLLoss")
