@@ -120,6 +120,37 @@ class RecAug:
 
 
 # ----------------------------------------------------------------------------- labels
+def encode_text(
+    text: str, index: Dict[str, int], max_text_length: int, lower: bool
+) -> Tuple[List[int], List[str]]:
+    """PaddleOCR's text encoding: the indices of ``text``'s characters in ``index`` (lower-cased
+    first when ``lower``) and the characters dropped (not in it); ``RejectedSample`` with the
+    reason for an empty text, one longer than ``max_text_length`` or one with no known character."""
+    if len(text) == 0:
+        raise RejectedSample("empty label")
+    if len(text) > max_text_length:
+        raise RejectedSample(
+            f"label longer than Global.max_text_length {max_text_length} ({len(text)}: {text[:40]!r})"
+        )
+    if lower:
+        text = text.lower()
+    ids = [index[ch] for ch in text if ch in index]
+    dropped = [ch for ch in text if ch not in index]
+    if not ids:
+        raise RejectedSample(f"no character of label {text[:40]!r} is in the dictionary")
+    return ids, dropped
+
+
+def note_dropped(data: Sample, dropped: List[str]) -> None:
+    """Say in ``data`` which characters of its label the dictionary does not have (if any)."""
+    if dropped:
+        add_note(
+            data,
+            f"label {data['label'][:40]!r}: {len(dropped)} character(s) not in the dictionary dropped "
+            f"({''.join(sorted(set(dropped)))[:20]!r})",
+        )
+
+
 @TRANSFORMS.register
 class CTCLabelEncode:
     """Encode ``data["label"]`` (str) for CTC: indices 1..N into the dictionary, 0 = blank/pad.
@@ -129,7 +160,8 @@ class CTCLabelEncode:
     dictionary the text is lower-cased; characters outside the dictionary are dropped, as in
     PaddleOCR, and the sample says which (a note reported with its origin). An empty text, one
     longer than ``max_text_length`` or one with no character of the dictionary is rejected with
-    that reason.
+    that reason. A character the dictionary holds twice (e.g. the space of ``en_dict.txt`` with
+    ``use_space_char``) gets its last index, as in PaddleOCR.
     """
 
     def __init__(
@@ -140,9 +172,8 @@ class CTCLabelEncode:
         self.max_text_length = max_text_length
         self.lower = not character_dict_path
         self.character = ["blank"] + load_characters(character_dict_path, use_space_char)
-        self.index = {}
-        for i, ch in enumerate(self.character[1:], start=1):
-            self.index.setdefault(ch, i)  # a duplicated dictionary entry keeps its first index
+        # a duplicated dictionary entry gets its last index (PaddleOCR's dict building)
+        self.index = {ch: i for i, ch in enumerate(self.character[1:], start=1)}
 
     def encode(self, text: str) -> Optional[List[int]]:
         """Class indices of ``text``, or ``None`` when it cannot be used."""
@@ -154,28 +185,11 @@ class CTCLabelEncode:
     def checked_encode(self, text: str) -> Tuple[List[int], List[str]]:
         """Class indices of ``text`` and the characters dropped (not in the dictionary);
         ``RejectedSample`` with the reason when it cannot be used."""
-        if len(text) == 0:
-            raise RejectedSample("empty label")
-        if len(text) > self.max_text_length:
-            raise RejectedSample(
-                f"label longer than Global.max_text_length {self.max_text_length} ({len(text)}: {text[:40]!r})"
-            )
-        if self.lower:
-            text = text.lower()
-        ids = [self.index[ch] for ch in text if ch in self.index]
-        dropped = [ch for ch in text if ch not in self.index]
-        if not ids:
-            raise RejectedSample(f"no character of label {text[:40]!r} is in the dictionary")
-        return ids, dropped
+        return encode_text(text, self.index, self.max_text_length, self.lower)
 
     def __call__(self, data: Sample) -> Optional[Sample]:
         ids, dropped = self.checked_encode(data["label"])
-        if dropped:
-            add_note(
-                data,
-                f"label {data['label'][:40]!r}: {len(dropped)} character(s) not in the dictionary dropped "
-                f"({''.join(sorted(set(dropped)))[:20]!r})",
-            )
+        note_dropped(data, dropped)
         label = np.zeros(self.max_text_length, dtype=np.int64)
         label[: len(ids)] = ids
         data["length"] = np.array(len(ids), dtype=np.int64)
