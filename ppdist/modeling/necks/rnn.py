@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import torch
 from torch import nn
 
 from ppdist.modeling.layers import L2TaggedModule, init_linear_uniform
-from ppdist.registry import NECKS
+from ppdist.modeling.necks.svtr import EncoderWithSVTR
+from ppdist.registry import NECKS, did_you_mean
 
-ENCODER_TYPES = ("reshape", "rnn", "fc")
+ENCODER_TYPES = ("reshape", "rnn", "fc", "svtr")
 
 
 class Im2Seq(nn.Module):
@@ -56,20 +60,37 @@ class EncoderWithFC(L2TaggedModule):
 
 @NECKS.register(name="SequenceEncoder")
 class SequenceEncoder(nn.Module):
-    """Im2Seq followed by an optional encoder: ``reshape`` (none), ``rnn`` or ``fc``."""
+    """Im2Seq followed by an optional encoder: ``reshape`` (none), ``rnn`` or ``fc``; or the ``svtr``
+    encoder on the feature map followed by Im2Seq (its settings are the extra keywords)."""
 
-    def __init__(self, in_channels: int, encoder_type: str = "rnn", hidden_size: int = 48) -> None:
+    def __init__(
+        self, in_channels: int, encoder_type: str = "rnn", hidden_size: int = 48, **svtr: Any
+    ) -> None:
         super().__init__()
         if encoder_type not in ENCODER_TYPES:
             raise ValueError(
                 f"SequenceEncoder.encoder_type must be one of {ENCODER_TYPES}, got "
-                f"{encoder_type!r} (svtr and cascadernn are not supported yet)"
+                f"{encoder_type!r} (cascadernn is not supported yet)"
             )
         if hidden_size < 1:
             raise ValueError(f"SequenceEncoder.hidden_size must be positive, got {hidden_size}")
+        accepted = [k for k in inspect.signature(EncoderWithSVTR).parameters if k != "in_channels"]
+        unknown = [k for k in svtr if encoder_type != "svtr" or k not in accepted]
+        if unknown:
+            raise ValueError(
+                f"SequenceEncoder: unknown key {unknown[0]!r} for encoder_type {encoder_type!r}."
+                + (
+                    did_you_mean(unknown[0], accepted)
+                    if encoder_type == "svtr"
+                    else " Only svtr takes more keys."
+                )
+            )
         self.encoder_type = encoder_type
         self.encoder_reshape = Im2Seq(in_channels)
-        if encoder_type == "reshape":
+        if encoder_type == "svtr":
+            self.encoder = EncoderWithSVTR(in_channels, **svtr)
+            self.out_channels = self.encoder.out_channels
+        elif encoder_type == "reshape":
             self.encoder = None
             self.out_channels = in_channels
         else:
@@ -78,5 +99,7 @@ class SequenceEncoder(nn.Module):
             self.out_channels = self.encoder.out_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.encoder_type == "svtr":
+            return self.encoder_reshape(self.encoder(x))
         x = self.encoder_reshape(x)
         return x if self.encoder is None else self.encoder(x)
