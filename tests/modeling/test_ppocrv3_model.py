@@ -30,6 +30,7 @@ from ppdist.modeling import BaseModel, DistillationModel
 from ppdist.modeling.backbones import MobileNetV1Enhance
 from ppdist.modeling.necks.svtr import EncoderWithSVTR
 from ppdist.registry import HEADS
+from ppdist.utils.host_sync import count_host_syncs
 
 torch.set_num_threads(2)
 
@@ -312,3 +313,24 @@ def test_backbone_argument_errors():
         MobileNetV1Enhance(last_conv_stride=[1, 2, 3])
     max_pool = MobileNetV1Enhance(scale=0.1)  # Paddle's default: a 2x2 max pooling
     assert max_pool(torch.zeros(1, 3, 32, 64)).shape == (1, 102, 1, 16)
+
+
+def test_training_forward_and_backward_read_nothing_on_the_host(tmp_path):
+    """The GPU never waits: a training step of a PP-OCRv3 model (backbone, svtr, MultiHead, SAR) reads no
+    device value on the host (``ppdist.utils.host_sync`` counts them on CPU too)."""
+    arch = {
+        "name": "DistillationModel",
+        "model_type": "rec",
+        "Models": {"Student": small_arch(return_all_feats=True)},
+    }
+    model = build_model(model_config(arch, dictionary(tmp_path, 4))).train()
+    batch = small_batch(batch_size=1)
+
+    def step():
+        out = model(batch)["Student"]
+        (
+            out["head_out"]["ctc"].mean() + out["head_out"]["sar"].mean() + out["backbone_out"].mean()
+        ).backward()
+
+    counter = count_host_syncs(step)
+    assert counter.count == 0, counter.report()
