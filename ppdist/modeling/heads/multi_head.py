@@ -21,8 +21,8 @@ from torch import nn
 
 from ppdist.errors import ConfigError
 from ppdist.modeling.heads.ctc import CTCHead
-from ppdist.modeling.necks.rnn import Im2Seq, SequenceEncoder
-from ppdist.registry import HEADS
+from ppdist.modeling.necks.rnn import Im2Seq
+from ppdist.registry import HEADS, NECKS
 
 BRANCHES = ("CTCHead", "SARHead", "NRTRHead")
 OUT_CHANNELS_KEYS = {"CTCHead": "CTCLabelDecode", "SARHead": "SARLabelDecode", "NRTRHead": "NRTRLabelDecode"}
@@ -64,7 +64,7 @@ class MultiHead(nn.Module):
         if not isinstance(out_channels_list, Mapping):
             raise ValueError(f"MultiHead.out_channels_list must be a mapping, got {out_channels_list!r}")
         self.sar_head: Optional[nn.Module] = None
-        self.ctc_encoder: Optional[SequenceEncoder] = None
+        self.ctc_encoder: Optional[nn.Module] = None
         for index, entry in enumerate(head_list):
             name, args, where = _branch(entry, index)
             if name == "SARHead":
@@ -93,8 +93,12 @@ class MultiHead(nn.Module):
                 f"{where} needs Neck: {{name: svtr, ...}} and Head: {{...}} (got keys {sorted(args)})"
             )
         neck = dict(args["Neck"])
+        neck = dict(neck, name="SequenceEncoder", encoder_type=neck["name"])  # Neck.name is the encoder type
         self.encoder_reshape = Im2Seq(in_channels)
-        self.ctc_encoder = SequenceEncoder(in_channels, encoder_type=neck.pop("name"), **neck)
+        try:
+            self.ctc_encoder = NECKS.build(neck, where=f"{where}.Neck", in_channels=in_channels)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         head = dict(args.get("Head") or {})
         try:
             self.ctc_head = CTCHead(self.ctc_encoder.out_channels, classes, **head)
