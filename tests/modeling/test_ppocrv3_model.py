@@ -268,12 +268,16 @@ def test_distillation_model_names_freezing_and_parts(tmp_path):
     assert model.Student.head.ctc_head.out_channels == 6  # out_channels_list injected into every model
 
 
-def test_out_channels_list_is_paddles():
+def test_out_channels_list_is_paddles(tmp_path):
     assert multi_head_channels(6625) == {
         "CTCLabelDecode": 6625,
         "SARLabelDecode": 6627,
         "NRTRLabelDecode": 6628,
     }
+    config = model_config(small_arch(), dictionary(tmp_path, 7))
+    del config["PostProcess"]  # without a post-process: the dictionary's count, as CTCLabelDecode's
+    model = build_model(config)
+    assert model.head.ctc_head.out_channels == 9  # 7 + space + blank
 
 
 def test_svtr_use_guide_stops_gradients_into_the_backbone():
