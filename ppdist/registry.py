@@ -179,6 +179,7 @@ def _resolved_hints(target: Callable[..., Any]) -> Dict[str, Any]:
         return {}
 
 
+ARCHITECTURES = Registry("architecture")  # Architecture.name: BaseModel (default), DistillationModel
 BACKBONES = Registry("backbone")
 NECKS = Registry("neck")
 HEADS = Registry("head")

@@ -12,7 +12,19 @@ STAGE_PRETRAINED_KEY = "pretrained"  # Architecture.Backbone.pretrained: backbon
 # wandb: PaddleOCR's Weights & Biases settings (optional; ppdist.config.trackers checks it)
 SECTIONS = ("Global", "Architecture", "Loss", "Optimizer", "PostProcess", "Metric", "Train", "Eval", "wandb")
 BASE_KEY = "_BASE_"
-ARCHITECTURE_KEYS = ("model_type", "algorithm", "Transform", "Backbone", "Neck", "Head", "in_channels")
+ARCHITECTURE_KEYS = (
+    "name",
+    "model_type",
+    "algorithm",
+    "Transform",
+    "Backbone",
+    "Neck",
+    "Head",
+    "in_channels",
+    "return_all_feats",
+)
+DISTILLATION_KEYS = ("name", "model_type", "algorithm", "Models")  # Architecture.name: DistillationModel
+DISTILLATION_MODEL_KEYS = ("freeze_params", "pretrained")  # keys of a Models entry besides ARCHITECTURE_KEYS
 # Optimizer keys ppdist handles itself; every other key is an argument of the optimizer named by ``name``
 OPTIMIZER_COMMON_KEYS = ("lr", "regularizer", "clip_norm", "clip_norm_global", "fused")
 

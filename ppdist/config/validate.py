@@ -18,6 +18,8 @@ from ppdist.config.profiler_options import profiler_settings
 from ppdist.config.schema import (
     ARCHITECTURE_KEYS,
     COMPILE_KEYS,
+    DISTILLATION_KEYS,
+    DISTILLATION_MODEL_KEYS,
     GLOBAL_SCHEMA,
     LOADER_SCHEMA,
     MAX_ACCUMULATE_STEPS,
@@ -31,6 +33,7 @@ from ppdist.config.schema import (
 from ppdist.config.trackers import validate_trackers
 from ppdist.errors import ConfigError
 from ppdist.registry import (
+    ARCHITECTURES,
     BACKBONES,
     DATASETS,
     HEADS,
@@ -218,8 +221,12 @@ def _check_component(
 ) -> None:
     if not isinstance(entry, dict) or "name" not in entry:
         raise ConfigError(f"{where} needs a mapping with a 'name' key, got {entry!r}")
-    registry.get(entry["name"], f"{where}.name")
+    component = registry.get(entry["name"], f"{where}.name")
     registry.check(entry["name"], component_kwargs(registry, entry, config), where, injected=injected)
+    nested = getattr(component, "nested_entries", None)  # components built from inner entries (MultiHead)
+    if callable(nested):
+        for inner_registry, inner, inner_where, inner_injected in nested(entry, where):
+            _check_component(inner_registry, inner, inner_where, config, injected=inner_injected)
 
 
 def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
@@ -233,6 +240,41 @@ def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
         if not isinstance(params, dict):
             raise ConfigError(f"{where}[{i}].{name} parameters must be a mapping, got {params!r}")
         _check_component(TRANSFORMS, dict(params, name=name), f"{where}[{i}].{name}", config)
+
+
+def _check_forwarded_keys(registry: Any, entry: Mapping[str, Any], where: str) -> None:
+    """A component that hands its extra keywords to another one (DistillationMetric to its base
+    metric) checks them with its ``check_forwarded(kwargs, where)``."""
+    check = getattr(registry.get(entry["name"], f"{where}.name"), "check_forwarded", None)
+    if check is not None:
+        check({k: v for k, v in entry.items() if k != "name"}, where)
+
+
+def _check_loss_list(loss: Mapping[str, Any]) -> None:
+    """The ``{LossName: params}`` entries of a composite loss's ``loss_config_list`` (CombinedLoss,
+    MultiLoss): known names and keywords; the keys the composite itself takes from every entry
+    (its ``required_entry_keys``, CombinedLoss's ``weight``) must be there."""
+    entries = loss.get("loss_config_list")
+    if entries is None:
+        return
+    where = "Loss.loss_config_list"
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(
+            f"{where} must be a non-empty list of {{LossName: params}} entries, got {entries!r}"
+        )
+    consumed = getattr(LOSSES.get(loss["name"], "Loss.name"), "required_entry_keys", ())
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ConfigError(f"{where}[{i}] must be a one-key mapping {{LossName: params}}, got {entry!r}")
+        ((name, params),) = entry.items()
+        params = params or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"{where}[{i}].{name} parameters must be a mapping, got {params!r}")
+        for key in consumed:
+            if key not in params:
+                raise ConfigError(f"{where}[{i}].{name}.{key} is required by {loss['name']}")
+        LOSSES.get(name, f"{where}[{i}]")
+        LOSSES.check(name, {k: v for k, v in params.items() if k not in consumed}, f"{where}[{i}].{name}")
 
 
 def _validate_data_section(config: Dict[str, Any], section: str) -> None:
@@ -357,15 +399,16 @@ def _check_freeze_spellings(entry: Dict[str, Any]) -> None:
         )
 
 
-def _validate_architecture(config: Dict[str, Any]) -> None:
-    arch = config.get("Architecture")
-    if not isinstance(arch, dict):
-        raise ConfigError("missing required section Architecture")
+def _validate_model_stages(arch: Dict[str, Any], where: str, config: Dict[str, Any]) -> None:
+    """One BaseModel section (``Architecture``, or a ``Models`` entry of a distillation model)."""
     for key in arch:
         if key not in ARCHITECTURE_KEYS:
-            raise ConfigError(f"unknown key Architecture.{key}.{did_you_mean(key, ARCHITECTURE_KEYS)}")
+            raise ConfigError(f"unknown key {where}.{key}.{did_you_mean(key, ARCHITECTURE_KEYS)}")
+    if arch.get("name") not in (None, "BaseModel"):
+        raise ConfigError(f"{where}.name must be BaseModel (or absent) here, got {arch['name']!r}")
     if arch.get("Transform"):
-        raise ConfigError("Architecture.Transform (e.g. TPS) is not supported yet; set it to null")
+        raise ConfigError(f"{where}.Transform (e.g. TPS) is not supported yet; set it to null")
+    _check_type(arch.get("return_all_feats"), (bool, NONE_TYPE), f"{where}.return_all_feats")
     for key, registry, required in (
         ("Backbone", BACKBONES, True),
         ("Neck", NECKS, False),
@@ -375,14 +418,61 @@ def _validate_architecture(config: Dict[str, Any]) -> None:
         if entry is None and not required:
             continue
         if entry is None:
-            raise ConfigError(f"missing required key Architecture.{key}")
+            raise ConfigError(f"missing required key {where}.{key}")
         if key == "Backbone" and isinstance(entry, dict) and STAGE_PRETRAINED_KEY in entry:
             entry = _without_stage_pretrained(entry)
         if key == "Backbone" and isinstance(entry, dict):
             _check_freeze_spellings(entry)
         _check_component(
-            registry, entry, f"Architecture.{key}", config, injected=("in_channels", "out_channels")
+            registry,
+            entry,
+            f"{where}.{key}",
+            config,
+            injected=("in_channels", "out_channels", "out_channels_list"),
         )
+
+
+def _validate_distillation(arch: Dict[str, Any], config: Dict[str, Any]) -> None:
+    """``Architecture.name: DistillationModel``: its own keys, then each ``Models`` entry as a model."""
+    for key in arch:
+        if key not in DISTILLATION_KEYS:
+            raise ConfigError(
+                f"unknown key Architecture.{key} for DistillationModel.{did_you_mean(key, DISTILLATION_KEYS)}"
+            )
+    models = arch.get("Models")
+    if not isinstance(models, dict) or not models:
+        raise ConfigError(
+            "Architecture.Models must map model names (e.g. Teacher, Student) to architectures "
+            "(model_type, Backbone, Head, ...)"
+        )
+    for name, model in models.items():
+        where = f"Architecture.Models.{name}"
+        if not isinstance(model, dict):
+            raise ConfigError(f"{where} must be a mapping (an architecture), got {model!r}")
+        _check_type(model.get("freeze_params"), (bool, NONE_TYPE), f"{where}.freeze_params")
+        pretrained = model.get(STAGE_PRETRAINED_KEY)
+        if pretrained is not None and not isinstance(pretrained, str):
+            raise ConfigError(
+                f"{where}.{STAGE_PRETRAINED_KEY} must be a weights path or null, got {pretrained!r}"
+            )
+        _validate_model_stages(
+            {k: v for k, v in model.items() if k not in DISTILLATION_MODEL_KEYS}, where, config
+        )
+
+
+def _validate_architecture(config: Dict[str, Any]) -> None:
+    arch = config.get("Architecture")
+    if not isinstance(arch, dict):
+        raise ConfigError("missing required section Architecture")
+    name = arch.get("name", "BaseModel")
+    if name not in ARCHITECTURES:
+        raise ConfigError(
+            f"unknown Architecture.name {name!r}.{did_you_mean(str(name), ARCHITECTURES.names())}"
+        )
+    if name == "DistillationModel":
+        _validate_distillation(arch, config)
+    else:
+        _validate_model_stages(arch, "Architecture", config)
 
 
 def import_custom_modules(modules: Optional[Sequence[Any]]) -> None:
@@ -421,8 +511,10 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
         if config.get(section) is None:
             raise ConfigError(f"missing required section {section}")
         _check_component(registry, config[section], section, config)
+        _check_forwarded_keys(registry, config[section], section)
     for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
         _check_component(LOSSES, entry, f"Loss.types[{i}]", config)
+    _check_loss_list(config["Loss"])
     _validate_optimizer(config)
     if config.get("Train") is None and config.get("Eval") is None:
         raise ConfigError("the config needs a Train and/or an Eval section")

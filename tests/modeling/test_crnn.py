@@ -169,7 +169,9 @@ def test_sequence_encoder_types():
     with pytest.raises(ValueError, match="height|H"):
         reshape(torch.randn(2, 480, 2, 25))
     with pytest.raises(ValueError, match="encoder_type"):
-        SequenceEncoder(480, encoder_type="svtr")
+        SequenceEncoder(480, encoder_type="cascadernn")
+    with pytest.raises(ValueError, match="dims is a key of encoder_type svtr, not 'rnn'"):
+        SequenceEncoder(480, encoder_type="rnn", dims=64)
 
 
 def test_backbone_argument_validation():

@@ -13,6 +13,8 @@ from typing import Any, Dict, List
 
 from ppdist.config import (
     ARCHITECTURE_KEYS,
+    DISTILLATION_KEYS,
+    DISTILLATION_MODEL_KEYS,
     GLOBAL_SCHEMA,
     LOADER_SCHEMA,
     OPTIMIZER_COMMON_KEYS,
@@ -91,21 +93,30 @@ def _component(
             report.unmapped_key(f"{where}.{key}", f"ppdist's {name} has no such option", entry.pop(key))
 
 
-def _architecture(arch: Dict[str, Any], path: str, report: Report) -> None:
+def _architecture(arch: Dict[str, Any], path: str, report: Report, where: str = "Architecture") -> None:
     if arch.get("Transform"):
         raise ConfigError(
-            f"{path}: Architecture.Transform ({arch['Transform'].get('name')}) is not supported by "
+            f"{path}: {where}.Transform ({arch['Transform'].get('name')}) is not supported by "
             f"ppdist (no TPS/STN)"
         )
+    if isinstance(arch.get("Models"), dict):  # DistillationModel: each model is an architecture
+        for key in list(arch):
+            if key not in DISTILLATION_KEYS:
+                report.unmapped_key(f"{where}.{key}", "no ppdist equivalent", arch.pop(key))
+        for name, model in arch["Models"].items():
+            if isinstance(model, dict):
+                _architecture(model, path, report, f"{where}.Models.{name}")
+        return
+    own_keys = ARCHITECTURE_KEYS + (DISTILLATION_MODEL_KEYS if where != "Architecture" else ())
     for key in list(arch):
-        if key not in ARCHITECTURE_KEYS:
-            report.unmapped_key(f"Architecture.{key}", "no ppdist equivalent", arch.pop(key))
+        if key not in own_keys:
+            report.unmapped_key(f"{where}.{key}", "no ppdist equivalent", arch.pop(key))
     for key, registry in (("Backbone", BACKBONES), ("Neck", NECKS), ("Head", HEADS)):
         if isinstance(arch.get(key), dict):
             _component(
                 registry,
                 arch[key],
-                f"Architecture.{key}",
+                f"{where}.{key}",
                 path,
                 report,
                 keep=(STAGE_PRETRAINED_KEY,) if key == "Backbone" else (),

@@ -130,19 +130,19 @@ def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: st
         )
 
 
-def load_pretrained(model: nn.Module, path: str) -> None:
-    """``Global.pretrained_model``: weights only, shape mismatches skipped and listed; a file of
-    which nothing fits the model (another task or architecture) is an error, not a silent
-    training from scratch."""
+def load_pretrained(model: nn.Module, path: str, key: str = "Global.pretrained_model") -> None:
+    """``Global.pretrained_model`` (or the config ``key`` naming ``path``): weights only, shape
+    mismatches skipped and listed; a file of which nothing fits the model (another task or
+    architecture) is an error, not a silent training from scratch."""
     data = load_file(checkpoint_path(path))
     loaded, mismatched, missing = load_matching_weights(
         model, weights_for(model, data, path, prefer_ema=False), path
     )
     if not loaded:
         raise ConfigError(
-            f"Global.pretrained_model {path}: none of its tensors fits Architecture (0/{len(missing)} loaded, "
+            f"{key} {path}: none of its tensors fits Architecture (0/{len(missing)} loaded, "
             f"{len(mismatched)} shape mismatch(es)): it was trained for another model or task; give weights "
-            f"of this architecture, or remove Global.pretrained_model to train from scratch"
+            f"of this architecture, or remove {key} to train from scratch"
         )
 
 
@@ -187,16 +187,21 @@ def load_stage_pretrained(model: nn.Module, stage: str, path: str) -> None:
 
 
 def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:
-    """A new run's starting weights: ``Architecture.Backbone.pretrained``, then
-    ``Global.pretrained_model`` over it (PaddleSeg's order: backbone at build, model after).
-    Returns whether any weights were loaded."""
+    """A new run's starting weights: the weights the model names for its parts
+    (``pretrained_parts``: a distillation model's ``Models.<name>.pretrained``, each loaded into
+    that model as ``Global.pretrained_model``), ``Architecture.Backbone.pretrained``, then
+    ``Global.pretrained_model`` over them (PaddleOCR's and PaddleSeg's order: parts at build, model
+    after). Returns whether any weights were loaded."""
+    parts = dict(getattr(model, "pretrained_parts", None) or {})
+    for part, path in parts.items():
+        load_pretrained(model.get_submodule(part), path, f"Architecture.Models.{part}.pretrained")
     backbone_weights = ((config.get("Architecture") or {}).get("Backbone") or {}).get(STAGE_PRETRAINED_KEY)
     model_weights = config["Global"].get("pretrained_model")
     if backbone_weights:
         load_stage_pretrained(model, "backbone", backbone_weights)
     if model_weights:
         load_pretrained(model, model_weights)
-    return bool(backbone_weights or model_weights)
+    return bool(parts or backbone_weights or model_weights)
 
 
 def write_converted(

@@ -1,7 +1,9 @@
 """Heads; importing this package registers them in ``HEADS``."""
 
 from ppdist.modeling.heads.ctc import CTCHead
+from ppdist.modeling.heads.multi_head import MultiHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
+from ppdist.modeling.heads.sar import SARHead
 
-__all__ = ["CTCHead", "PPLiteSegHead", "PPYOLOEHead"]
+__all__ = ["CTCHead", "MultiHead", "PPLiteSegHead", "PPYOLOEHead", "SARHead"]
