@@ -10,9 +10,10 @@ import pytest
 
 import ppdist  # noqa: F401  (registers every component)
 from ppdist import load_config
-from ppdist.config import load_yaml_with_bases, validate
+from ppdist.config import load_yaml_with_bases, validate, validate_synthetic_spec
 from ppdist.config.schema import ARCHITECTURE_KEYS
 from ppdist.convert.configs import PPDIST, convert_config, detect_suite
+from ppdist.data.synthetic_ppocr import DICT_NAME
 from ppdist.errors import ConfigError
 from ppdist.registry import BACKBONES, DATASETS, HEADS, LOSSES, METRICS, POSTPROCESSES, TRANSFORMS
 
@@ -135,3 +136,49 @@ def test_upstream_file_loads_unchanged(path):
 def test_conversion_keeps_every_key(path):
     needs_components()
     assert convert_config(path).unmapped == []
+
+
+# --------------------------------------------------------------------------- ppdist's own recipes
+RECIPES = os.path.join(REPO, "configs", "rec", "PP-OCRv3")
+BUNDLED = {
+    "ppocr/utils/ppocr_keys_v1.txt": "ppdist/data/dicts/ppocr_keys_v1.txt",
+    "ppocr/utils/en_dict.txt": "ppdist/data/dicts/en_dict.txt",
+}
+QUICKSTART = os.path.join(RECIPES, "quickstart_synth.yml")
+
+
+@pytest.mark.parametrize("path", MAIN_CONFIGS, ids=name)
+def test_recipes_are_the_upstream_files_with_ppdist_dictionaries(path):
+    upstream = load_yaml_with_bases(path)
+    ours = load_yaml_with_bases(os.path.join(RECIPES, os.path.basename(path)))
+    upstream["Global"]["character_dict_path"] = BUNDLED[upstream["Global"]["character_dict_path"]]
+    assert ours == upstream
+
+
+def test_quickstart_trains_the_distillation_recipe_on_its_own_dictionary():
+    config = load_yaml_with_bases(QUICKSTART)
+    recipe = load_yaml_with_bases(os.path.join(RECIPES, "ch_PP-OCRv3_rec_distillation.yml"))
+    for section in ("Architecture", "Loss", "PostProcess", "Metric"):
+        assert config[section] == recipe[section], section
+    glob_, spec = config["Global"], config["Global"]["synthetic_data"]
+    assert spec["kind"] == "rec_ppocrv3" and glob_["use_space_char"] is True
+    assert os.path.normpath(glob_["character_dict_path"]) == os.path.normpath(
+        os.path.join(spec["data_dir"], DICT_NAME)
+    )
+    for section in ("Train", "Eval"):
+        dataset = config[section]["dataset"]
+        assert os.path.normpath(dataset["data_dir"]) == os.path.normpath(spec["data_dir"])
+        assert dataset["transforms"][2] == {"RecResizeImg": {"image_shape": [3, 48, 320]}}
+    validate_synthetic_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [os.path.join(RECIPES, os.path.basename(p)) for p in MAIN_CONFIGS] + [QUICKSTART],
+    ids=os.path.basename,
+)
+def test_recipe_loads(path):
+    needs_components()
+    config = load_config(path)
+    if path != QUICKSTART:
+        assert os.path.isfile(os.path.join(REPO, config["Global"]["character_dict_path"]))  # bundled
