@@ -364,7 +364,7 @@ def test_ocr_config_passes_through_with_unsupported_keys_removed_and_wandb_kept(
     path = tmp_path / "rec.yml"
     data = yaml.safe_load(open(OCR_MV3))
     data["Global"].update(use_wandb=True, my_key=1)
-    data["Train"]["dataset"]["transforms"].insert(1, {"ABINetRecAug": {}})  # a PaddleOCR op ppdist lacks
+    data["Train"]["dataset"]["transforms"].insert(1, {"ABINetRecAug": {"geometry_p": 0.5}})
     data["wandb"] = {"project": "x"}
     path.write_text(yaml.safe_dump(data))
     conversion, config = converted(str(path), tmp_path)

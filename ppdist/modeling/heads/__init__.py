@@ -3,5 +3,6 @@
 from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
+from ppdist.modeling.heads.sar import SARHead
 
-__all__ = ["CTCHead", "PPLiteSegHead", "PPYOLOEHead"]
+__all__ = ["CTCHead", "PPLiteSegHead", "PPYOLOEHead", "SARHead"]
