@@ -238,6 +238,41 @@ def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:
         _check_component(TRANSFORMS, dict(params, name=name), f"{where}[{i}].{name}", config)
 
 
+def _check_forwarded_keys(registry: Any, entry: Mapping[str, Any], where: str) -> None:
+    """A component that hands its extra keywords to another one (DistillationMetric to its base
+    metric) checks them with its ``check_forwarded(kwargs, where)``."""
+    check = getattr(registry.get(entry["name"], f"{where}.name"), "check_forwarded", None)
+    if check is not None:
+        check({k: v for k, v in entry.items() if k != "name"}, where)
+
+
+def _check_loss_list(loss: Mapping[str, Any]) -> None:
+    """The ``{LossName: params}`` entries of a composite loss's ``loss_config_list`` (CombinedLoss,
+    MultiLoss): known names and keywords; the keys the composite itself takes from every entry
+    (its ``required_entry_keys``, CombinedLoss's ``weight``) must be there."""
+    entries = loss.get("loss_config_list")
+    if entries is None:
+        return
+    where = "Loss.loss_config_list"
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(
+            f"{where} must be a non-empty list of {{LossName: params}} entries, got {entries!r}"
+        )
+    consumed = getattr(LOSSES.get(loss["name"], "Loss.name"), "required_entry_keys", ())
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ConfigError(f"{where}[{i}] must be a one-key mapping {{LossName: params}}, got {entry!r}")
+        ((name, params),) = entry.items()
+        params = params or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"{where}[{i}].{name} parameters must be a mapping, got {params!r}")
+        for key in consumed:
+            if key not in params:
+                raise ConfigError(f"{where}[{i}].{name}.{key} is required by {loss['name']}")
+        LOSSES.get(name, f"{where}[{i}]")
+        LOSSES.check(name, {k: v for k, v in params.items() if k not in consumed}, f"{where}[{i}].{name}")
+
+
 def _validate_data_section(config: Dict[str, Any], section: str) -> None:
     part = config.get(section)
     if part is None:
@@ -472,8 +507,10 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
         if config.get(section) is None:
             raise ConfigError(f"missing required section {section}")
         _check_component(registry, config[section], section, config)
+        _check_forwarded_keys(registry, config[section], section)
     for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
         _check_component(LOSSES, entry, f"Loss.types[{i}]", config)
+    _check_loss_list(config["Loss"])
     _validate_optimizer(config)
     if config.get("Train") is None and config.get("Eval") is None:
         raise ConfigError("the config needs a Train and/or an Eval section")

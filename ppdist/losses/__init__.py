@@ -1,16 +1,35 @@
 """Losses; importing this package registers them in ``LOSSES``."""
 
 from ppdist.losses.assigners import ATSSAssigner, TaskAlignedAssigner
+from ppdist.losses.basic import DistanceLoss, DMLLoss
+from ppdist.losses.combined import CombinedLoss
 from ppdist.losses.ctc import CTCLoss
+from ppdist.losses.distillation import (
+    DistillationCTCLoss,
+    DistillationDistanceLoss,
+    DistillationDMLLoss,
+    DistillationSARLoss,
+)
+from ppdist.losses.multi import MultiLoss
 from ppdist.losses.ppyoloe import PPYOLOELoss
+from ppdist.losses.sar import SARLoss
 from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntropyLoss
 
 __all__ = [
     "ATSSAssigner",
     "CTCLoss",
+    "CombinedLoss",
     "CrossEntropyLoss",
+    "DMLLoss",
+    "DistanceLoss",
+    "DistillationCTCLoss",
+    "DistillationDMLLoss",
+    "DistillationDistanceLoss",
+    "DistillationSARLoss",
+    "MultiLoss",
     "MultiOutputLoss",
     "OhemCrossEntropyLoss",
     "PPYOLOELoss",
+    "SARLoss",
     "TaskAlignedAssigner",
 ]

@@ -34,23 +34,28 @@ class CTCLoss(nn.Module):
         super().__init__()
         self.use_focal_loss = use_focal_loss
 
-    @full_precision
     def forward(self, preds: Preds, batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         if isinstance(preds, (list, tuple)):
             preds = preds[-1]
-        batch_size, frames, _ = preds.shape
-        log_probs = F.log_softmax(preds.float(), dim=2).transpose(0, 1)  # (T, B, C)
-        labels = torch.as_tensor(batch["label"], device=preds.device).long()
+        return {"loss": self.score(preds, batch["label"], batch["length"])}
+
+    @full_precision
+    def score(self, logits: torch.Tensor, labels: Any, lengths: Any) -> torch.Tensor:
+        """The batch-mean loss of ``logits`` (B, T, C) for zero-padded ``labels`` (B, L) of
+        ``lengths`` (B,) (kept on the host); the composite losses call it with their own labels."""
+        batch_size, frames, _ = logits.shape
+        log_probs = F.log_softmax(logits.float(), dim=2).transpose(0, 1)  # (T, B, C)
+        labels = torch.as_tensor(labels, device=logits.device).long()
         # lengths as Python ints: the CUDA kernel's tensor overload refuses host tensors beside
         # device inputs, and host values are what it reads anyway
-        label_lengths = host_lengths(batch["length"]).tolist()
+        label_lengths = host_lengths(lengths).tolist()
         input_lengths = [frames] * batch_size
         per_sample = F.ctc_loss(
             log_probs, labels, input_lengths, label_lengths, blank=0, reduction="none", zero_infinity=True
         )
         if self.use_focal_loss:
             per_sample = per_sample * (1.0 - torch.exp(-per_sample)).square()
-        return {"loss": per_sample.mean()}
+        return per_sample.mean()
 
 
 def host_lengths(lengths: Any) -> torch.Tensor:

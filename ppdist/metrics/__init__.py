@@ -2,7 +2,8 @@
 
 from ppdist.metrics.base import Metric
 from ppdist.metrics.coco import COCOMetric
+from ppdist.metrics.distillation import DistillationMetric
 from ppdist.metrics.rec import RecMetric
 from ppdist.metrics.seg import SegMetric
 
-__all__ = ["COCOMetric", "Metric", "RecMetric", "SegMetric"]
+__all__ = ["COCOMetric", "DistillationMetric", "Metric", "RecMetric", "SegMetric"]

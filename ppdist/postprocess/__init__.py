@@ -1,7 +1,15 @@
 """Post-processing; importing this package registers it in ``POSTPROCESSES``."""
 
 from ppdist.postprocess.ctc_decode import CTCLabelDecode
+from ppdist.postprocess.distillation import DistillationCTCLabelDecode
 from ppdist.postprocess.nms import MultiClassNMS
+from ppdist.postprocess.sar_decode import SARLabelDecode
 from ppdist.postprocess.seg import SegPostProcess
 
-__all__ = ["MultiClassNMS", "CTCLabelDecode", "SegPostProcess"]
+__all__ = [
+    "CTCLabelDecode",
+    "DistillationCTCLabelDecode",
+    "MultiClassNMS",
+    "SARLabelDecode",
+    "SegPostProcess",
+]

@@ -40,6 +40,14 @@ def best_path(preds: ArrayLike) -> Tuple[np.ndarray, np.ndarray]:
     return both[0].astype(np.int64), both[1].astype(np.float32)
 
 
+def label_of(batch: Optional[Mapping[str, Any]], keys: Sequence[str]) -> Any:
+    """The first of ``keys`` that ``batch`` holds (None without a batch or any of them)."""
+    for key in keys if batch is not None else ():
+        if key in batch:
+            return batch[key]
+    return None
+
+
 def reverse_rtl(text: str) -> str:
     """Reverse a right-to-left text, keeping runs of Latin letters, digits and ' :*./%+-'."""
     return "".join(reversed(_LTR_RUN.findall(text)))
@@ -50,7 +58,9 @@ class CTCLabelDecode:
     """Greedy decode: argmax per frame, collapse repeats, drop the blank (index 0).
 
     The score of a text is the mean of the kept frames' max probabilities (0.0 when nothing
-    is kept). Labels in ``batch["label"]`` are decoded without collapsing, dropping index 0.
+    is kept). Labels in ``batch["label"]`` (``batch["label_ctc"]`` when there is none: the
+    multi-head recipes' batches) are decoded without collapsing, dropping index 0. A multi-head
+    training output (a mapping) is decoded from its ``ctc`` branch.
     """
 
     def __init__(self, character_dict_path: Optional[str] = None, use_space_char: bool = False) -> None:
@@ -61,6 +71,12 @@ class CTCLabelDecode:
     def __call__(
         self, preds: Union[ArrayLike, Sequence[ArrayLike]], batch: Optional[Mapping[str, Any]] = None
     ) -> Dict[str, Any]:
+        if isinstance(preds, Mapping):
+            if "ctc" not in preds:
+                raise ValueError(
+                    f"{type(self).__name__}: the predictions hold no 'ctc' branch ({sorted(preds)})"
+                )
+            preds = preds["ctc"]
         if isinstance(preds, (list, tuple)):
             preds = preds[-1]
         shape = tuple(preds.shape) if hasattr(preds, "shape") else np.shape(preds)
@@ -69,8 +85,9 @@ class CTCLabelDecode:
                 f"CTCLabelDecode expects predictions (B, T, {self.num_classes}), got shape {shape}"
             )
         results: Dict[str, Any] = {"preds": self.decode_best_path(*best_path(preds))}
-        if batch is not None and "label" in batch:
-            results["labels"] = self.decode_labels(to_numpy(batch["label"]))
+        labels = label_of(batch, ("label", "label_ctc"))
+        if labels is not None:
+            results["labels"] = self.decode_labels(to_numpy(labels))
         return results
 
     def decode_predictions(self, probs: np.ndarray) -> List[Tuple[str, float]]:
