@@ -9,6 +9,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["ppdist", "ppdist.*"]),
+    # PaddleOCR's Chinese and English dictionaries (Apache-2.0, see ppdist/data/dicts/README.md)
+    package_data={"ppdist.data": ["dicts/*.txt", "dicts/README.md"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.3,<3",  # torchrun LogsSpecs (ppdist.launch --log_dir)

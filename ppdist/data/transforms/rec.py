@@ -19,6 +19,9 @@ Sample = Dict[str, Any]
 
 
 # ----------------------------------------------------------------------------- RecAug pieces
+GAUSSIAN_KERNEL = cv2.getGaussianKernel(5, 1, ktype=cv2.CV_32F)  # RecAug's blur: 5 taps, sigma 1
+
+
 def crop_top_or_bottom(img: np.ndarray) -> np.ndarray:
     """Cut 1-8 rows off the top or the bottom (at least one row is kept)."""
     h = img.shape[0]
@@ -28,28 +31,35 @@ def crop_top_or_bottom(img: np.ndarray) -> np.ndarray:
     return img[: h - rows].copy()
 
 
+def gaussian_blur(img: np.ndarray) -> np.ndarray:
+    """A separable 5x5 Gaussian blur, sigma 1 (PaddleOCR's ``sepFilter2D`` call, bit for bit)."""
+    return cv2.sepFilter2D(img, -1, GAUSSIAN_KERNEL, GAUSSIAN_KERNEL)
+
+
 def hsv_value_scale(img: np.ndarray) -> np.ndarray:
-    """Scale the HSV value channel by 1 +/- (less than 0.001); colour images only."""
+    """Scale the HSV value channel by 1 +/- (less than 0.001), truncated; colour images only."""
     if img.ndim != 3 or img.shape[2] != 3:
         return img
-    sign = 1 if random.random() > 0.5 else -1
-    factor = 1.0 + sign * 0.001 * random.random()
+    delta = 0.001 * random.random()
+    if random.random() <= 0.5000001:  # PaddleOCR's sign draw, after the size
+        delta = -delta
     hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
-    hsv[:, :, 2] = np.clip(hsv[:, :, 2].astype(np.float32) * factor, 0, 255).astype(np.uint8)
+    hsv[:, :, 2] = (hsv[:, :, 2] * (1 + delta)).astype(np.uint8)
     return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)
 
 
 def shift_jitter(img: np.ndarray) -> np.ndarray:
-    """Smear the image diagonally by up to 1% of its smaller side (images over 10 px)."""
+    """Smear the image diagonally: pixel (y, x) takes the one ``min(y, x, s - 1)`` up-left of it,
+    with ``s`` up to 1% of the smaller side (images over 10 px; 0 or 1 leaves it unchanged)."""
     h, w = img.shape[:2]
     if h <= 10 or w <= 10:
         return img
     steps = int(random.random() * min(h, w) * 0.01)
-    if steps == 0:
+    if steps <= 1:
         return img
     src = img.copy()
     out = img.copy()
-    for k in range(1, steps + 1):
+    for k in range(1, steps):
         out[k:, k:] = src[: h - k, : w - k]
     return out
 
@@ -65,9 +75,11 @@ def gaussian_noise(img: np.ndarray, mean: float = 0.0, var: float = 0.1) -> np.n
 class RecAug:
     """PaddleOCR's recognition augmentation; each distortion fires with its own probability.
 
-    Order: TIA (distort, stretch, perspective; only for images of at least 20x20), top/bottom
-    crop (at least 20x20), Gaussian blur 5x5 sigma 1, HSV value scale, jitter, Gaussian noise,
-    inversion. Randomness comes from ``random`` / ``np.random`` (seeded per sample).
+    Order: TIA (distort and stretch for images of at least 20x20, then perspective whatever the
+    size), top/bottom crop (at least 20x20), Gaussian blur 5x5 sigma 1, HSV value scale, jitter,
+    Gaussian noise, inversion. Randomness comes from ``random`` / ``np.random`` (seeded per
+    sample), drawn as PaddleOCR draws it: with the same seeds every step but the noise (a faster
+    generator, same distribution) gives PaddleOCR's image (the warps within one grey level).
     """
 
     min_size = 20
@@ -99,14 +111,15 @@ class RecAug:
             )
         h, w = img.shape[:2]
         big = h >= self.min_size and w >= self.min_size
-        if random.random() <= self.tia_prob and big:
-            img = tia_distort(img, random.randint(3, 6))
-            img = tia_stretch(img, random.randint(3, 6))
+        if random.random() <= self.tia_prob:
+            if big:
+                img = tia_distort(img, random.randint(3, 6))
+                img = tia_stretch(img, random.randint(3, 6))
             img = tia_perspective(img)
         if random.random() <= self.crop_prob and big:
             img = crop_top_or_bottom(img)
         if random.random() <= self.blur_prob:
-            img = cv2.GaussianBlur(img, (5, 5), 1)
+            img = gaussian_blur(img)
         if random.random() <= self.hsv_aug_prob:
             img = hsv_value_scale(img)
         if random.random() <= self.jitter_prob:
@@ -120,6 +133,37 @@ class RecAug:
 
 
 # ----------------------------------------------------------------------------- labels
+def encode_text(
+    text: str, index: Dict[str, int], max_text_length: int, lower: bool
+) -> Tuple[List[int], List[str]]:
+    """PaddleOCR's text encoding: the indices of ``text``'s characters in ``index`` (lower-cased
+    first when ``lower``) and the characters dropped (not in it); ``RejectedSample`` with the
+    reason for an empty text, one longer than ``max_text_length`` or one with no known character."""
+    if len(text) == 0:
+        raise RejectedSample("empty label")
+    if len(text) > max_text_length:
+        raise RejectedSample(
+            f"label longer than Global.max_text_length {max_text_length} ({len(text)}: {text[:40]!r})"
+        )
+    if lower:
+        text = text.lower()
+    ids = [index[ch] for ch in text if ch in index]
+    dropped = [ch for ch in text if ch not in index]
+    if not ids:
+        raise RejectedSample(f"no character of label {text[:40]!r} is in the dictionary")
+    return ids, dropped
+
+
+def note_dropped(data: Sample, dropped: List[str]) -> None:
+    """Say in ``data`` which characters of its label the dictionary does not have (if any)."""
+    if dropped:
+        add_note(
+            data,
+            f"label {data['label'][:40]!r}: {len(dropped)} character(s) not in the dictionary dropped "
+            f"({''.join(sorted(set(dropped)))[:20]!r})",
+        )
+
+
 @TRANSFORMS.register
 class CTCLabelEncode:
     """Encode ``data["label"]`` (str) for CTC: indices 1..N into the dictionary, 0 = blank/pad.
@@ -129,7 +173,8 @@ class CTCLabelEncode:
     dictionary the text is lower-cased; characters outside the dictionary are dropped, as in
     PaddleOCR, and the sample says which (a note reported with its origin). An empty text, one
     longer than ``max_text_length`` or one with no character of the dictionary is rejected with
-    that reason.
+    that reason. A character the dictionary holds twice (e.g. the space of ``en_dict.txt`` with
+    ``use_space_char``) gets its last index, as in PaddleOCR.
     """
 
     def __init__(
@@ -140,9 +185,8 @@ class CTCLabelEncode:
         self.max_text_length = max_text_length
         self.lower = not character_dict_path
         self.character = ["blank"] + load_characters(character_dict_path, use_space_char)
-        self.index = {}
-        for i, ch in enumerate(self.character[1:], start=1):
-            self.index.setdefault(ch, i)  # a duplicated dictionary entry keeps its first index
+        # a duplicated dictionary entry gets its last index (PaddleOCR's dict building)
+        self.index = {ch: i for i, ch in enumerate(self.character[1:], start=1)}
 
     def encode(self, text: str) -> Optional[List[int]]:
         """Class indices of ``text``, or ``None`` when it cannot be used."""
@@ -154,28 +198,11 @@ class CTCLabelEncode:
     def checked_encode(self, text: str) -> Tuple[List[int], List[str]]:
         """Class indices of ``text`` and the characters dropped (not in the dictionary);
         ``RejectedSample`` with the reason when it cannot be used."""
-        if len(text) == 0:
-            raise RejectedSample("empty label")
-        if len(text) > self.max_text_length:
-            raise RejectedSample(
-                f"label longer than Global.max_text_length {self.max_text_length} ({len(text)}: {text[:40]!r})"
-            )
-        if self.lower:
-            text = text.lower()
-        ids = [self.index[ch] for ch in text if ch in self.index]
-        dropped = [ch for ch in text if ch not in self.index]
-        if not ids:
-            raise RejectedSample(f"no character of label {text[:40]!r} is in the dictionary")
-        return ids, dropped
+        return encode_text(text, self.index, self.max_text_length, self.lower)
 
     def __call__(self, data: Sample) -> Optional[Sample]:
         ids, dropped = self.checked_encode(data["label"])
-        if dropped:
-            add_note(
-                data,
-                f"label {data['label'][:40]!r}: {len(dropped)} character(s) not in the dictionary dropped "
-                f"({''.join(sorted(set(dropped)))[:20]!r})",
-            )
+        note_dropped(data, dropped)
         label = np.zeros(self.max_text_length, dtype=np.int64)
         label[: len(ids)] = ids
         data["length"] = np.array(len(ids), dtype=np.int64)
@@ -207,7 +234,8 @@ def resize_norm(
 ) -> tuple:
     """Resize to height ``imgH``, normalise to [-1, 1], right-pad with zeros to the target width.
 
-    Returns ``(chw_float32, valid_ratio)``. ``variable_width`` widens the target to the
+    Returns ``(chw_float32, valid_ratio)`` (the share of the width the image fills: a float32
+    scalar array, so a batch gets a float32 vector). ``variable_width`` widens the target to the
     image's own aspect ratio when it is wider than ``imgW / imgH``.
     """
     channels, img_h, img_w = image_shape
@@ -226,7 +254,7 @@ def resize_norm(
     resized = (resized / 255.0 - RESIZE_NORM_MEAN) / RESIZE_NORM_STD
     out = np.zeros((channels, img_h, img_w), dtype=np.float32)
     out[:, :, :resized_w] = resized
-    return out, min(1.0, resized_w / float(img_w))
+    return out, np.array(min(1.0, resized_w / float(img_w)), dtype=np.float32)
 
 
 @TRANSFORMS.register
