@@ -28,6 +28,7 @@ from ppdist.export.inference_config import (
     inference_preprocess,
     segmentation_labels,
 )
+from ppdist.export.submodels import deployed_config
 from ppdist.registry import POSTPROCESSES
 
 logger = logging.getLogger("ppdist")
@@ -51,7 +52,9 @@ class ImageReadError(PPDistError):
 def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     """The inference info of ``config`` as ``read_inference_config`` would return it after an
     export (task, inputs, outputs, preprocess, postprocess, labels), without writing files; the rec
-    dictionary stays the config's ``character_dict_path``."""
+    dictionary stays the config's ``character_dict_path``. A composite (distillation) model's info
+    is that of its deployed sub-model (``ppdist.export.submodels``)."""
+    config = deployed_config(config)
     task = task_of(config)
     inputs, outputs = GRAPH_IO[task]
     info: Dict[str, Any] = {
