@@ -103,6 +103,20 @@ def split_model(
     return parts
 
 
+def inference_parts(
+    model: nn.Module, config: Mapping[str, Any]
+) -> List[Tuple[Optional[str], nn.Module, Mapping[str, Any]]]:
+    """What inference runs: ``[(None, model, config)]`` for a plain model; for a composite,
+    ``(name, plain sub-model, its config)`` of every sub-model, the deployed one first."""
+    if not sub_model_names(config):
+        return [(None, model, config)]
+    deployed = deployed_name(config)
+    names = [deployed] + [name for name in sub_model_names(config) if name != deployed]
+    return [
+        (name, part, part_config) for name, (part, part_config) in split_model(model, config, names).items()
+    ]
+
+
 def deployed_part(model: nn.Module, config: Mapping[str, Any]) -> Tuple[nn.Module, Mapping[str, Any]]:
     """The deployed plain sub-model and its config for a composite, else ``(model, config)``."""
     if not sub_model_names(config):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -74,3 +74,27 @@ class TorchBackend:
         if len(out) != len(self.output_names):
             raise ValueError(f"the model returned {len(out)} output(s), expected {self.output_names}")
         return {name: tensor.detach().cpu().numpy() for name, tensor in zip(self.output_names, out)}
+
+
+class NamedBackends:
+    """Several backends on the same inputs (the sub-models of a distillation model): the first
+    one's outputs under their own names, and every one's as ``<name>/<output>``."""
+
+    def __init__(self, backends: Sequence[Tuple[str, Any]]) -> None:
+        if not backends:
+            raise ValueError("NamedBackends needs at least one backend")
+        self.backends = list(backends)
+        self.input_names = list(self.backends[0][1].input_names)
+        first = list(self.backends[0][1].output_names)
+        self.output_names = first + [
+            f"{name}/{out}" for name, backend in self.backends for out in backend.output_names
+        ]
+
+    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        outputs: Dict[str, np.ndarray] = {}
+        for index, (name, backend) in enumerate(self.backends):
+            own = backend.run(inputs)
+            if index == 0:
+                outputs.update(own)
+            outputs.update({f"{name}/{key}": value for key, value in own.items()})
+        return outputs

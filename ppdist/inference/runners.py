@@ -200,11 +200,21 @@ class RecRunner(Runner):
         return {"image": out}
 
     def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
+        """``{path, text, score}``; with the outputs of several models (``<name>/probs``, a
+        distillation model's sub-models), also ``models: {name: {label, score}}`` (PaddleOCR's
+        infer_rec record)."""
         decoded = self.decoder.decode_predictions(np.asarray(outputs["probs"]))
-        return [
+        results = [
             {"path": s["img_path"], "text": text, "score": score}
             for s, (text, score) in zip(samples, decoded)
         ]
+        models = [key[: -len("/probs")] for key in outputs if key.endswith("/probs")]
+        for name in models:
+            for result, (text, score) in zip(
+                results, self.decoder.decode_predictions(np.asarray(outputs[f"{name}/probs"]))
+            ):
+                result.setdefault("models", {})[name] = {"label": text, "score": score}
+        return results
 
 
 class DetRunner(Runner):

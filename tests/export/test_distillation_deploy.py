@@ -30,6 +30,7 @@ from ppdist.export.deploy_modules import task_of
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.export.submodels import deployed_name, sub_config, sub_model_names
+from ppdist.inference.writers import RecWriter
 from ppdist.predict import Predictor
 
 pytest.importorskip("onnxruntime")
@@ -244,6 +245,16 @@ def test_infer_reads_the_students_texts_from_the_checkpoint_and_the_exported_fol
     for folder in ("pt", "ort"):
         lines = (root / folder / "results.txt").read_text(encoding="utf-8").splitlines()
         assert [(os.path.basename(line.split("\t")[0]), line.split("\t")[1]) for line in lines] == texts
+    per_model = (root / "pt" / "results_per_model.txt").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line.split("\t")[1]) for line in per_model]  # PaddleOCR's infer_rec record
+    assert [list(r) for r in records] == [["Student", "Teacher"]] * 5
+    assert [r["Student"]["label"] for r in records] == [t for _, t in texts]
+    assert [r["Teacher"]["label"] for r in records] == [t for _, t in _texts(teacher)]
+    assert "Teacher" in per_model[0] and "\\u" not in "".join(per_model)  # Chinese as UTF-8, not escaped
+    assert np.allclose(
+        [r["Teacher"]["score"] for r in records], [r["score"] for r in teacher["results"]], atol=1e-4
+    )
+    assert not (root / "ort" / "results_per_model.txt").exists()  # one exported model: its results only
 
 
 def test_eval_reports_the_students_metrics_and_the_teachers_prefixed(run, tmp_path, monkeypatch):
@@ -282,3 +293,28 @@ def test_eval_reports_the_students_metrics_and_the_teachers_prefixed(run, tmp_pa
     for name, key in (("Student", "acc"), ("Teacher", "Teacher_acc")):  # Paddle's acc: correct / (n + eps)
         assert metrics[key] == pytest.approx(sum(map(str.__eq__, readings[name], labels)) / 5, abs=1e-5)
     assert metrics["acc"] > 0.59 and metrics["acc"] != metrics["Teacher_acc"]
+
+
+def test_per_model_results_are_written_whole_or_not_at_all(tmp_path):
+    """results_per_model.txt replaces the previous one on close, stays as it was on abort, and a
+    later run of one model removes it (it would contradict the new results.txt)."""
+    one = {"path": "a.png", "text": "你好", "score": 0.5}
+    both = dict(
+        one, models={"Student": {"label": "你好", "score": 0.5}, "Teacher": {"label": "你", "score": 0.25}}
+    )
+    writer = RecWriter(str(tmp_path), echo=False)
+    writer.add([both])
+    assert writer.close() == [str(tmp_path / "results.txt"), str(tmp_path / RecWriter.PER_MODEL_FILE)]
+    written = (tmp_path / RecWriter.PER_MODEL_FILE).read_text(encoding="utf-8")
+    assert (
+        written
+        == 'a.png\t{"Student": {"label": "你好", "score": 0.5}, "Teacher": {"label": "你", "score": 0.25}}\n'
+    )
+    failed = RecWriter(str(tmp_path), echo=False)
+    failed.add([dict(both, path="b.png")])
+    failed.abort()
+    assert (tmp_path / RecWriter.PER_MODEL_FILE).read_text(encoding="utf-8") == written
+    assert sorted(os.listdir(tmp_path)) == ["results.txt", RecWriter.PER_MODEL_FILE]  # no temporary file left
+    plain = RecWriter(str(tmp_path), echo=False)
+    plain.add([one])
+    assert plain.close() == [str(tmp_path / "results.txt")] and os.listdir(tmp_path) == ["results.txt"]
