@@ -121,6 +121,7 @@ class BaseDataSet(Dataset):
         """Read and transform one sample, or describe why it cannot be used."""
         try:
             data = self.read(index)
+            self.add_ext_data(data)
             for op in self.ops:
                 data = op(data)
                 if data is None:
@@ -140,6 +141,10 @@ class BaseDataSet(Dataset):
         if NOTES_KEY in data:
             data[NOTES_KEY] = [f"{self.origin(index)}: {note}" for note in data[NOTES_KEY]]
         return data
+
+    def add_ext_data(self, data: Dict[str, Any]) -> None:
+        """Add to a sample just read what its transforms need from other samples (none here; see
+        ``ppdist.data.ext_data``)."""
 
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """The transformed sample in the layout the collate expects (subclasses may override)."""

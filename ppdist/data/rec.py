@@ -12,6 +12,7 @@ import lmdb
 import numpy as np
 
 from ppdist.data.base import BaseDataSet, inside_root
+from ppdist.data.ext_data import ExtDataMixin, check_ext_op_transform_idx
 from ppdist.data.index_cache import cached_index
 from ppdist.data.label_index import LabelLines, build_label_index, subsample
 from ppdist.errors import ConfigError, DataError, DataPathError
@@ -47,7 +48,7 @@ class _Line(NamedTuple):
 
 
 @DATASETS.register
-class SimpleDataSet(BaseDataSet):
+class SimpleDataSet(ExtDataMixin, BaseDataSet):
     """Images on disk listed in PaddleOCR label files: ``relative/path<delimiter>label``.
 
     Paths are joined with ``data_dir``; one that resolves outside it (``../``, an absolute path
@@ -59,6 +60,10 @@ class SimpleDataSet(BaseDataSet):
     The lines are held as a compact index (``ppdist.data.label_index``) that forked workers
     share; ``cache`` (``auto``, ``off`` or a folder) builds it once per node and maps it in every
     other process and run (``ppdist.data.index_cache``).
+
+    With a transform that joins other samples (RecConAug), each sample brings that many random
+    samples of the set, read and put through the first ``ext_op_transform_idx`` transforms
+    (``ppdist.data.ext_data``).
     """
 
     def __init__(
@@ -72,9 +77,11 @@ class SimpleDataSet(BaseDataSet):
         seed: int = 1024,
         allow_paths_outside_root: bool = False,
         cache: Union[str, bool] = "auto",
+        ext_op_transform_idx: int = 2,
     ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
+        self.ext_op_transform_idx = check_ext_op_transform_idx(self.ops, ext_op_transform_idx, sec)
         self.allow_paths_outside_root = bool(allow_paths_outside_root)
         if not delimiter:
             raise ConfigError(f"{sec}.delimiter must not be empty")
@@ -216,20 +223,28 @@ def _num_samples(path: str) -> int:
 
 
 @DATASETS.register
-class LMDBDataSet(BaseDataSet):
+class LMDBDataSet(ExtDataMixin, BaseDataSet):
     """Every LMDB under ``data_dir`` with keys ``num-samples``, ``image-%09d``, ``label-%09d`` (1-based).
 
     The dataset holds no environment (it pickles freely): each process opens one shared,
     read-only environment per database on its first read (``shared_env``), so forked
     DataLoader workers open their own. ``ratio_list`` keeps a fixed, seeded fraction of
-    each database (databases in sorted path order).
+    each database (databases in sorted path order). Extra samples for RecConAug as in
+    ``SimpleDataSet`` (``ext_op_transform_idx`` 1 by default, as PaddleOCR's).
     """
 
     def __init__(
-        self, data_dir: str, transforms: list, mode: str = "train", seed: int = 1024, ratio_list: Ratio = 1.0
+        self,
+        data_dir: str,
+        transforms: list,
+        mode: str = "train",
+        seed: int = 1024,
+        ratio_list: Ratio = 1.0,
+        ext_op_transform_idx: int = 1,
     ) -> None:
         super().__init__(transforms, mode)
         sec = _section(mode)
+        self.ext_op_transform_idx = check_ext_op_transform_idx(self.ops, ext_op_transform_idx, sec)
         if not os.path.isdir(data_dir):
             raise DataPathError(f"{sec}.data_dir: directory not found: {data_dir}")
         self.data_dir = data_dir

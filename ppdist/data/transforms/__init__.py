@@ -1,6 +1,6 @@
 """Data transforms ("ops"); importing this package registers all of them in ``TRANSFORMS``."""
 
-from ppdist.data.transforms import common, det, rec, rec_labels, seg  # noqa: F401  (registration)
+from ppdist.data.transforms import common, det, rec, rec_concat, rec_labels, seg  # noqa: F401  (registration)
 from ppdist.data.transforms.common import DecodeImage, KeepKeys
 from ppdist.data.transforms.det import (
     BatchRandomResize,
@@ -13,6 +13,7 @@ from ppdist.data.transforms.det import (
     RandomFlip,
 )
 from ppdist.data.transforms.rec import CTCLabelEncode, RecAug, RecResizeImg
+from ppdist.data.transforms.rec_concat import RecConAug
 from ppdist.data.transforms.rec_labels import MultiLabelEncode, SARLabelEncode
 from ppdist.data.transforms.seg import (
     Normalize,
@@ -38,6 +39,7 @@ __all__ = [
     "CTCLabelEncode",
     "RecAug",
     "RecResizeImg",
+    "RecConAug",
     "MultiLabelEncode",
     "SARLabelEncode",
     "Normalize",
