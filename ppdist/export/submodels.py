@@ -105,16 +105,22 @@ def split_model(
 
 def inference_parts(
     model: nn.Module, config: Mapping[str, Any]
-) -> List[Tuple[Optional[str], nn.Module, Mapping[str, Any]]]:
-    """What inference runs: ``[(None, model, config)]`` for a plain model; for a composite,
-    ``(name, plain sub-model, its config)`` of every sub-model, the deployed one first."""
-    if not sub_model_names(config):
-        return [(None, model, config)]
+) -> Tuple[Optional[str], List[Tuple[Optional[str], nn.Module, Mapping[str, Any]]]]:
+    """What inference runs, and which of it gives the results: ``(None, [(None, model, config)])``
+    for a plain model; for a composite, the deployed sub-model's name and ``(name, plain sub-model,
+    its config)`` of the models the post-process decodes (``PostProcess.model_name``, in its order,
+    as PaddleOCR's infer_rec reports them; every sub-model when it names none of them), the
+    deployed one added when it is not among them."""
+    names = sub_model_names(config)
+    if not names:
+        return None, [(None, model, config)]
     deployed = deployed_name(config)
-    names = [deployed] + [name for name in sub_model_names(config) if name != deployed]
-    return [
-        (name, part, part_config) for name, (part, part_config) in split_model(model, config, names).items()
-    ]
+    decoded = (config.get("PostProcess") or {}).get("model_name")
+    decoded = [decoded] if isinstance(decoded, str) else list(decoded or [])
+    order = [name for name in decoded if name in names] or list(names)
+    order += [deployed] if deployed not in order else []
+    parts = split_model(model, config, order)
+    return deployed, [(name, *parts[name]) for name in order]
 
 
 def deployed_part(model: nn.Module, config: Mapping[str, Any]) -> Tuple[nn.Module, Mapping[str, Any]]:

@@ -77,24 +77,25 @@ class TorchBackend:
 
 
 class NamedBackends:
-    """Several backends on the same inputs (the sub-models of a distillation model): the first
-    one's outputs under their own names, and every one's as ``<name>/<output>``."""
+    """Several backends on the same inputs (the sub-models of a distillation model): the ``main``
+    one's outputs under their own names, and every one's as ``<name>/<output>``, in order."""
 
-    def __init__(self, backends: Sequence[Tuple[str, Any]]) -> None:
-        if not backends:
-            raise ValueError("NamedBackends needs at least one backend")
+    def __init__(self, backends: Sequence[Tuple[str, Any]], main: str) -> None:
         self.backends = list(backends)
-        self.input_names = list(self.backends[0][1].input_names)
-        first = list(self.backends[0][1].output_names)
-        self.output_names = first + [
+        named = dict(self.backends)
+        if main not in named:
+            raise ValueError(f"NamedBackends: no backend named {main!r} ({sorted(named)})")
+        self.main = main
+        self.input_names = list(named[main].input_names)
+        self.output_names = list(named[main].output_names) + [
             f"{name}/{out}" for name, backend in self.backends for out in backend.output_names
         ]
 
     def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         outputs: Dict[str, np.ndarray] = {}
-        for index, (name, backend) in enumerate(self.backends):
+        for name, backend in self.backends:
             own = backend.run(inputs)
-            if index == 0:
+            if name == self.main:
                 outputs.update(own)
             outputs.update({f"{name}/{key}": value for key, value in own.items()})
         return outputs

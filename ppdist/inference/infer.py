@@ -54,15 +54,17 @@ def from_config(
     config: Mapping[str, Any], device: str = "cpu"
 ) -> Tuple[Dict[str, Any], Runner, Union[TorchBackend, NamedBackends]]:
     """Info, runner and PyTorch backend of a training config with ``Global.checkpoints``. For a
-    distillation model, the deployed sub-model's (the Student's) outputs, and every sub-model's
-    under ``<name>/<output>`` (``NamedBackends``: rec results then hold each one's reading)."""
+    distillation model, the deployed sub-model's (the Student's) outputs, and those of the models
+    its post-process decodes under ``<name>/<output>`` (``NamedBackends``: rec results then hold
+    each one's reading)."""
     info = inference_info_from_config(config)
     model, _ = load_deploy_model(config, purpose="inference from a config")
+    main, parts = inference_parts(model, config)
     backends = []
-    for name, part, part_config in inference_parts(model, config):
+    for name, part, part_config in parts:
         module, spec = build_deploy(part, part_config)
         backends.append((name, TorchBackend(module, spec.output_names, spec.input_names, device)))
-    backend = backends[0][1] if len(backends) == 1 else NamedBackends(backends)
+    backend = backends[0][1] if main is None else NamedBackends(backends, main)
     return info, build_runner(info), backend
 
 

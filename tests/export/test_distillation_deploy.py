@@ -25,11 +25,12 @@ from ppdist_testing import REPO, paddle_fixture_arrays, paddle_fixture_dir
 from ppdist.components import build_model
 from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
+from ppdist.errors import ConfigError
 from ppdist.eval_runner import evaluate_checkpoint
 from ppdist.export.deploy_modules import task_of
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
-from ppdist.export.submodels import deployed_name, sub_config, sub_model_names
+from ppdist.export.submodels import deployed_name, inference_parts, sub_config, sub_model_names
 from ppdist.inference.backends import OnnxBackend
 from ppdist.inference.writers import RecWriter
 from ppdist.predict import Predictor
@@ -173,6 +174,27 @@ def test_sub_model_configs_are_plain_recognisers(run):
     assert "Loss" not in student and "Models" not in student["Architecture"]
     assert not {"freeze_params", "pretrained", "return_all_feats"} & set(student["Architecture"])
     assert deployed_name(dict(config, Metric=dict(config["Metric"], key="Teacher"))) == "Teacher"
+    with pytest.raises(ConfigError, match="no model 'Nobody' .*Teacher, Student"):
+        sub_config(config, "Nobody")
+
+
+@pytest.mark.parametrize(
+    "model_name,order",
+    [(["Student", "Teacher"], ["Student", "Teacher"]), (["Teacher"], ["Teacher", "Student"])],
+)
+def test_infer_runs_the_models_the_post_process_decodes_and_the_student(run, model_name, order):
+    """As PaddleOCR's infer_rec reports PostProcess.model_name's models, in its order; the Student
+    (the results) runs in any case."""
+    config = dict(run["config"], PostProcess=dict(run["config"]["PostProcess"], model_name=model_name))
+    main, parts = inference_parts(run["model"], config)
+    assert main == "Student" and [name for name, _, _ in parts] == order
+    for name, part, part_config in parts:
+        assert part_config["Architecture"] == sub_config(config, name)["Architecture"]
+        assert torch.equal(
+            part.state_dict()["head.ctc_head.fc.bias"], getattr(run["model"], name).head.ctc_head.fc.bias
+        )
+    plain = sub_config(config, "Student")
+    assert inference_parts(parts[0][1], plain) == (None, [(None, parts[0][1], plain)])
 
 
 def test_export_writes_every_sub_model_as_a_plain_recogniser(run):
