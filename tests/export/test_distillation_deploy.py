@@ -221,7 +221,8 @@ def test_export_writes_every_sub_model_as_a_plain_recogniser(run):
 
 
 def test_torchscript_of_each_sub_model_equals_its_eval_output(run):
-    """The exported graphs compute each sub-model's eval output: the MultiHead's CTC probabilities."""
+    """The exported graphs compute each sub-model's eval output, the MultiHead's CTC probabilities,
+    and name no device (traced on the CPU, ``map_location="cuda"`` runs them on a GPU)."""
     inputs = example_inputs_image(seed=4)
     for name in ("Teacher", "Student"):
         scripted = torch.jit.load(os.path.join(run["out"], name, "model.pt"))
@@ -230,6 +231,8 @@ def test_torchscript_of_each_sub_model_equals_its_eval_output(run):
             got = scripted(inputs)
         assert got.shape == want.shape == (2, WIDTH * 2 // 8, len(CHARACTERS) + 2)
         assert (got - want).abs().max() <= 1e-5
+        constants = scripted.graph.findAllNodes("prim::Constant", True)
+        assert not [c for c in constants if c.output().type().kind() == "DeviceObjType"]  # loads on a GPU
     with torch.no_grad():
         assert (
             run["model"].Student(inputs)["head_out"] - run["model"].Teacher(inputs)["head_out"]
