@@ -176,6 +176,6 @@ def export_single(
                 ", ".join(f"{k} max |diff| {v:.3g}" for k, v in row.items() if k != "shape"),
             )
         if worst > tolerance:
-            raise PPDistError(f"ONNX Runtime and PyTorch differ by {worst:.3g} > {tolerance:g}")
+            raise PPDistError(f"{out_dir}: ONNX Runtime and PyTorch differ by {worst:.3g} > {tolerance:g}")
     report["files"] = files
     return report

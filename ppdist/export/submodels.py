@@ -60,7 +60,7 @@ def plain_postprocess(entry: Mapping[str, Any]) -> Dict[str, Any]:
 
 def plain_metric(entry: Mapping[str, Any]) -> Dict[str, Any]:
     """``DistillationMetric``'s base metric with its keywords; any other metric as it is."""
-    if "base_metric_name" not in entry and entry.get("name") != "DistillationMetric":
+    if entry.get("name") != "DistillationMetric":
         return dict(entry)
     own = {k: v for k, v in entry.items() if k not in COMPOSITE_METRIC_KEYS and k != "name"}
     return {"name": entry.get("base_metric_name", "RecMetric"), **own}

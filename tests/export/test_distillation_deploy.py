@@ -25,7 +25,7 @@ from ppdist_testing import REPO, paddle_fixture_arrays, paddle_fixture_dir
 from ppdist.components import build_model
 from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
-from ppdist.errors import ConfigError
+from ppdist.errors import ConfigError, PPDistError
 from ppdist.eval_runner import evaluate_checkpoint
 from ppdist.export.deploy_modules import task_of
 from ppdist.export.inference_config import read_inference_config
@@ -218,6 +218,16 @@ def test_export_writes_every_sub_model_as_a_plain_recogniser(run):
         with open(os.path.join(folder, "characters.txt"), encoding="utf-8") as handle:
             assert handle.read() == "".join(f"{c}\n" for c in CHARACTERS) + " \n"  # use_space_char
     assert report["max_abs_diff"] == max(report["models"][n]["max_abs_diff"] for n in ("Teacher", "Student"))
+    print(
+        "ONNX Runtime vs PyTorch: "
+        + ", ".join(f"{n} {r['max_abs_diff']:.2e}" for n, r in report["models"].items())
+    )
+
+
+def test_a_check_over_the_tolerance_names_the_models_folder(run, tmp_path):
+    assert 0 < run["report"]["models"]["Teacher"]["max_abs_diff"]
+    with pytest.raises(PPDistError, match=r"Teacher: ONNX Runtime and PyTorch differ by .* > 0$"):
+        export_model(run["config"], str(tmp_path / "x"), ("onnx",), check=True, tolerance=0.0)
 
 
 def test_torchscript_of_each_sub_model_equals_its_eval_output(run):
