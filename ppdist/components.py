@@ -8,7 +8,7 @@ package ``ppdist`` imports it, so the registries are complete before any config 
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping
 
 from torch import nn
 
@@ -36,9 +36,9 @@ def build_metric(config: Mapping[str, Any]) -> Any:
     return build_component(METRICS, config["Metric"], config, "Metric")
 
 
-def _class_count(config: Mapping[str, Any]) -> Optional[int]:
+def _class_count(config: Mapping[str, Any]) -> int:
     """The CTC class count of the post-process (``num_classes``), else the dictionary's + blank."""
-    count = getattr(build_postprocess(config), "num_classes", None)
+    count = getattr(build_postprocess(config), "num_classes", None) if config.get("PostProcess") else None
     if count is None:
         glob = config.get("Global") or {}
         count = len(load_characters(glob.get("character_dict_path"), bool(glob.get("use_space_char")))) + 1

@@ -221,8 +221,12 @@ def _check_component(
 ) -> None:
     if not isinstance(entry, dict) or "name" not in entry:
         raise ConfigError(f"{where} needs a mapping with a 'name' key, got {entry!r}")
-    registry.get(entry["name"], f"{where}.name")
+    component = registry.get(entry["name"], f"{where}.name")
     registry.check(entry["name"], component_kwargs(registry, entry, config), where, injected=injected)
+    nested = getattr(component, "nested_entries", None)  # components built from inner entries (MultiHead)
+    if callable(nested):
+        for inner_registry, inner, inner_where, inner_injected in nested(entry, where):
+            _check_component(inner_registry, inner, inner_where, config, injected=inner_injected)
 
 
 def _check_transforms(ops: Any, where: str, config: Mapping[str, Any]) -> None:

@@ -86,6 +86,19 @@ def _set(path, value):
             r"unknown key Architecture.Models.Student.return_all_feat.*'return_all_feats'",
         ),
         (
+            _set(["Models", "Student", "Head", "head_list", 0, "CTCHead", "Neck", "dimz"], 8),
+            r"unknown key Architecture.Models.Student.Head.head_list\[0\].CTCHead.Neck.dimz for neck "
+            r"'SequenceEncoder'.*'dims'",
+        ),
+        (
+            _set(["Models", "Teacher", "Head", "head_list", 1, "SARHead", "enc_dimm"], 8),
+            r"unknown key Architecture.Models.Teacher.Head.head_list\[1\].SARHead.enc_dimm .*'enc_dim'",
+        ),
+        (
+            _set(["Models", "Teacher", "Head", "head_list", 1], {"NRTRHead": {}}),
+            r"Architecture.Models.Teacher.Head.head_list\[1\]: NRTRHead .*not supported yet",
+        ),
+        (
             _set(["Models", "Student", "pretrained"], 3),
             r"Architecture.Models.Student.pretrained must be a weights path",
         ),

@@ -12,6 +12,7 @@ in float32 on both sides they are 5.3e-5 and 1.9e-5 (float32 rounding through na
 """
 
 import copy
+import functools
 import json
 import os
 
@@ -25,6 +26,8 @@ from ppdist.convert.weights import convert_state_dict, load_pdparams
 from ppdist.engine.checkpoint.io import load_file
 from ppdist.engine.checkpoint.weights import load_inference_weights, load_initial_weights, load_pretrained
 from ppdist.errors import CheckpointError
+from ppdist.modeling.backbones.mobilenet_v1_enhance import SEGate
+from ppdist.modeling.necks.svtr import Attention
 
 torch.set_num_threads(2)
 
@@ -129,3 +132,28 @@ def test_weights_of_another_model_are_refused_in_one_line(dictionary):
     with pytest.raises(CheckpointError, match=r"crnn_small.pdparams: none of its 245 tensors fits") as info:
         load_initial_weights(model, config)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("mistake", ["se_slope", "attention_scale", "layer_norm_eps"])
+def test_fixture_catches_semantic_mistakes(dictionary, mistake):
+    """Each of these moves the Student's probabilities past the tolerance (the right model: 6e-8), so the
+    fixture checks the semantics, not only the names: SE gate slope 0.2 (MobileNetV3's) instead of
+    Paddle's default 1/6 (0.32), the attention without its head_dim ** -0.5 scale (0.24), the svtr
+    blocks' LayerNorm epsilon 1e-6 instead of 1e-5 (1.2e-4)."""
+    model, _ = build(architecture(), dictionary)
+    state, _ = convert_state_dict(model, load_pdparams(DISTILL), "distill_small")
+    model.load_state_dict(state, strict=True)
+    for module in model.modules():
+        if mistake == "se_slope" and isinstance(module, SEGate):
+            module.forward = functools.partial(_gate_with_slope, module, 0.2)
+        elif mistake == "attention_scale" and isinstance(module, Attention):
+            module.scale = 1.0
+        elif mistake == "layer_norm_eps" and isinstance(module, torch.nn.LayerNorm) and module.eps == 1e-5:
+            module.eps = 1e-6
+    moved = diff(eval_outputs(model)["Student"]["head_out"], EXPECTED["Student"])
+    print(f"{mistake}: max abs diff {moved:.2e}")
+    assert moved > TOLERANCE
+
+
+def _gate_with_slope(gate, slope, x):
+    return x * torch.clamp(gate.conv2(torch.relu(gate.conv1(gate.avg_pool(x)))) * slope + 0.5, 0.0, 1.0)

@@ -170,7 +170,7 @@ def test_sequence_encoder_types():
         reshape(torch.randn(2, 480, 2, 25))
     with pytest.raises(ValueError, match="encoder_type"):
         SequenceEncoder(480, encoder_type="cascadernn")
-    with pytest.raises(ValueError, match="unknown key 'dims' for encoder_type 'rnn'"):
+    with pytest.raises(ValueError, match="dims is a key of encoder_type svtr, not 'rnn'"):
         SequenceEncoder(480, encoder_type="rnn", dims=64)
 
 

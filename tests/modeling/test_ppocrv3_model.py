@@ -14,6 +14,7 @@ float32 rounding over 20 layers, on both sides.
 """
 
 import copy
+import inspect
 import json
 import os
 
@@ -28,8 +29,9 @@ from ppdist.convert.weights import convert_state_dict
 from ppdist.errors import ConfigError
 from ppdist.modeling import BaseModel, DistillationModel
 from ppdist.modeling.backbones import MobileNetV1Enhance
+from ppdist.modeling.necks.rnn import SVTR_KEYS, SequenceEncoder
 from ppdist.modeling.necks.svtr import EncoderWithSVTR
-from ppdist.registry import HEADS
+from ppdist.registry import HEADS, NECKS
 from ppdist.utils.host_sync import count_host_syncs
 
 torch.set_num_threads(2)
@@ -266,12 +268,16 @@ def test_distillation_model_names_freezing_and_parts(tmp_path):
     assert model.Student.head.ctc_head.out_channels == 6  # out_channels_list injected into every model
 
 
-def test_out_channels_list_is_paddles():
+def test_out_channels_list_is_paddles(tmp_path):
     assert multi_head_channels(6625) == {
         "CTCLabelDecode": 6625,
         "SARLabelDecode": 6627,
         "NRTRLabelDecode": 6628,
     }
+    config = model_config(small_arch(), dictionary(tmp_path, 7))
+    del config["PostProcess"]  # without a post-process: the dictionary's count, as CTCLabelDecode's
+    model = build_model(config)
+    assert model.head.ctc_head.out_channels == 9  # 7 + space + blank
 
 
 def test_svtr_use_guide_stops_gradients_into_the_backbone():
@@ -293,7 +299,10 @@ def test_svtr_use_guide_stops_gradients_into_the_backbone():
             [{"CTCHead": {"Neck": {"name": "svtr"}}}, {"NRTRHead": {"nrtr_dim": 64}}],
             r"head_list\[1\]: NRTRHead .* not supported yet",
         ),
-        ([{"CTCHead": {"Neck": {"name": "svtr", "dimz": 8}}}, {"SARHead": {}}], "unknown key 'dimz'.*'dims'"),
+        (
+            [{"CTCHead": {"Neck": {"name": "svtr", "dimz": 8}}}, {"SARHead": {}}],
+            r"unknown key MultiHead.head_list\[0\].CTCHead.Neck.dimz for neck 'SequenceEncoder'.*'dims'",
+        ),
         ([{"CTCHead": {"Head": {}}}, {"SARHead": {}}], r"head_list\[0\].CTCHead needs Neck"),
         ([{"CTCHead": {"Neck": {"name": "svtr"}, "Head": {"fc_dacay": 1}}}, {"SARHead": {}}], "fc_dacay"),
     ],
@@ -334,3 +343,11 @@ def test_training_forward_and_backward_read_nothing_on_the_host(tmp_path):
 
     counter = count_host_syncs(step)
     assert counter.count == 0, counter.report()
+
+
+def test_sequence_encoder_names_every_svtr_key():
+    """SequenceEncoder names svtr's settings so that config validation checks them before any build."""
+    own = set(inspect.signature(SequenceEncoder).parameters) - {"in_channels", "encoder_type", "hidden_size"}
+    assert own == set(SVTR_KEYS) == set(inspect.signature(EncoderWithSVTR).parameters) - {"in_channels"}
+    with pytest.raises(ConfigError, match=r"unknown key Architecture.Neck.hiden_dims .*'hidden_dims'"):
+        NECKS.check("SequenceEncoder", {"encoder_type": "svtr", "hiden_dims": 8}, "Architecture.Neck")

@@ -15,7 +15,12 @@ Layouts (Linear weights stored ``[in, out]``) are the job of ``convert.to_ppdist
 ppdist's CRNN stages (``MobileNetV3``, ``SequenceEncoder``, ``CTCHead``) keep PaddleOCR's attribute
 names (``backbone.conv1``, ``backbone.blocks.N.{expand_conv, bottleneck_conv, mid_se, linear_conv}``,
 ``backbone.conv2``, ``neck.encoder.lstm``, ``head.fc``), so only the per-layer rules apply to them;
-tests/convert/test_rec_equivalence.py checks this against PaddleOCR's own model.
+tests/convert/test_rec_equivalence.py checks this against PaddleOCR's own model. PP-OCRv3's stages
+(``MobileNetV1Enhance``, ``MultiHead`` with its svtr ``ctc_encoder``, ``ctc_head`` and ``sar_head``)
+keep PaddleOCR's names as well, and a ``DistillationModel`` holds its models as attributes named like
+Paddle's (``Student.backbone.conv1._conv.weight``), so its keys are Paddle's with no rename
+(tests/convert/test_ppocrv3_weights.py). Declared ``paddle_names`` apply to the stages of a plain
+model only (``stage_renames`` looks at the model's own ``backbone``/``neck``/``head``).
 
 Some Paddle tensors are frozen constants that a ppdist stage derives itself instead of storing
 (PP-YOLOE's DFL projection ``yolo_head.proj_conv.weight``, 0..reg_max). ``PaddleNames.constants``

@@ -14,32 +14,57 @@ Training returns ``{"ctc": logits, "ctc_neck": the CTC encoder's sequence, "sar"
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
 
 from ppdist.errors import ConfigError
-from ppdist.modeling.heads.ctc import CTCHead
-from ppdist.modeling.necks.rnn import Im2Seq, SequenceEncoder
-from ppdist.registry import HEADS
+from ppdist.modeling.necks.rnn import Im2Seq
+from ppdist.registry import HEADS, NECKS, Registry
 
-BRANCHES = ("CTCHead", "SARHead", "NRTRHead")
 OUT_CHANNELS_KEYS = {"CTCHead": "CTCLabelDecode", "SARHead": "SARLabelDecode", "NRTRHead": "NRTRLabelDecode"}
 
 
-def _branch(entry: Any, index: int) -> tuple:
-    where = f"MultiHead.head_list[{index}]"
-    if not isinstance(entry, Mapping) or len(entry) != 1:
-        raise ValueError(f"{where} must be a one-key mapping such as {{CTCHead: {{...}}}}, got {entry!r}")
-    name, args = next(iter(entry.items()))
-    if name not in BRANCHES:
-        raise ValueError(f"{where}: unknown head {name!r}; MultiHead takes CTCHead and SARHead")
-    if name == "NRTRHead":
-        raise ValueError(f"{where}: NRTRHead (PP-OCRv4's GTC branch) is not supported yet; use SARHead")
-    if args is not None and not isinstance(args, Mapping):
-        raise ValueError(f"{where}.{name} must be a mapping of its settings, got {args!r}")
-    return name, dict(args or {}), f"{where}.{name}"
+class Branch(NamedTuple):
+    """One head_list entry as registry entries: the head (and the CTC branch's neck)."""
+
+    name: str
+    head: Dict[str, Any]  # {name: CTCHead | SARHead, **settings}
+    neck: Optional[Dict[str, Any]]  # {name: SequenceEncoder, encoder_type, **settings} (CTC only)
+    where: str
+
+
+def parse_head_list(head_list: Any, where: str = "MultiHead") -> List[Branch]:
+    """PaddleOCR's head_list as registry entries; ValueError naming the entry when one is wrong."""
+    if not isinstance(head_list, (list, tuple)) or len(head_list) < 2:
+        raise ValueError(f"{where}.head_list needs a CTCHead and a SARHead entry, got {head_list!r}")
+    branches = []
+    for index, entry in enumerate(head_list):
+        here = f"{where}.head_list[{index}]"
+        if not isinstance(entry, Mapping) or len(entry) != 1:
+            raise ValueError(f"{here} must be a one-key mapping such as {{CTCHead: {{...}}}}, got {entry!r}")
+        name, args = next(iter(entry.items()))
+        if name == "NRTRHead":
+            raise ValueError(f"{here}: NRTRHead (PP-OCRv4's GTC branch) is not supported yet; use SARHead")
+        if name not in ("CTCHead", "SARHead"):
+            raise ValueError(f"{here}: unknown head {name!r}; MultiHead takes CTCHead and SARHead")
+        if args is not None and not isinstance(args, Mapping):
+            raise ValueError(f"{here}.{name} must be a mapping of its settings, got {args!r}")
+        args, here = dict(args or {}), f"{here}.{name}"
+        if name == "SARHead":
+            branches.append(Branch(name, dict(args, name=name), None, here))
+            continue
+        neck = args.get("Neck")
+        if set(args) - {"Neck", "Head"} or not isinstance(neck, Mapping) or "name" not in neck:
+            raise ValueError(
+                f"{here} needs Neck: {{name: svtr, ...}} and Head: {{...}} (got keys {sorted(args)})"
+            )
+        neck = dict(neck, name="SequenceEncoder", encoder_type=neck["name"])  # Neck.name is the encoder type
+        branches.append(Branch(name, dict(args.get("Head") or {}, name=name), neck, here))
+    if sorted(branch.name for branch in branches) != ["CTCHead", "SARHead"]:
+        raise ValueError(f"{where}.head_list needs one CTCHead and one SARHead entry")
+    return branches
 
 
 def _class_count(out_channels_list: Mapping[str, int], branch: str) -> int:
@@ -51,6 +76,13 @@ def _class_count(out_channels_list: Mapping[str, int], branch: str) -> int:
     return int(out_channels_list[key])
 
 
+def _build(registry: Registry, entry: Dict[str, Any], where: str, **extra: Any) -> nn.Module:
+    try:
+        return registry.build(entry, where=where, **extra)
+    except ConfigError as exc:  # MultiHead's own constructor error: the registry names Architecture.Head
+        raise ValueError(str(exc)) from None
+
+
 @HEADS.register(name="MultiHead")
 class MultiHead(nn.Module):
     """CTC (SequenceEncoder + CTCHead) and SAR branches; see the module docstring."""
@@ -59,47 +91,44 @@ class MultiHead(nn.Module):
         self, in_channels: int, out_channels_list: Dict[str, int], head_list: List[Dict[str, Any]]
     ) -> None:
         super().__init__()
-        if not isinstance(head_list, (list, tuple)) or len(head_list) < 2:
-            raise ValueError(f"MultiHead.head_list needs a CTCHead and a SARHead entry, got {head_list!r}")
         if not isinstance(out_channels_list, Mapping):
             raise ValueError(f"MultiHead.out_channels_list must be a mapping, got {out_channels_list!r}")
-        self.sar_head: Optional[nn.Module] = None
-        self.ctc_encoder: Optional[SequenceEncoder] = None
-        for index, entry in enumerate(head_list):
-            name, args, where = _branch(entry, index)
-            if name == "SARHead":
-                self.sar_head = self._build_sar(
-                    args, in_channels, _class_count(out_channels_list, name), where
+        for branch in parse_head_list(head_list):
+            classes = _class_count(out_channels_list, branch.name)
+            if branch.neck is not None:
+                self.encoder_reshape = Im2Seq(in_channels)
+                self.ctc_encoder = _build(NECKS, branch.neck, f"{branch.where}.Neck", in_channels=in_channels)
+                self.ctc_head = _build(
+                    HEADS,
+                    branch.head,
+                    f"{branch.where}.Head",
+                    in_channels=self.ctc_encoder.out_channels,
+                    out_channels=classes,
                 )
             else:
-                self._build_ctc(args, in_channels, _class_count(out_channels_list, name), where)
-        if self.ctc_encoder is None or self.sar_head is None:
-            raise ValueError("MultiHead.head_list needs one CTCHead and one SARHead entry")
+                self.sar_head = _build(
+                    HEADS, branch.head, branch.where, in_channels=in_channels, out_channels=classes
+                )
         self.out_channels = self.ctc_head.out_channels
 
     @staticmethod
-    def _build_sar(args: Dict[str, Any], in_channels: int, classes: int, where: str) -> nn.Module:
+    def nested_entries(
+        kwargs: Mapping[str, Any], where: str
+    ) -> List[Tuple[Registry, Dict[str, Any], str, Tuple[str, ...]]]:
+        """``(registry, entry, where, injected keys)`` of each branch, for config validation to check
+        before anything is built (``ppdist.config.validate``)."""
         try:
-            return HEADS.build(
-                dict(args, name="SARHead"), where=where, in_channels=in_channels, out_channels=classes
-            )
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
-
-    def _build_ctc(self, args: Dict[str, Any], in_channels: int, classes: int, where: str) -> None:
-        unknown = [key for key in args if key not in ("Neck", "Head")]
-        if unknown or not isinstance(args.get("Neck"), Mapping) or "name" not in args["Neck"]:
-            raise ValueError(
-                f"{where} needs Neck: {{name: svtr, ...}} and Head: {{...}} (got keys {sorted(args)})"
-            )
-        neck = dict(args["Neck"])
-        self.encoder_reshape = Im2Seq(in_channels)
-        self.ctc_encoder = SequenceEncoder(in_channels, encoder_type=neck.pop("name"), **neck)
-        head = dict(args.get("Head") or {})
-        try:
-            self.ctc_head = CTCHead(self.ctc_encoder.out_channels, classes, **head)
-        except TypeError as exc:
-            raise ValueError(f"{where}.Head: {exc}") from None
+            branches = parse_head_list(kwargs.get("head_list"), where)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        found = []
+        for branch in branches:
+            if branch.neck is not None:
+                found.append((NECKS, branch.neck, f"{branch.where}.Neck", ("in_channels",)))
+                found.append((HEADS, branch.head, f"{branch.where}.Head", ("in_channels", "out_channels")))
+            else:
+                found.append((HEADS, branch.head, branch.where, ("in_channels", "out_channels")))
+        return found
 
     def forward(self, x: torch.Tensor, batch: Optional[Mapping[str, Any]] = None) -> Any:
         """Training: ``{"ctc", "ctc_neck", "sar"}``; evaluation: the CTC probabilities."""

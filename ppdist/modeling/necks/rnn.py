@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import List, Optional, Union
 
 import torch
 from torch import nn
 
 from ppdist.modeling.layers import L2TaggedModule, init_linear_uniform
 from ppdist.modeling.necks.svtr import EncoderWithSVTR
-from ppdist.registry import NECKS, did_you_mean
+from ppdist.registry import NECKS
 
 ENCODER_TYPES = ("reshape", "rnn", "fc", "svtr")
+SVTR_KEYS = tuple(k for k in inspect.signature(EncoderWithSVTR).parameters if k != "in_channels")
 
 
 class Im2Seq(nn.Module):
@@ -61,10 +62,27 @@ class EncoderWithFC(L2TaggedModule):
 @NECKS.register(name="SequenceEncoder")
 class SequenceEncoder(nn.Module):
     """Im2Seq followed by an optional encoder: ``reshape`` (none), ``rnn`` or ``fc``; or the ``svtr``
-    encoder on the feature map followed by Im2Seq (its settings are the extra keywords)."""
+    encoder on the feature map followed by Im2Seq. The svtr settings (``dims`` ... ``qk_scale``,
+    see ``EncoderWithSVTR``) are named here so that the registry checks them before anything is
+    built; left None they take svtr's defaults, and no other encoder takes them."""
 
     def __init__(
-        self, in_channels: int, encoder_type: str = "rnn", hidden_size: int = 48, **svtr: Any
+        self,
+        in_channels: int,
+        encoder_type: str = "rnn",
+        hidden_size: int = 48,
+        dims: Optional[int] = None,
+        depth: Optional[int] = None,
+        hidden_dims: Optional[int] = None,
+        use_guide: Optional[bool] = None,
+        num_heads: Optional[int] = None,
+        qkv_bias: Optional[bool] = None,
+        mlp_ratio: Optional[float] = None,
+        drop_rate: Optional[float] = None,
+        attn_drop_rate: Optional[float] = None,
+        drop_path: Optional[float] = None,
+        kernel_size: Optional[Union[int, List[int]]] = None,
+        qk_scale: Optional[float] = None,
     ) -> None:
         super().__init__()
         if encoder_type not in ENCODER_TYPES:
@@ -74,21 +92,29 @@ class SequenceEncoder(nn.Module):
             )
         if hidden_size < 1:
             raise ValueError(f"SequenceEncoder.hidden_size must be positive, got {hidden_size}")
-        accepted = [k for k in inspect.signature(EncoderWithSVTR).parameters if k != "in_channels"]
-        unknown = [k for k in svtr if encoder_type != "svtr" or k not in accepted]
-        if unknown:
+        svtr = dict(
+            dims=dims,
+            depth=depth,
+            hidden_dims=hidden_dims,
+            use_guide=use_guide,
+            num_heads=num_heads,
+            qkv_bias=qkv_bias,
+            mlp_ratio=mlp_ratio,
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            drop_path=drop_path,
+            kernel_size=kernel_size,
+            qk_scale=qk_scale,
+        )
+        given = {key: value for key, value in svtr.items() if value is not None}
+        if given and encoder_type != "svtr":
             raise ValueError(
-                f"SequenceEncoder: unknown key {unknown[0]!r} for encoder_type {encoder_type!r}."
-                + (
-                    did_you_mean(unknown[0], accepted)
-                    if encoder_type == "svtr"
-                    else " Only svtr takes more keys."
-                )
+                f"SequenceEncoder: {sorted(given)[0]} is a key of encoder_type svtr, not {encoder_type!r}"
             )
         self.encoder_type = encoder_type
         self.encoder_reshape = Im2Seq(in_channels)
         if encoder_type == "svtr":
-            self.encoder = EncoderWithSVTR(in_channels, **svtr)
+            self.encoder = EncoderWithSVTR(in_channels, **given)
             self.out_channels = self.encoder.out_channels
         elif encoder_type == "reshape":
             self.encoder = None
