@@ -6,7 +6,7 @@ Tasks:
   ``configs/rec/quickstart_synth.yml``'s set exactly.
 - ``rec_ppocrv3``: the PP-OCRv3 quick start's lines (4-12 characters, some with a space) of the
   characters of PaddleOCR's ``ppocr_keys_v1.txt`` the DejaVu fonts draw, written to ``dict.txt``;
-  ``--num 8000 --num_val 300 --seed 0`` reproduce ``configs/rec/PP-OCRv3/quickstart_synth.yml``'s set.
+  ``--num 5000 --num_val 200 --seed 0`` reproduce ``configs/rec/PP-OCRv3/quickstart_synth.yml``'s set.
 - ``seg``: shapes over textured backgrounds in PaddleSeg file-list layout (``images/``,
   ``labels/``, ``train.txt``, ``val.txt``, ``labels.txt``), e.g.
   ``python tools/make_synthetic_data.py seg --out DIR --num 2000 --num_classes 5``.

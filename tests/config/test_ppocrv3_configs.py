@@ -9,9 +9,9 @@ import os
 import pytest
 
 import ppdist  # noqa: F401  (registers every component)
+import ppdist.registry as registry_module
 from ppdist import load_config
 from ppdist.config import load_yaml_with_bases, validate, validate_synthetic_spec
-from ppdist.config.schema import ARCHITECTURE_KEYS
 from ppdist.convert.configs import PPDIST, convert_config, detect_suite
 from ppdist.data.synthetic_ppocr import DICT_NAME
 from ppdist.errors import ConfigError
@@ -56,8 +56,9 @@ def missing_components():
     missing = [f"{registry.kind}:{name}" for registry, name in COMPONENTS if name not in registry]
     if "ext_op_transform_idx" not in DATASETS.accepted_keys("SimpleDataSet")[0]:
         missing.append("SimpleDataSet(ext_op_transform_idx)")
-    if "Models" not in ARCHITECTURE_KEYS:
-        missing.append("Architecture.Models (DistillationModel)")
+    architectures = getattr(registry_module, "ARCHITECTURES", None)  # Architecture.name's registry
+    if architectures is None or "DistillationModel" not in architectures:
+        missing.append("architecture:DistillationModel")
     return missing
 
 
