@@ -30,9 +30,7 @@ MAIN_CONFIGS = [
 CONFIGS = MAIN_CONFIGS + sorted(glob.glob(os.path.join(UPSTREAM, "multi_language", "*_PP-OCRv3_rec.yml")))
 CRNN = os.path.join(REPO, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
 
-# issue 29: the whole-file tests skip while the components they name are not registered (they are
-# built in other branches). Remove this switch at merge: a component missing then fails the test.
-SKIP_UNTIL_MERGED = True
+# the components the whole-file tests need: one missing fails them with its name
 COMPONENTS = [
     (BACKBONES, "MobileNetV1Enhance"),
     (HEADS, "MultiHead"),
@@ -64,8 +62,7 @@ def missing_components():
 
 def needs_components():
     missing = missing_components()
-    if missing and SKIP_UNTIL_MERGED:
-        pytest.skip(f"PP-OCRv3 components not registered yet (issue 29 merge): {missing}")
+    assert not missing, f"PP-OCRv3 components not registered: {missing}"
 
 
 def name(path):
