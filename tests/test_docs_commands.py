@@ -128,12 +128,17 @@ RUN: List[Tuple[str, List[str], List[str]]] = [
     ("--out browse/det_eval", ["browse/det_eval/*.png"], []),
     ("rec/quickstart_synth/best_accuracy --output_dir eval_pictures", ["eval_pictures/*.png"], []),
     ("--output_dir eval_pictures/det", ["eval_pictures/det/*.png"], []),
+    ("rec_ppocrv3 --out train_data/synth_ppocrv3_preview", ["train_data/synth_ppocrv3_preview/dict.txt"], []),
 ]
 
 PADDLE = "needs Paddle's files (weights, a Paddle suite's config tree), not in a fresh clone"
 MULTI_GPU = "needs several GPUs or nodes"
 FULL_DATA = "a real recipe on its full data set (COCO, Cityscapes, MJSynth/SynthText or your own labels)"
 BENCH = "a benchmark: minutes to hours at its settings (tests/benchmark covers the tool)"
+PPOCRV3_QUICK_START = (
+    "the PP-OCRv3 quick start: two SVTR_LCNet models trained together, about 25 minutes on 2 CPU cores"
+)
+PPOCRV3_TRAINED = "needs the PP-OCRv3 quick start's trained model (" + PPOCRV3_QUICK_START + ")"
 
 # (a piece of the command's text, why it does not run here)
 NOT_RUN: List[Tuple[str, str]] = [
@@ -229,6 +234,13 @@ NOT_RUN: List[Tuple[str, str]] = [
         "-c configs/seg/pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml -o Global.checkpoints",
         FULL_DATA,
     ),
+    ("= python tools/train.py -c configs/rec/PP-OCRv3/quickstart_synth.yml", PPOCRV3_QUICK_START),
+    ("eval.py -c configs/rec/PP-OCRv3/quickstart_synth.yml", PPOCRV3_TRAINED),
+    ("--output_dir output/inference/ppocrv3", PPOCRV3_TRAINED),
+    ("Architecture.Models.Teacher.freeze_params=true", PADDLE + "; " + FULL_DATA),
+    ("Global.pretrained_model=./ch_PP-OCRv3_rec_train/best_accuracy", PADDLE + "; " + FULL_DATA),
+    ("Global.checkpoints=./ch_PP-OCRv3_rec_student/best_accuracy", PADDLE),
+    ("--gpus 0,1,2,3 tools/train.py -c configs/rec/PP-OCRv3", MULTI_GPU + "; " + FULL_DATA),
 ]
 
 

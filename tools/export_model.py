@@ -2,7 +2,9 @@
 [--format onnx|torchscript|both] [--output_dir DIR] [--check] [--exclude_nms]``.
 
 Writes ``model.onnx`` / ``model.pt`` and ``inference.yml`` (preprocessing, post-process, labels,
-input spec) so that ``tools/infer.py --model DIR`` runs without the training config.
+input spec) so that ``tools/infer.py --model DIR`` runs without the training config. A
+distillation model (``Architecture.Models``) is written as one plain model per sub-model into
+``DIR/<name>/`` (PaddleOCR's layout); ``DIR/Student`` is the one to deploy.
 """
 
 from __future__ import annotations
@@ -54,8 +56,13 @@ def main() -> int:
     )
     check_output_dir(out_dir, "--output_dir")
     report = export_model(config, out_dir, FORMATS[args.format], args.exclude_nms, args.check, args.tolerance)
+    for name, part in report.get("models", {}).items():
+        if "max_abs_diff" in part:
+            print(f"{name}: ONNX Runtime vs PyTorch max abs diff: {part['max_abs_diff']:.3g}")
     if "max_abs_diff" in report:
         print(f"ONNX Runtime vs PyTorch max abs diff: {report['max_abs_diff']:.3g}")
+    if "deployed_dir" in report:
+        print(f"the model to deploy: {report['deployed_dir']} ({report['deployed']})")
     return 0
 
 

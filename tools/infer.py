@@ -3,11 +3,13 @@
 (ONNX Runtime on the exported model; -c is then not needed).
 
 Writes into ``--output_dir`` (default ``output/infer/<config or exported folder name>``): rec
-``results.txt`` (``path<TAB>text<TAB>score``); det ``bbox.json`` (COCO results) and the images with
-boxes above ``--draw_threshold``; seg ``<name>.png`` (palette PNG of class ids) and
-``<name>_overlay.jpg`` (above a legend naming its classes: the data set's ``labels.txt`` names,
-recorded in ``inference.yml``). Unreadable files are reported and skipped; a failed run keeps the
-previous ``results.txt`` / ``bbox.json``.
+``results.txt`` (``path<TAB>text<TAB>score``; of a distillation checkpoint, the Student's, and the
+readings of PostProcess.model_name's models in ``results_per_model.txt``:
+``path<TAB>{"Student": {"label", "score"}, ...}``);
+det ``bbox.json`` (COCO results) and the images with boxes above ``--draw_threshold``; seg
+``<name>.png`` (palette PNG of class ids) and ``<name>_overlay.jpg`` (above a legend naming its
+classes: the data set's ``labels.txt`` names, recorded in ``inference.yml``). Unreadable files
+are reported and skipped; a failed run keeps the previous ``results.txt`` / ``bbox.json``.
 """
 
 from __future__ import annotations

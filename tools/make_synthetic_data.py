@@ -4,6 +4,9 @@ Tasks:
 - ``rec``: text lines in PaddleOCR SimpleDataSet layout. The defaults render the quick start's
   data (3-7 characters of 0-9a-z); ``--num_val 600 --seed 0`` reproduce
   ``configs/rec/quickstart_synth.yml``'s set exactly.
+- ``rec_ppocrv3``: the PP-OCRv3 quick start's lines (4-12 characters, some with a space) of the
+  characters of PaddleOCR's ``ppocr_keys_v1.txt`` the DejaVu fonts draw, written to ``dict.txt``;
+  ``--num 5000 --num_val 200 --seed 0`` reproduce ``configs/rec/PP-OCRv3/quickstart_synth.yml``'s set.
 - ``seg``: shapes over textured backgrounds in PaddleSeg file-list layout (``images/``,
   ``labels/``, ``train.txt``, ``val.txt``, ``labels.txt``), e.g.
   ``python tools/make_synthetic_data.py seg --out DIR --num 2000 --num_classes 5``.
@@ -53,6 +56,18 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="fraction of letters rendered upper case (labels keep the case)",
+    )
+    ppocr = _task_parser(
+        tasks, "rec_ppocrv3", "PP-OCRv3 quick-start lines (48x320 recipe) with their dictionary, dict.txt"
+    )
+    ppocr.add_argument("--min_len", type=int, default=4)
+    ppocr.add_argument("--max_len", type=int, default=12)
+    ppocr.add_argument(
+        "--max_chars", type=int, default=None, help="keep the first N drawable characters (default: all)"
+    )
+    ppocr.add_argument("--space_ratio", type=float, default=0.2, help="share of lines with one space")
+    ppocr.add_argument(
+        "--source_dict", default=None, help="candidate characters (default: ppdist's ppocr_keys_v1.txt)"
     )
     seg = _task_parser(tasks, "seg", "semantic segmentation (shapes) in PaddleSeg file-list layout")
     seg.add_argument("--image_size", type=int, default=128, help="side of the square images in pixels")

@@ -131,7 +131,11 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "max_text_length": GlobalKey((int,), 25, "Longest label kept by CTCLabelEncode."),
     "infer_mode": GlobalKey((bool,), False, "Inference resize mode for RecResizeImg."),
     "use_space_char": GlobalKey((bool,), False, "Append a space to the dictionary."),
-    "save_res_path": GlobalKey((str, NONE_TYPE), None, "Where tools/infer.py writes its results."),
+    "save_res_path": GlobalKey(
+        (str, NONE_TYPE),
+        None,
+        "PaddleOCR's infer_rec.py result file: accepted, not read (tools/infer.py writes into --output_dir).",
+    ),
     "seed": GlobalKey((int,), 1024, "Seed of model init, shuffling and augmentation."),
     "use_amp": GlobalKey((bool,), False, "Automatic mixed precision (torch.autocast on CUDA, and on CPU)."),
     "amp_dtype": GlobalKey((str,), "float16", "AMP dtype.", choices=("float16", "bfloat16")),
@@ -259,6 +263,17 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "log_ranks": GlobalKey((str, int), "0", "Accepted for compatibility; only rank 0 logs."),
     "print_mem_info": GlobalKey((bool,), True, "Append max CUDA memory to log lines."),
     "distributed": GlobalKey((bool, NONE_TYPE), None, "Ignored: set from the launch environment."),
+    "debug": GlobalKey(
+        (bool, NONE_TYPE),
+        None,
+        "PaddleOCR's debug switch, read by no PaddleOCR 2.7 code: accepted, no effect.",
+    ),
+    "d2s_train_image_shape": GlobalKey(
+        (list, NONE_TYPE),
+        None,
+        "Input shape of Paddle's dynamic-to-static training, used only with Global.to_static (refused: "
+        "use Global.compile): accepted, no effect.",
+    ),
     "num_classes": GlobalKey(
         (int, NONE_TYPE),
         None,
@@ -303,7 +318,6 @@ UNSUPPORTED_GLOBAL = {
     "uniform_output_enabled": "PaddleX output layout",
     "amp_custom_black_list": "custom AMP op lists",
     "amp_custom_white_list": "custom AMP op lists",
-    "d2s_train_image_shape": "dynamic-to-static shapes",
     "pdx_model_name": "PaddleX model names",
 }
 LOADER_SCHEMA: Dict[str, Tuple[Tuple[type, ...], Any]] = {

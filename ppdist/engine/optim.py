@@ -286,7 +286,13 @@ class PolynomialDecayLR(LRSchedule):
 
 @LR_SCHEDULERS.register(name="Piecewise")
 class PiecewiseLR(LRSchedule):
-    """``values[i]`` until epoch ``decay_epochs[i]`` (boundaries in epochs, applied per iteration)."""
+    """``values[i]`` until epoch ``decay_epochs[i]`` (boundaries in epochs, applied per iteration),
+    after a linear warm-up from 0 to ``values[0]`` over ``warmup_epoch`` epochs.
+
+    ``boundaries_after_warmup`` true (PaddleOCR: its LinearWarmup wraps the PiecewiseDecay, which
+    counts its steps from the warm-up's end): the decay epochs count after the warm-up; false
+    (PaddleDetection, whose warm-up and decay boundaries share one step count): from step 0.
+    """
 
     def __init__(
         self,
@@ -295,6 +301,7 @@ class PiecewiseLR(LRSchedule):
         values: List[float],
         warmup_epoch: float = 0,
         epochs: int = 0,
+        boundaries_after_warmup: bool = True,
     ) -> None:
         if len(values) != len(decay_epochs) + 1:
             raise ConfigError(
@@ -304,9 +311,11 @@ class PiecewiseLR(LRSchedule):
         super().__init__(values[0], step_each_epoch, warmup_epoch)
         self.boundaries = [int(e * step_each_epoch) for e in decay_epochs]
         self.values = [float(v) for v in values]
+        self.boundaries_after_warmup = bool(boundaries_after_warmup)
 
     def after_warmup(self, step: int) -> float:
-        return self.values[bisect.bisect_right(self.boundaries, step + self.warmup_steps)]
+        counted = step if self.boundaries_after_warmup else step + self.warmup_steps
+        return self.values[bisect.bisect_right(self.boundaries, counted)]
 
 
 class IterScheduler:

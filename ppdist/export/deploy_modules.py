@@ -1,7 +1,9 @@
 """Eval-mode models wrapped into what an exported graph computes, one wrapper per task.
 
 The task is read from the config's post-process (``CTCLabelDecode`` -> rec, ``MultiClassNMS`` ->
-det, ``SegPostProcess`` -> seg), so no task name has to be added to a config.
+det, ``SegPostProcess`` -> seg; ``DistillationCTCLabelDecode`` -> rec for the sub-models of a
+distillation model), so no task name has to be added to a config. A composite model
+(``Architecture.Models``) is deployed as its deployed sub-model (``ppdist.export.submodels``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,14 @@ from torch import nn
 
 from ppdist.components import build_postprocess
 from ppdist.errors import ConfigError
+from ppdist.export.submodels import deployed_part
 
-TASK_BY_POSTPROCESS = {"CTCLabelDecode": "rec", "MultiClassNMS": "det", "SegPostProcess": "seg"}
+TASK_BY_POSTPROCESS = {
+    "CTCLabelDecode": "rec",
+    "DistillationCTCLabelDecode": "rec",
+    "MultiClassNMS": "det",
+    "SegPostProcess": "seg",
+}
 # names of the graph inputs and outputs per task (det: NMS in the graph / exclude_nms)
 GRAPH_IO = {
     "rec": (["image"], ["probs"]),
@@ -108,7 +116,9 @@ def _eval_size(config: Mapping[str, Any], default: Sequence[int]) -> List[int]:
 def build_deploy(
     model: nn.Module, config: Mapping[str, Any], exclude_nms: bool = False
 ) -> Tuple[nn.Module, GraphSpec]:
-    """The wrapper for ``config``'s task around the eval-mode ``model``, and its graph spec."""
+    """The wrapper for ``config``'s task around the eval-mode ``model``, and its graph spec; for a
+    composite model, around its deployed sub-model (a plain model of its own config)."""
+    model, config = deployed_part(model, config)
     task = task_of(config)
     model.eval()
     inputs, outputs = GRAPH_IO[task]

@@ -25,7 +25,7 @@ FILE_NAME = "inference.yml"
 CHARACTERS_FILE = "characters.txt"
 logger = logging.getLogger("ppdist")
 # Eval transforms that only prepare labels; inference has none
-LABEL_ONLY_TRANSFORMS = ("CTCLabelEncode", "KeepKeys")
+LABEL_ONLY_TRANSFORMS = ("CTCLabelEncode", "MultiLabelEncode", "SARLabelEncode", "KeepKeys")
 
 
 def inference_preprocess(config: Mapping[str, Any]) -> List[Dict[str, Any]]:

@@ -18,16 +18,19 @@ from ppdist.errors import ConfigError, PPDistError
 from ppdist.export.deploy_modules import GraphSpec, build_deploy, task_of
 from ppdist.export.graph_export import OPSET, export_onnx, export_torchscript, file_size_mb, onnx_parity
 from ppdist.export.inference_config import write_inference_config
+from ppdist.export.submodels import deployed_name, split_model, sub_model_names
 from ppdist.modeling.deploy import convert_to_deploy
 
 logger = logging.getLogger("ppdist")
 FORMATS = {"onnx": ("onnx",), "torchscript": ("torchscript",), "both": ("onnx", "torchscript")}
 
 
-def load_deploy_model(config: Mapping[str, Any], purpose: str = "export") -> Tuple[nn.Module, Dict[str, Any]]:
+def load_trained_model(
+    config: Mapping[str, Any], purpose: str = "export"
+) -> Tuple[nn.Module, Dict[str, Any]]:
     """The eval-mode model with ``Global.checkpoints`` (or ``pretrained_model``) weights, the EMA
-    average when the run kept one, re-parameterised for deployment (RepVGG branches merged).
-    ``purpose`` names the command in the message when no weights are given."""
+    average when the run kept one, and where they came from. ``purpose`` names the command in the
+    message when no weights are given."""
     glob = config["Global"]
     source = weights_source(glob)
     if not source or source == "auto":
@@ -36,8 +39,14 @@ def load_deploy_model(config: Mapping[str, Any], purpose: str = "export") -> Tup
     model = build_model(config)
     ckpt.load_inference_weights(model, data, source)
     model.eval()
-    convert_to_deploy(model)
     return model, {"weights": os.path.abspath(ckpt.checkpoint_path(source)), "ema": bool(data.get("ema"))}
+
+
+def load_deploy_model(config: Mapping[str, Any], purpose: str = "export") -> Tuple[nn.Module, Dict[str, Any]]:
+    """``load_trained_model`` re-parameterised for deployment (RepVGG branches merged)."""
+    model, source = load_trained_model(config, purpose)
+    convert_to_deploy(model)
+    return model, source
 
 
 def input_spec(spec: GraphSpec) -> list:
@@ -82,9 +91,53 @@ def export_model(
     check: bool = False,
     tolerance: float = 1e-3,
 ) -> Dict[str, Any]:
-    """Write the model files and inference.yml into ``out_dir``; returns a report (files, parity)."""
+    """Write the model files and inference.yml into ``out_dir``; returns a report (files, parity).
+
+    A composite model (``Architecture.Models``, e.g. a distillation run) is written as one plain
+    model per sub-model into ``out_dir/<name>/``; its report holds each one's under ``models`` and
+    names the ``deployed`` one (``ppdist.export.submodels``)."""
+    task_of(config)  # a clear error for a post-process that cannot be exported, before any loading
+    if not sub_model_names(config):
+        model, source = load_deploy_model(config)
+        return export_single(model, config, out_dir, source, formats, exclude_nms, check, tolerance)
+    model, source = load_trained_model(config)
+    deployed = deployed_name(config)
+    reports = {}
+    for name, (part, part_config) in split_model(model, config).items():
+        part_dir = os.path.join(out_dir, name)
+        logger.info("sub-model %s of Architecture.Models -> %s", name, part_dir)
+        info = dict(source, sub_model=name, deployed=name == deployed)
+        reports[name] = export_single(
+            part, part_config, part_dir, info, formats, exclude_nms, check, tolerance
+        )
+    logger.info(
+        "exported %d sub-models into %s: deploy %s (the %s model, the one tools/eval.py reports; "
+        "the other folders are for comparison)",
+        len(reports),
+        ", ".join(os.path.join(out_dir, name) for name in reports),
+        os.path.join(out_dir, deployed),
+        deployed,
+    )
+    report: Dict[str, Any] = {"task": reports[deployed]["task"], "out_dir": out_dir, **source}
+    report.update(models=reports, deployed=deployed, deployed_dir=os.path.join(out_dir, deployed))
+    if check:
+        report["max_abs_diff"] = max(r["max_abs_diff"] for r in reports.values())
+    return report
+
+
+def export_single(
+    model: nn.Module,
+    config: Mapping[str, Any],
+    out_dir: str,
+    source: Mapping[str, Any],
+    formats: Sequence[str] = ("onnx", "torchscript"),
+    exclude_nms: bool = False,
+    check: bool = False,
+    tolerance: float = 1e-3,
+) -> Dict[str, Any]:
+    """Export the loaded eval-mode ``model`` of the plain ``config`` into ``out_dir``; ``source``
+    (where its weights came from) is recorded in the report and ``inference.yml``."""
     task = task_of(config)
-    model, source = load_deploy_model(config)
     module, spec = build_deploy(model, config, exclude_nms=exclude_nms)
     os.makedirs(out_dir, exist_ok=True)
     files: Dict[str, str] = {}
@@ -123,6 +176,6 @@ def export_model(
                 ", ".join(f"{k} max |diff| {v:.3g}" for k, v in row.items() if k != "shape"),
             )
         if worst > tolerance:
-            raise PPDistError(f"ONNX Runtime and PyTorch differ by {worst:.3g} > {tolerance:g}")
+            raise PPDistError(f"{out_dir}: ONNX Runtime and PyTorch differ by {worst:.3g} > {tolerance:g}")
     report["files"] = files
     return report

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -74,3 +74,28 @@ class TorchBackend:
         if len(out) != len(self.output_names):
             raise ValueError(f"the model returned {len(out)} output(s), expected {self.output_names}")
         return {name: tensor.detach().cpu().numpy() for name, tensor in zip(self.output_names, out)}
+
+
+class NamedBackends:
+    """Several backends on the same inputs (the sub-models of a distillation model): the ``main``
+    one's outputs under their own names, and every one's as ``<name>/<output>``, in order."""
+
+    def __init__(self, backends: Sequence[Tuple[str, Any]], main: str) -> None:
+        self.backends = list(backends)
+        named = dict(self.backends)
+        if main not in named:
+            raise ValueError(f"NamedBackends: no backend named {main!r} ({sorted(named)})")
+        self.main = main
+        self.input_names = list(named[main].input_names)
+        self.output_names = list(named[main].output_names) + [
+            f"{name}/{out}" for name, backend in self.backends for out in backend.output_names
+        ]
+
+    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        outputs: Dict[str, np.ndarray] = {}
+        for name, backend in self.backends:
+            own = backend.run(inputs)
+            if name == self.main:
+                outputs.update(own)
+            outputs.update({f"{name}/{key}": value for key, value in own.items()})
+        return outputs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tqdm import tqdm
 
@@ -12,7 +12,8 @@ from ppdist.errors import ConfigError
 from ppdist.export.deploy_modules import build_deploy
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import load_deploy_model
-from ppdist.inference.backends import OnnxBackend, TorchBackend
+from ppdist.export.submodels import inference_parts
+from ppdist.inference.backends import NamedBackends, OnnxBackend, TorchBackend
 from ppdist.inference.runners import ImageReadError, Runner, build_runner, inference_info_from_config
 
 logger = logging.getLogger("ppdist")
@@ -51,12 +52,20 @@ def check_graph_matches(info: Mapping[str, Any], backend: OnnxBackend) -> None:
 
 def from_config(
     config: Mapping[str, Any], device: str = "cpu"
-) -> Tuple[Dict[str, Any], Runner, TorchBackend]:
-    """Info, runner and PyTorch backend of a training config with ``Global.checkpoints``."""
+) -> Tuple[Dict[str, Any], Runner, Union[TorchBackend, NamedBackends]]:
+    """Info, runner and PyTorch backend of a training config with ``Global.checkpoints``. For a
+    distillation model, the deployed sub-model's (the Student's) outputs, and those of the models
+    its post-process decodes under ``<name>/<output>`` (``NamedBackends``: rec results then hold
+    each one's reading)."""
     info = inference_info_from_config(config)
     model, _ = load_deploy_model(config, purpose="inference from a config")
-    module, spec = build_deploy(model, config)
-    return info, build_runner(info), TorchBackend(module, spec.output_names, spec.input_names, device)
+    main, parts = inference_parts(model, config)
+    backends = []
+    for name, part, part_config in parts:
+        module, spec = build_deploy(part, part_config)
+        backends.append((name, TorchBackend(module, spec.output_names, spec.input_names, device)))
+    backend = backends[0][1] if main is None else NamedBackends(backends, main)
+    return info, build_runner(info), backend
 
 
 def _batches(paths: Sequence[str], size: int) -> List[Sequence[str]]:

@@ -28,6 +28,7 @@ from ppdist.export.inference_config import (
     inference_preprocess,
     segmentation_labels,
 )
+from ppdist.export.submodels import deployed_config
 from ppdist.registry import POSTPROCESSES
 
 logger = logging.getLogger("ppdist")
@@ -51,7 +52,9 @@ class ImageReadError(PPDistError):
 def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     """The inference info of ``config`` as ``read_inference_config`` would return it after an
     export (task, inputs, outputs, preprocess, postprocess, labels), without writing files; the rec
-    dictionary stays the config's ``character_dict_path``."""
+    dictionary stays the config's ``character_dict_path``. A composite (distillation) model's info
+    is that of its deployed sub-model (``ppdist.export.submodels``)."""
+    config = deployed_config(config)
     task = task_of(config)
     inputs, outputs = GRAPH_IO[task]
     info: Dict[str, Any] = {
@@ -197,11 +200,21 @@ class RecRunner(Runner):
         return {"image": out}
 
     def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
+        """``{path, text, score}``; with the outputs of several models (``<name>/probs``, a
+        distillation model's sub-models), also ``models: {name: {label, score}}`` (PaddleOCR's
+        infer_rec record)."""
         decoded = self.decoder.decode_predictions(np.asarray(outputs["probs"]))
-        return [
+        results = [
             {"path": s["img_path"], "text": text, "score": score}
             for s, (text, score) in zip(samples, decoded)
         ]
+        models = [key[: -len("/probs")] for key in outputs if key.endswith("/probs")]
+        for name in models:
+            for result, (text, score) in zip(
+                results, self.decoder.decode_predictions(np.asarray(outputs[f"{name}/probs"]))
+            ):
+                result.setdefault("models", {})[name] = {"label": text, "score": score}
+        return results
 
 
 class DetRunner(Runner):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -29,15 +29,21 @@ def _stem(path: str) -> str:
 
 
 class RecWriter:
-    """``path\\ttext\\tscore`` lines, printed and written to ``output_dir/results.txt``: into a
+    """``path\ttext\tscore`` lines, printed and written to ``output_dir/results.txt``: into a
     temporary file beside it that replaces it on ``close()``, so a failed run (``abort()``) leaves
-    the previous ``results.txt`` as it was."""
+    the previous ``results.txt`` as it was. Results that hold several models' readings (a
+    distillation model's sub-models) also go to ``results_per_model.txt`` the same way, one
+    ``path\t{"Student": {"label", "score"}, ...}`` line each (PaddleOCR's infer_rec record, UTF-8)."""
+
+    PER_MODEL_FILE = "results_per_model.txt"
 
     def __init__(self, output_dir: str, echo: bool = True) -> None:
         self.path = os.path.join(output_dir, "results.txt")
+        self.per_model_path = os.path.join(output_dir, self.PER_MODEL_FILE)
         self.echo = echo
         self.tmp = temporary_path(self.path)
         self.handle = open(self.tmp, "x", encoding="utf-8")
+        self.per_model: Optional[Tuple[str, IO[str]]] = None  # (temporary path, handle) once needed
 
     def add(self, results: Sequence[Result]) -> None:
         for r in results:
@@ -45,17 +51,34 @@ class RecWriter:
             self.handle.write(line + "\n")
             if self.echo:
                 print(line)
+            if "models" in r:
+                self._per_model_handle().write(
+                    f"{r['path']}\t{json.dumps(r['models'], ensure_ascii=False)}\n"
+                )
+
+    def _per_model_handle(self) -> IO[str]:
+        if self.per_model is None:
+            tmp = temporary_path(self.per_model_path)
+            self.per_model = (tmp, open(tmp, "x", encoding="utf-8"))
+        return self.per_model[1]
 
     def close(self) -> List[str]:
         self.handle.close()
         os.replace(self.tmp, self.path)
-        return [self.path]
+        if self.per_model is None:  # a per-model file of an earlier run would contradict results.txt
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.per_model_path)
+            return [self.path]
+        self.per_model[1].close()
+        os.replace(self.per_model[0], self.per_model_path)
+        return [self.path, self.per_model_path]
 
     def abort(self) -> None:
-        """Drop what was written; ``results.txt`` stays as it was."""
-        self.handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(self.tmp)
+        """Drop what was written; ``results.txt`` (and ``results_per_model.txt``) stay as they were."""
+        for tmp, handle in [(self.tmp, self.handle)] + ([self.per_model] if self.per_model else []):
+            handle.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
 
 
 class DetWriter:

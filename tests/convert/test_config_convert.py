@@ -321,6 +321,26 @@ CSPResNet:
     assert ops[1]["RandomDistort"]["hue_range"] == 10 and ops[1]["RandomDistort"]["hue_prob"] == 0.2
 
 
+def test_paddledetection_piecewise_warmup_keeps_its_milestones_from_step_zero(tmp_path):
+    child = tmp_path / "child.yml"
+    child.write_text(f"""
+_BASE_: [{DET_S}]
+LearningRate:
+  base_lr: 0.01
+  schedulers:
+    - {{name: PiecewiseDecay, milestones: [8, 11], gamma: 0.1}}
+    - {{name: LinearWarmup, epochs: 1, start_factor: 0.0}}
+""")
+    lr = convert_config(str(child)).config["Optimizer"]["lr"]
+    assert lr == {
+        "name": "Piecewise",
+        "decay_epochs": [8, 11],
+        "values": [0.01, pytest.approx(0.001), pytest.approx(0.0001)],
+        "warmup_epoch": 1,
+        "boundaries_after_warmup": False,  # PaddleOCR's Piecewise counts them after the warm-up
+    }
+
+
 def test_local_backbone_weights_map_to_the_backbone_key(tmp_path):
     det = tmp_path / "det.yml"
     det.write_text(f"_BASE_: [{DET_PLUS_S}]\npretrain_weights: /w/ppyoloe_crn_s_obj365_pretrained.pdparams\n")

@@ -608,6 +608,7 @@ class _DetConverter:
                 )
             elif epochs:
                 out["warmup_epoch"] = epochs
+                out["boundaries_after_warmup"] = False  # PaddleDetection's milestones count from step 0
                 if start:
                     self.report.unmapped_key(
                         "LearningRate.schedulers[1].start_factor", "ppdist's Piecewise warms up from 0", start
