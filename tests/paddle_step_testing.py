@@ -35,8 +35,8 @@ def sample_positions(
     model: torch.nn.Module, state: Dict[str, np.ndarray], fixture: Dict[str, np.ndarray]
 ) -> Positions:
     """torch parameter -> (Paddle name, its flat positions of the fixture's sampled indices), found
-    by converting a state whose entries are their own global index (Linear weights transpose;
-    float32 holds the indices exactly, there are < 2**24 values)."""
+    by converting a state whose entries are their own global index (Linear weights transpose; the
+    model's dtype holds the indices exactly: < 2**24 values in float32, < 2**53 in float64)."""
     tagged, offsets, offset = dict(state), {}, 0  # untagged: frozen constants keep their values
     for name, value in state.items():
         if f"grad_index/{name}" not in fixture:
@@ -44,7 +44,7 @@ def sample_positions(
         tagged[name] = np.arange(offset + 1, offset + 1 + value.size, dtype=np.float64).reshape(value.shape)
         offsets[name] = offset
         offset += value.size
-    assert offset < 2**24
+    assert offset < (2**53 if next(model.parameters()).dtype == torch.float64 else 2**24), offset
     converted = to_torch(model, tagged)
     starts = sorted((o, n) for n, o in offsets.items())
     keys = [o for o, _ in starts]

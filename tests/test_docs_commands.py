@@ -217,6 +217,8 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("paddle_seg/make_fixtures.py", PADDLE),
     ("paddle_det/make_fixtures.py", PADDLE),
     ("paddle_rec/make_fixtures.py", PADDLE),
+    ("speed_rec_ppocrv3.py paddle --source", PADDLE),
+    ("speed_rec_ppocrv3.py ppdist --steps", BENCH),
     ("--out configs/my/ppyoloe_s.yml", PADDLE),
     (
         "= python tools/convert_paddle_config.py"
