@@ -34,7 +34,16 @@ def synthetic_sample(config: Mapping[str, Any], size: Tuple[int, int], index: in
         length = 3 + index % 4
         label = torch.zeros(max_len, dtype=torch.long)
         label[:length] = torch.randint(1, classes, (length,), generator=generator)
-        return {"image": image, "label": label, "length": torch.tensor(length)}
+        # PP-OCRv3's multi-head labels: the CTC label, and SAR targets valid in every class count
+        label_sar = torch.randint(1, classes, (max_len,), generator=generator)
+        return {
+            "image": image,
+            "label": label,
+            "length": torch.tensor(length),
+            "label_ctc": label,
+            "label_sar": label_sar,
+            "valid_ratio": torch.tensor(1.0),
+        }
     if kind == "det":
         classes = config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"]
         boxes, count = 6, 2 + index % 4  # padded to 6 ground truths, 2..5 real
