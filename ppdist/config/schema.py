@@ -153,6 +153,13 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "cudnn_benchmark": GlobalKey(
         (bool,), True, "Let cuDNN time its algorithms once per input shape and keep the fastest (CUDA)."
     ),
+    "deterministic": GlobalKey(
+        (bool,),
+        False,
+        "Reproducible kernels: cuDNN deterministic without autotuning, cuBLAS with a fixed workspace, "
+        "torch.use_deterministic_algorithms (warn-only); a resumed GPU run then repeats the "
+        "uninterrupted one exactly, at some speed.",
+    ),
     "float32_matmul_precision": GlobalKey(
         (str,),
         "high",

@@ -5,6 +5,7 @@ measurements behind them and how to re-measure on your hardware."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Mapping
 
 import torch
@@ -23,14 +24,22 @@ def channels_last(glob: Mapping[str, Any], device: torch.device) -> bool:
 
 
 def apply_backend_settings(glob: Mapping[str, Any], device: torch.device) -> None:
-    """``Global.cudnn_benchmark`` and ``Global.float32_matmul_precision`` for this process
-    ('high' lets fp32 matmuls and convolutions use TF32 on Ampere and newer GPUs, as Paddle does
-    by default; 'highest' keeps full fp32)."""
+    """``Global.cudnn_benchmark``, ``Global.float32_matmul_precision`` and ``Global.deterministic``
+    for this process ('high' lets fp32 matmuls and convolutions use TF32 on Ampere and newer GPUs,
+    as Paddle does by default; 'highest' keeps full fp32). ``deterministic`` picks reproducible
+    kernels (cuDNN without autotuning, cuBLAS with a fixed workspace, torch's deterministic
+    algorithms, warning where an operator has none), so that a resumed GPU run repeats the
+    uninterrupted one bit for bit, at some speed."""
     precision = glob["float32_matmul_precision"]
     torch.set_float32_matmul_precision(precision)
     torch.backends.cudnn.allow_tf32 = precision != "highest"
+    deterministic = bool(glob.get("deterministic", False))
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.backends.cudnn.deterministic = deterministic
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = bool(glob["cudnn_benchmark"])
+        torch.backends.cudnn.benchmark = bool(glob["cudnn_benchmark"]) and not deterministic
 
 
 def broadcast_buffers(glob: Mapping[str, Any], sync_bn: bool) -> bool:

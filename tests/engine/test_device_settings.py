@@ -33,6 +33,20 @@ def test_matmul_precision_and_tf32_follow_the_config():
         torch.backends.cudnn.allow_tf32 = before[1]
 
 
+def test_deterministic_switches_the_reproducible_kernels_on_and_off_again():
+    glob = {"float32_matmul_precision": torch.get_float32_matmul_precision(), "cudnn_benchmark": True}
+    try:
+        apply_backend_settings({**glob, "deterministic": True}, CPU)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.deterministic
+        apply_backend_settings({**glob, "deterministic": False}, CPU)
+        assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+
+
 def test_compile_fits_every_training_size_and_never_falls_back_silently(caplog):
     dynamo = torch._dynamo.config
     saved = dynamo.recompile_limit, dynamo.fail_on_recompile_limit_hit
