@@ -16,7 +16,7 @@ from ppdist.components import build_loss, build_model
 from ppdist.data.samplers import TrainBatchSampler
 from ppdist.engine.amp import make_autocast, make_grad_scaler
 from ppdist.engine.batch import move_to_device
-from ppdist.engine.device_settings import channels_last
+from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.setup import build_ema, build_optimizer, gradient_clipper, place_model
 from ppdist.engine.trainer import EPOCH_KEY, Trainer
@@ -86,6 +86,8 @@ def step_trainer(
     """A trainer of ``config``'s parts over ``steps`` synthetic batches of ``batch_size`` at ``size``."""
     glob = config["Global"]
     env = env or DistEnv()
+    if env.device.type == "cuda":  # as the trainer's setup: cuDNN, TF32, determinism
+        apply_backend_settings(glob, env.device)
     torch.manual_seed(glob["seed"])
     model = place_model(build_model(config), glob, env)
     loss_fn = build_loss(config)
