@@ -23,7 +23,7 @@ import numpy as np
 from PIL import ImageFont
 
 from ppdist.data.synthetic import _random_strings, _write_split, find_fonts
-from ppdist.data.synthetic_io import build_atomically
+from ppdist.data.synthetic_io import build_atomically, count_lines
 from ppdist.registry import SYNTHETIC_DATA
 
 BUNDLED_DICT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dicts", "ppocr_keys_v1.txt")
@@ -102,6 +102,18 @@ def _draw_lines(
     return out
 
 
+def existing_summary(out_dir: str, seed: int) -> Dict[str, object]:
+    """The summary of a data set already in ``out_dir``, read from its dictionary."""
+    dict_path = os.path.join(out_dir, DICT_NAME)
+    return {
+        "task": "rec",
+        "out_dir": out_dir,
+        "seed": seed,
+        "num_chars": count_lines(dict_path) if os.path.isfile(dict_path) else 0,
+        "character_dict_path": dict_path,
+    }
+
+
 @SYNTHETIC_DATA.register(name="rec_ppocrv3")
 def generate_ppocrv3_rec_dataset(
     out_dir: str,
@@ -127,12 +139,18 @@ def generate_ppocrv3_rec_dataset(
     source_dict = source_dict or BUNDLED_DICT
     if not os.path.isfile(source_dict):
         raise FileNotFoundError(f"rec_ppocrv3 synthetic data: dictionary not found: {source_dict}")
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(
+        os.path.join(out_dir, "train.txt")
+    ):  # made before (or on another node): no fonts needed
+        return build_atomically(
+            out_dir, existing_summary(out_dir, seed), num_train, num_val, lambda tmp: None
+        )
     fonts = find_fonts()
     if not fonts:
         raise FileNotFoundError(
             "rec_ppocrv3 synthetic data needs the DejaVu fonts (e.g. apt-get install fonts-dejavu-core)"
         )
-    out_dir = os.path.abspath(out_dir)
     chars = drawable_characters(read_dictionary(source_dict), fonts, max_chars)
     summary: Dict[str, object] = {
         "task": "rec",
