@@ -261,3 +261,20 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
 def at_least_fp32(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in fp32 when it is in a half precision (autocast's fp16/bf16); fp32 and fp64 as they are."""
     return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
+
+
+class DropPath(nn.Module):
+    """Stochastic depth per sample (training only): keep with 1 - p, scaled by 1 / (1 - p)."""
+
+    def __init__(self, drop_prob: float) -> None:
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.drop_prob
+        mask = torch.floor(
+            keep + torch.rand((x.shape[0],) + (1,) * (x.dim() - 1), dtype=x.dtype, device=x.device)
+        )
+        return x / keep * mask

@@ -5,5 +5,6 @@ from ppdist.modeling.heads.multi_head import MultiHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
 from ppdist.modeling.heads.sar import SARHead
+from ppdist.modeling.heads.segformer import SegFormerHead
 
-__all__ = ["CTCHead", "MultiHead", "PPLiteSegHead", "PPYOLOEHead", "SARHead"]
+__all__ = ["CTCHead", "MultiHead", "PPLiteSegHead", "PPYOLOEHead", "SARHead", "SegFormerHead"]

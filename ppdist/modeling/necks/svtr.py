@@ -14,6 +14,8 @@ from typing import List, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from ppdist.modeling.layers import DropPath
+
 KernelSize = Union[int, Sequence[int]]
 
 
@@ -75,23 +77,6 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
-
-
-class DropPath(nn.Module):
-    """Stochastic depth per sample (training only): keep with 1 - p, scaled by 1 / (1 - p)."""
-
-    def __init__(self, drop_prob: float) -> None:
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.drop_prob == 0.0 or not self.training:
-            return x
-        keep = 1.0 - self.drop_prob
-        mask = torch.floor(
-            keep + torch.rand((x.shape[0],) + (1,) * (x.dim() - 1), dtype=x.dtype, device=x.device)
-        )
-        return x / keep * mask
 
 
 class Block(nn.Module):
