@@ -1,8 +1,9 @@
 """Backbones; importing this package registers them in ``BACKBONES``."""
 
 from ppdist.modeling.backbones.cspresnet import CSPResNet
+from ppdist.modeling.backbones.hrnet import HRNet_W18, HRNet_W48
 from ppdist.modeling.backbones.mobilenet_v1_enhance import MobileNetV1Enhance
 from ppdist.modeling.backbones.mobilenet_v3 import MobileNetV3
 from ppdist.modeling.backbones.stdcnet import STDC1, STDC2
 
-__all__ = ["CSPResNet", "MobileNetV1Enhance", "MobileNetV3", "STDC1", "STDC2"]
+__all__ = ["CSPResNet", "HRNet_W18", "HRNet_W48", "MobileNetV1Enhance", "MobileNetV3", "STDC1", "STDC2"]
