@@ -40,13 +40,7 @@ class SameStride2Conv(nn.Conv2d):
         super().__init__(in_channels, out_channels, 3, stride=2, padding=0, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
-            # no size-dependent padding in a traced graph: windows that end on the last row / column
-            # are those of the flipped input padded by 1 on both sides, with the flipped kernel
-            return F.conv2d(F.pad(x.flip(2, 3), (1, 1, 1, 1)), self.weight.flip(2, 3), None, 2).flip(2, 3)
-        height, width = x.shape[-2:]
-        if height % 2 and width % 2:
-            return F.conv2d(x, self.weight, None, 2, 1)
+        height, width = x.shape[-2:]  # traced as sizes: exported graphs pad by each input's parity
         return F.conv2d(F.pad(x, (width % 2, 1, height % 2, 1)), self.weight, None, 2)
 
 
