@@ -1,0 +1,216 @@
+"""PaddleSeg OCRNet-HRNet_W18 weights -> ppdist: complete conversion and the original's outputs.
+
+The fixture (tests/fixtures/paddle_ocrnet, written by its make_fixtures.py with paddlepaddle 2.6.2
+and PaddleSeg's own ``OCRNet`` / ``HRNet_W18``) is the real-size model of the cityscapes config
+(19 classes, backbone_indices [0]) with seeded weights re-created here from the fixture's seed and
+manifest (Paddle names and shapes), calibrated BatchNorm statistics, and the original's outputs
+on a 1x3x34x42 input: eval logits (and the head's two outputs before upsampling), the same in
+float64, and the train-mode [main, soft regions] (Dropout2d at 0 on both sides). No Paddle is
+needed. ``pytest -s`` prints the measured differences.
+"""
+
+import copy
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
+
+import ppdist.components  # noqa: F401  (registers the stages)
+from ppdist.convert.weights import convert_state_dict
+from ppdist.convert.weights.naming import paddle_candidates, stage_renames
+from ppdist.modeling.architectures import BaseModel
+
+torch.set_num_threads(2)
+
+NAME = "ocrnet_hrnetw18"
+FX = paddle_fixture_script("ocrnet")
+
+
+def build(num_classes: int = 19) -> BaseModel:
+    return BaseModel(
+        {
+            "model_type": "seg",
+            "Backbone": {"name": "HRNet_W18"},
+            "Head": {"name": "OCRHead", "num_classes": num_classes, "backbone_indices": [0]},
+        }
+    )
+
+
+def max_diff(actual, expected) -> float:
+    actual = actual.numpy() if isinstance(actual, torch.Tensor) else actual
+    assert actual.shape == expected.shape
+    return float(np.abs(actual - expected).max())
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return paddle_fixture_arrays("ocrnet", NAME)
+
+
+@pytest.fixture(scope="module")
+def paddle_state(expected):
+    """Seeded weights from the manifest + the stored BatchNorm statistics."""
+    with open(os.path.join(paddle_fixture_dir("ocrnet"), f"{NAME}.json")) as f:
+        manifest = json.load(f)
+    state = FX.synthetic_state(manifest["tensors"], manifest["seed"])
+    statistics = {key[len("state/") :]: value for key, value in expected.items() if key.startswith("state/")}
+    assert statistics and set(statistics) <= set(state)
+    state.update(statistics)
+    return state
+
+
+@pytest.fixture(scope="module")
+def converted(paddle_state):
+    """(the ppdist model with the converted weights, in eval mode; the conversion report)."""
+    model = build()
+    state, report = convert_state_dict(model, paddle_state, NAME)
+    model.load_state_dict(state, strict=True)
+    return model.eval(), report
+
+
+def test_conversion_is_complete(converted, paddle_state):
+    _, report = converted
+    assert report.missing == [] and report.skipped == [] and report.unused == [], report.lines()
+    assert report.complete and len(report.loaded) == report.total == len(paddle_state) == 1583
+
+
+def test_eval_logits_match_paddle(converted, expected):
+    """float32 against the original's float32. At real size both carry float32 rounding of the order
+    of 1e-4 (Paddle's own float32 logits are 4e-4 from its float64 ones; the eval logits reach 37):
+    ppdist must be no further from the exact (float64) result than twice Paddle's float32 error, and
+    within 1e-4 relative to the logits' range (as tests/convert/test_seg_equivalence.py at real size).
+    The soft regions (O(1)) are within 1e-4 absolute."""
+    model, _ = converted
+    captured = {}
+    hooks = [  # the head's two outputs before upsampling
+        model.head.cls_head.register_forward_hook(lambda m, i, o: captured.update(main=o)),
+        model.head.aux_head.register_forward_hook(lambda m, i, o: captured.update(aux=o)),
+    ]
+    with torch.no_grad():
+        outputs = model(torch.from_numpy(expected["image"]))
+    for hook in hooks:
+        hook.remove()
+    assert isinstance(outputs, list) and len(outputs) == 1  # eval: the main logits only
+    logits = outputs[0].numpy()
+    diffs = {
+        "logits": max_diff(logits, expected["eval_logits"]),
+        "head_logits": max_diff(captured["main"], expected["eval_head_logits"]),
+        "head_soft_regions": max_diff(captured["aux"], expected["eval_head_soft_regions"]),
+    }
+    own_error = max_diff(logits, expected["eval_logits_fp64"])
+    paddle_error = max_diff(expected["eval_logits"], expected["eval_logits_fp64"])
+    scale = float(np.abs(expected["eval_logits"]).max())
+    print(
+        f"{NAME} eval: max abs diffs " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()) + f" (|logits| "
+        f"up to {scale:.1f}); from the float64 result: ppdist {own_error:.2e}, Paddle {paddle_error:.2e}"
+    )
+    assert diffs["head_soft_regions"] <= 1e-4
+    assert max(diffs["logits"], diffs["head_logits"]) <= 1e-4 * max(1.0, scale)
+    assert own_error <= 2 * paddle_error + 1e-6
+    assert 1.0 < scale < 100.0 and logits.std() > 1.0  # not degenerate
+
+
+def test_double_precision_matches_paddle(converted, expected):
+    """Both sides in float64, eval and train mode (the head's outputs; BatchNorm on the batch's
+    statistics in train mode): no float32 rounding, so the comparison is far tighter. What is left
+    (~1e-6 of the logits' range) is Paddle's bilinear kernel, which computes its source coordinates in float32
+    even on float64 tensors, and the float32 storage of the references."""
+    model = copy.deepcopy(converted[0]).double()
+    image = torch.from_numpy(expected["image"]).double()
+    with torch.no_grad():
+        logits = model(image)[0].float()
+        model.train()
+        model.head.spatial_ocr.conv1x1[1].p = 0.0  # as the fixture
+        captured = {}
+        model.head.cls_head.register_forward_hook(lambda m, i, o: captured.update(main=o.float()))
+        model.head.aux_head.register_forward_hook(lambda m, i, o: captured.update(aux=o.float()))
+        model(image)
+    diffs = {
+        "eval_logits": max_diff(logits, expected["eval_logits_fp64"]),
+        "train_head_logits": max_diff(captured["main"], expected["train_head_logits_fp64"]),
+        "train_head_soft_regions": max_diff(captured["aux"], expected["train_head_soft_regions_fp64"]),
+    }
+    print(f"{NAME} (float64): max abs diffs " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+    for key, reference in (
+        ("eval_logits", "eval_logits_fp64"),
+        ("train_head_logits", "train_head_logits_fp64"),
+    ):
+        assert diffs[key] <= 1e-5 * max(1.0, float(np.abs(expected[reference]).max())), key
+    assert diffs["train_head_soft_regions"] <= 1e-5
+
+
+def test_train_outputs_match_paddle(converted, expected):
+    """Train mode in float32: [main, soft regions], both at the input size, against Paddle's float32.
+    BatchNorm on one small image's statistics (the 1/32 branch is 2x2) amplifies float32 rounding on
+    both sides; the float64 test above is the exact check of the same path."""
+    model = copy.deepcopy(converted[0]).train()
+    dropout = model.head.spatial_ocr.conv1x1[1]
+    assert isinstance(dropout, torch.nn.Dropout2d) and dropout.p == 0.1
+    dropout.p = 0.0  # as the fixture: a random mask cannot be reproduced across frameworks
+    with torch.no_grad():
+        main, soft_regions = model(torch.from_numpy(expected["image"]))
+    diffs = {
+        "train_logits": max_diff(main, expected["train_logits"]),
+        "train_soft_regions": max_diff(soft_regions, expected["train_soft_regions"]),
+    }
+    print(f"{NAME} train: max abs diffs " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+    assert max(diffs.values()) <= 1e-3 * max(1.0, float(np.abs(expected["train_logits"]).max())), diffs
+    assert np.abs(expected["train_soft_regions"]).max() > 1.0
+
+
+def test_names_map_to_paddleseg(converted):
+    model, _ = converted
+    renames = stage_renames(model)
+    table = {
+        "backbone.conv_layer1_1.conv.weight": "backbone.conv_layer1_1._conv.weight",
+        "backbone.la1.bb_layer2_1.conv_down.bn.running_var": "backbone.la1.bb_layer2_1.conv_down._batch_norm._variance",
+        "backbone.tr2.transition_tr2_layer_3.conv.weight": "backbone.tr2.transition_tr2_layer_3._conv.weight",
+        "backbone.st3.stage_st3_4.branches_func.bb_st3_4_branch_layer_3_2.conv2.bn.weight": (
+            "backbone.st3.stage_st3_4.branches_func.bb_st3_4_branch_layer_3_2.conv2._batch_norm.weight"
+        ),
+        "backbone.st4.stage_st4_3.fuse_func.residual_st4_3_layer_4_1_2.bn.running_mean": (
+            "backbone.st4.stage_st4_3.fuse_func.residual_st4_3_layer_4_1_2._batch_norm._mean"
+        ),
+        "backbone.st4.stage_st4_1.fuse_func.residual_st4_1_layer_1_4.conv.weight": (
+            "backbone.st4.stage_st4_1.fuse_func.residual_st4_1_layer_1_4._conv.weight"
+        ),
+        "head.conv3x3_ocr.conv.bias": "head.conv3x3_ocr._conv.bias",
+        "head.spatial_ocr.attention_block.f_pixel.1.bn.running_var": (
+            "head.spatial_ocr.attention_block.f_pixel.1._batch_norm._variance"
+        ),
+        "head.spatial_ocr.conv1x1.0.conv.weight": "head.spatial_ocr.conv1x1.0._conv.weight",
+        "head.cls_head.weight": "head.cls_head.weight",
+        "head.aux_head.1.bias": "head.aux_head.1.bias",
+    }
+    for key, paddle_key in table.items():
+        assert paddle_candidates(model, key, renames) == [paddle_key], key
+
+
+def test_other_class_count_skips_only_the_classifiers(paddle_state):
+    """Fine-tuning on another dataset: the main and auxiliary classifiers do not fit and are listed."""
+    model = build(num_classes=2)
+    state, report = convert_state_dict(model, paddle_state, NAME)
+    skipped = sorted(
+        ["head.aux_head.1.bias", "head.aux_head.1.weight", "head.cls_head.bias", "head.cls_head.weight"]
+    )
+    assert report.missing == [] and report.unused == []
+    assert sorted(entry.split(":")[0] for entry in report.skipped) == skipped
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert sorted(missing) == skipped and unexpected == []
+
+
+def test_imagenet_backbone_file(converted, paddle_state, expected):
+    """PaddleSeg's ImageNet HRNet files (``hrnet_w18_ssld``): the backbone's names without
+    ``backbone.``, possibly with a classifier the backbone does not have."""
+    model, _ = converted
+    backbone_only = {k[len("backbone.") :]: v for k, v in paddle_state.items() if k.startswith("backbone.")}
+    classifier = {"fc.weight": np.zeros((2048, 1000), "float32"), "fc.bias": np.zeros(1000, "float32")}
+    state, report = convert_state_dict(model, {**backbone_only, **classifier}, "imagenet", stage="backbone")
+    assert report.missing == [] and report.skipped == [], report.lines()
+    assert sorted(report.unused) == sorted(classifier)
+    current = model.backbone.state_dict()
+    assert set(state) == set(current) and len(report.loaded) == len(backbone_only)
+    assert all(torch.equal(value, current[key]) for key, value in state.items())
