@@ -1,17 +1,33 @@
-"""PaddleSeg OCRNet-HRNet_W18 weights -> ppdist: complete conversion and the original's outputs.
+"""PaddleSeg OCRNet-HRNet weights -> ppdist: complete conversion and the original's outputs.
 
-The fixture (tests/fixtures/paddle_ocrnet, written by its make_fixtures.py with paddlepaddle 2.6.2
-and PaddleSeg's own ``OCRNet`` / ``HRNet_W18``) is the real-size model of the cityscapes config
-(19 classes, backbone_indices [0]) with seeded weights re-created here from the fixture's seed and
-manifest (Paddle names and shapes), calibrated BatchNorm statistics, and the original's outputs
+The fixtures (tests/fixtures/paddle_ocrnet, written by its make_fixtures.py with paddlepaddle 2.6.2
+and PaddleSeg's own ``OCRNet`` / ``HRNet_*``) hold seeded weights (re-created here from the seed and
+the manifest of Paddle names and shapes), calibrated BatchNorm statistics and the original's outputs
 on a 1x3x34x42 input: eval logits (and the head's two outputs before upsampling), the same in
-float64, and the train-mode [main, soft regions] (Dropout2d at 0 on both sides). No Paddle is
-needed. ``pytest -s`` prints the measured differences.
+float64, and the train-mode [main, soft regions] (Dropout2d at 0 on both sides), in float32 and in
+float64. No Paddle is needed. Measured max abs differences (torch CPU; ``pytest -s`` prints them):
+
+=========================  ===================================  ===============================
+fixture                    float32 vs Paddle float32            float64 vs Paddle float64
+=========================  ===================================  ===============================
+ocrnet_hrnetw18 (real      eval logits 8.7e-4 (up to 37.4; Paddle  eval 3.0e-5, train head 2.9e-5
+size, cityscapes config)   itself is 4.2e-4 from its float64),
+                           soft regions 6.2e-5; train 1.7e-3
+                           (BatchNorm on a 2x2 map)
+ocrnet_hrnet_small_v1_se   eval 4.5e-6; train 2.2e-4 (up to 3.0)  eval 1.5e-6, train head 5.4e-7
+(SE, padding 1,
+align_corners, 2 indices)
+=========================  ===================================  ===============================
+
+The real-size float32 differences are rounding noise, not a model difference: the float64 runs of
+the same weights agree to ~1e-6 of the logits' range (what is left is Paddle's bilinear kernel,
+which computes its source coordinates in float32 even on float64 tensors).
 """
 
 import copy
 import json
 import os
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -26,17 +42,26 @@ from ppdist.modeling.architectures import BaseModel
 torch.set_num_threads(2)
 
 NAME = "ocrnet_hrnetw18"
+SMALL = "ocrnet_hrnet_small_v1_se"
 FX = paddle_fixture_script("ocrnet")
 
 
-def build(num_classes: int = 19) -> BaseModel:
-    return BaseModel(
-        {
-            "model_type": "seg",
-            "Backbone": {"name": "HRNet_W18"},
-            "Head": {"name": "OCRHead", "num_classes": num_classes, "backbone_indices": [0]},
-        }
-    )
+def build(settings: dict, num_classes: Optional[int] = None) -> BaseModel:
+    """The ppdist model of a fixture's settings (PaddleSeg's backbone and OCRNet arguments)."""
+    head = {"name": "OCRHead", "num_classes": num_classes or settings["num_classes"], **settings["Head"]}
+    return BaseModel({"model_type": "seg", "Backbone": dict(settings["Backbone"]), "Head": head})
+
+
+def load_fixture(name: str) -> Tuple[dict, Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+    """(settings, the Paddle state dict: seeded weights + the stored statistics, the stored arrays)."""
+    with open(os.path.join(paddle_fixture_dir("ocrnet"), f"{name}.json")) as f:
+        settings = json.load(f)
+    expected = paddle_fixture_arrays("ocrnet", name)
+    state = FX.synthetic_state(settings["tensors"], settings["seed"])
+    statistics = {key[len("state/") :]: value for key, value in expected.items() if key.startswith("state/")}
+    assert statistics and set(statistics) <= set(state)
+    state.update(statistics)
+    return settings, state, expected
 
 
 def max_diff(actual, expected) -> float:
@@ -46,26 +71,25 @@ def max_diff(actual, expected) -> float:
 
 
 @pytest.fixture(scope="module")
-def expected():
-    return paddle_fixture_arrays("ocrnet", NAME)
+def w18():
+    return load_fixture(NAME)
 
 
 @pytest.fixture(scope="module")
-def paddle_state(expected):
-    """Seeded weights from the manifest + the stored BatchNorm statistics."""
-    with open(os.path.join(paddle_fixture_dir("ocrnet"), f"{NAME}.json")) as f:
-        manifest = json.load(f)
-    state = FX.synthetic_state(manifest["tensors"], manifest["seed"])
-    statistics = {key[len("state/") :]: value for key, value in expected.items() if key.startswith("state/")}
-    assert statistics and set(statistics) <= set(state)
-    state.update(statistics)
-    return state
+def expected(w18):
+    return w18[2]
 
 
 @pytest.fixture(scope="module")
-def converted(paddle_state):
+def paddle_state(w18):
+    return w18[1]
+
+
+@pytest.fixture(scope="module")
+def converted(w18):
     """(the ppdist model with the converted weights, in eval mode; the conversion report)."""
-    model = build()
+    settings, paddle_state, _ = w18
+    model = build(settings)
     state, report = convert_state_dict(model, paddle_state, NAME)
     model.load_state_dict(state, strict=True)
     return model.eval(), report
@@ -189,9 +213,10 @@ def test_names_map_to_paddleseg(converted):
         assert paddle_candidates(model, key, renames) == [paddle_key], key
 
 
-def test_other_class_count_skips_only_the_classifiers(paddle_state):
+def test_other_class_count_skips_only_the_classifiers(w18):
     """Fine-tuning on another dataset: the main and auxiliary classifiers do not fit and are listed."""
-    model = build(num_classes=2)
+    settings, paddle_state, _ = w18
+    model = build(settings, num_classes=2)
     state, report = convert_state_dict(model, paddle_state, NAME)
     skipped = sorted(
         ["head.aux_head.1.bias", "head.aux_head.1.weight", "head.cls_head.bias", "head.cls_head.weight"]
@@ -214,3 +239,42 @@ def test_imagenet_backbone_file(converted, paddle_state, expected):
     current = model.backbone.state_dict()
     assert set(state) == set(current) and len(report.loaded) == len(backbone_only)
     assert all(torch.equal(value, current[key]) for key, value in state.items())
+
+
+def test_optional_settings_match_paddle():
+    """PaddleSeg's optional settings (SE blocks, ``padding_same: false``, ``align_corners: true`` in
+    the backbone and the head, two ``backbone_indices``) on a small OCRNet: eval and train outputs,
+    float32 and float64."""
+    settings, paddle_state, expected = load_fixture(SMALL)
+    model = build(settings)
+    assert model.backbone.la1.bb_layer2_1.se is not None and model.backbone.align_corners
+    state, report = convert_state_dict(model, paddle_state, SMALL)
+    assert report.complete and report.unused == [] and len(report.loaded) == len(paddle_state)
+    model.load_state_dict(state, strict=True)
+    image = torch.from_numpy(expected["image"])
+    double = copy.deepcopy(model).double().eval()
+    diffs = {}
+    with torch.no_grad():
+        diffs["eval_logits"] = max_diff(model.eval()(image)[0], expected["eval_logits"])
+        diffs["eval_logits_fp64"] = max_diff(double(image.double())[0].float(), expected["eval_logits_fp64"])
+        captured = {}
+        double.head.cls_head.register_forward_hook(lambda m, i, o: captured.update(main=o.float()))
+        double.head.aux_head.register_forward_hook(lambda m, i, o: captured.update(aux=o.float()))
+        for net in (model, double):  # train mode, dropout at 0 as the fixture
+            net.train().head.spatial_ocr.conv1x1[1].p = 0.0
+        main, soft_regions = model(image)
+        double(image.double())
+    diffs["train_logits"] = max_diff(main, expected["train_logits"])
+    diffs["train_soft_regions"] = max_diff(soft_regions, expected["train_soft_regions"])
+    diffs["train_head_logits_fp64"] = max_diff(captured["main"], expected["train_head_logits_fp64"])
+    diffs["train_head_soft_regions_fp64"] = max_diff(
+        captured["aux"], expected["train_head_soft_regions_fp64"]
+    )
+    print(f"{SMALL}: max abs diffs " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+    assert max(v for k, v in diffs.items() if k.endswith("fp64")) <= 1e-5, diffs
+    assert diffs["eval_logits"] <= 1e-4, diffs
+    # train mode: BatchNorm on one small image's statistics amplifies float32 rounding (the float64
+    # outputs above agree to 1e-6); within 1e-4 relative to the logits' range
+    scale = max(1.0, float(np.abs(expected["train_logits"]).max()))
+    assert max(diffs["train_logits"], diffs["train_soft_regions"]) <= 1e-4 * scale, diffs
+    assert np.abs(expected["eval_logits"]).max() > 1.0 and np.abs(expected["train_soft_regions"]).max() > 1.0
