@@ -7,17 +7,12 @@ on a 1x3x34x42 input: eval logits (and the head's two outputs before upsampling)
 float64, and the train-mode [main, soft regions] (Dropout2d at 0 on both sides), in float32 and in
 float64. No Paddle is needed. Measured max abs differences (torch CPU; ``pytest -s`` prints them):
 
-=========================  ===================================  ===============================
-fixture                    float32 vs Paddle float32            float64 vs Paddle float64
-=========================  ===================================  ===============================
-ocrnet_hrnetw18 (real      eval logits 8.7e-4 (up to 37.4; Paddle  eval 3.0e-5, train head 2.9e-5
-size, cityscapes config)   itself is 4.2e-4 from its float64),
-                           soft regions 6.2e-5; train 1.7e-3
-                           (BatchNorm on a 2x2 map)
-ocrnet_hrnet_small_v1_se   eval 4.5e-6; train 2.2e-4 (up to 3.0)  eval 1.5e-6, train head 5.4e-7
-(SE, padding 1,
-align_corners, 2 indices)
-=========================  ===================================  ===============================
+* ``ocrnet_hrnetw18`` (real size, the cityscapes config): float32 eval logits 8.7e-4 (logits up
+  to 37.4; Paddle's own float32 logits are 4.2e-4 from its float64 ones), soft regions 6.2e-5,
+  train mode 1.7e-3 (BatchNorm on the statistics of a 2x2 map); float64: eval 3.0e-5, train-mode
+  head 2.9e-5;
+* ``ocrnet_hrnet_small_v1_se`` (SE blocks, padding 1, align_corners, two backbone_indices):
+  float32 eval 4.5e-6, train 2.2e-4 (logits up to 3.0); float64: eval 1.5e-6, train-mode head 5.4e-7.
 
 The real-size float32 differences are rounding noise, not a model difference: the float64 runs of
 the same weights agree to ~1e-6 of the logits' range (what is left is Paddle's bilinear kernel,
