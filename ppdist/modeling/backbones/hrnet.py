@@ -17,12 +17,13 @@ so that a Paddle key is ppdist's with ``_conv`` / ``_batch_norm`` for ``conv`` /
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ppdist.modeling.freezing import FreezableBackbone
 from ppdist.modeling.paddle_names import PaddleNames
 from ppdist.registry import BACKBONES
 
@@ -307,9 +308,12 @@ def _wide(width: int) -> HRNetSpec:
     return (4, 64), (1, (4, 4), widths[:2]), (4, (4, 4, 4), widths[:3]), (3, (4, 4, 4, 4), widths)
 
 
-class HRNet(nn.Module):
+class HRNet(FreezableBackbone):
     """PaddleSeg's HRNet; returns ``[the 1/4 map of the concatenated branches]``. The registered
-    factories (``HRNet_W18``...) set ``SPEC``, the stage layout of PaddleSeg's factory of that name."""
+    factories (``HRNet_W18``...) set ``SPEC``, the stage layout of PaddleSeg's factory of that name.
+    Units for ``freeze_at`` / ``frozen_stages`` / ``freeze_norm`` (``ppdist.modeling.freezing``; not
+    PaddleSeg settings): the stem (``conv_layer1_1``, ``conv_layer1_2``), then 4 stages: ``la1``,
+    and each of stages 2-4 with the transition that opens it (``tr1`` + ``st2``...)."""
 
     # PaddleSeg's ConvBN / ConvBNReLU name their layers ``_conv`` / ``_batch_norm``; every other name
     # is PaddleSeg's. ImageNet files (``hrnet_w18_ssld``) hold the same keys without ``backbone.``.
@@ -323,6 +327,9 @@ class HRNet(nn.Module):
         has_se: bool = False,
         align_corners: bool = False,
         padding_same: bool = True,
+        freeze_at: Optional[int] = None,
+        frozen_stages: Optional[int] = None,
+        freeze_norm: bool = False,
     ) -> None:
         super().__init__()
         self.align_corners = align_corners
@@ -338,6 +345,9 @@ class HRNet(nn.Module):
             previous = list(widths)
         self.out_channels = [sum(previous)]
         self._init_weights()
+        units = [[self.conv_layer1_1, self.conv_layer1_2], [self.la1]]
+        units += [[getattr(self, f"tr{i}"), getattr(self, f"st{i + 1}")] for i in (1, 2, 3)]
+        self.freeze(units, freeze_at, frozen_stages, freeze_norm)
 
     def _init_weights(self) -> None:
         """PaddleSeg's HRNet init: convs Normal(0, 0.001), BN 1/0 (SE Linears keep theirs)."""
