@@ -1,4 +1,4 @@
-"""Frozen stages (Architecture.Backbone.freeze_at / frozen_stages / freeze_norm) for all three backbones."""
+"""Frozen stages (Architecture.Backbone.freeze_at / frozen_stages / freeze_norm) for every backbone."""
 
 import os
 
@@ -18,6 +18,7 @@ from ppdist.engine.logger import setup_logger
 from ppdist.engine.setup import build_trainer
 from ppdist.errors import ConfigError
 from ppdist.modeling.backbones.cspresnet import CSPResNet
+from ppdist.modeling.backbones.hrnet import HRNet_W18_Small_V1
 from ppdist.modeling.backbones.mobilenet_v3 import MobileNetV3
 from ppdist.modeling.backbones.stdcnet import STDC1
 from ppdist.modeling.freezing import frozen_state_names
@@ -42,6 +43,16 @@ BACKBONES = {
     "CSPResNet": (
         lambda **kw: CSPResNet(width_mult=0.25, depth_mult=0.33, **kw),
         [("stem.",), ("stages.0.",), ("stages.1.",), ("stages.2.",), ("stages.3.",)],
+    ),
+    "HRNet_W18_Small_V1": (
+        lambda **kw: HRNet_W18_Small_V1(**kw),
+        [
+            ("conv_layer1_1.", "conv_layer1_2."),
+            ("la1.",),
+            ("tr1.", "st2."),
+            ("tr2.", "st3."),
+            ("tr3.", "st4."),
+        ],
     ),
     "STDC1": (
         lambda **kw: STDC1(base=16, **kw),

@@ -1,6 +1,7 @@
 """Backbones; importing this package registers them in ``BACKBONES``."""
 
 from ppdist.modeling.backbones.cspresnet import CSPResNet
+from ppdist.modeling.backbones.hrnet import HRNet_W18, HRNet_W48
 from ppdist.modeling.backbones.mix_transformer import (
     MixVisionTransformer_B0,
     MixVisionTransformer_B1,
@@ -15,6 +16,8 @@ from ppdist.modeling.backbones.stdcnet import STDC1, STDC2
 
 __all__ = [
     "CSPResNet",
+    "HRNet_W18",
+    "HRNet_W48",
     "MixVisionTransformer_B0",
     "MixVisionTransformer_B1",
     "MixVisionTransformer_B2",

@@ -2,9 +2,10 @@
 
 from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.heads.multi_head import MultiHead
+from ppdist.modeling.heads.ocrnet import OCRHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
 from ppdist.modeling.heads.sar import SARHead
 from ppdist.modeling.heads.segformer import SegFormerHead
 
-__all__ = ["CTCHead", "MultiHead", "PPLiteSegHead", "PPYOLOEHead", "SARHead", "SegFormerHead"]
+__all__ = ["CTCHead", "MultiHead", "OCRHead", "PPLiteSegHead", "PPYOLOEHead", "SARHead", "SegFormerHead"]
