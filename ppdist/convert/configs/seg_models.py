@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 from ppdist.config import STAGE_PRETRAINED_KEY
 from ppdist.convert.configs.common import Keys, Report, component, fix_path, is_url
 from ppdist.errors import ConfigError
-from ppdist.registry import HEADS
+from ppdist.registry import BACKBONES, HEADS
 
 STDC_LAYERS = {"STDC1": [2, 2, 2], "STDC2": [4, 5, 3]}
 MIT_NAMES = tuple(f"MixVisionTransformer_B{i}" for i in range(6))
@@ -61,18 +61,23 @@ FAMILIES: Dict[str, SegFamily] = {
         ("backbone_indices",),
     ),
 }
-# Optional arguments of the backbone factories that ppdist's backbones take under the same name.
-BACKBONE_OPTIONS: Dict[str, Tuple[str, ...]] = {
-    **{name: ("drop_rate", "attn_drop_rate", "drop_path_rate") for name in MIT_NAMES},
-    **{name: ("has_se", "align_corners", "padding_same") for name in HRNET_NAMES},
+# Optional arguments of the backbone factories (PaddleSeg's values when the config leaves them out),
+# which ppdist's backbones take under the same names.
+MIT_DEFAULTS = {"drop_rate": 0.0, "attn_drop_rate": 0.0, "drop_path_rate": 0.1}
+HRNET_DEFAULTS = {"has_se": False, "align_corners": False, "padding_same": True}
+BACKBONE_DEFAULTS: Dict[str, Mapping[str, Any]] = {
+    **{name: MIT_DEFAULTS for name in MIT_NAMES},
+    **{name: HRNET_DEFAULTS for name in HRNET_NAMES},
 }
 
 
-def head_component(name: str, values: Mapping[str, Any], explicit: Sequence[str]) -> Dict[str, Any]:
-    """``component`` when ppdist has the head; otherwise the keys the config set, which ppdist's
-    head (PaddleSeg's defaults) reads the same way."""
-    if name in HEADS:
-        return component(HEADS, name, values, explicit)
+def contract_component(
+    registry: Any, name: str, values: Mapping[str, Any], explicit: Sequence[str]
+) -> Dict[str, Any]:
+    """``component`` when ppdist has ``name`` (PaddleSeg's defaults written where ppdist's differ);
+    otherwise the keys the config set, which ppdist's component (PaddleSeg's defaults) reads alike."""
+    if name in registry:
+        return component(registry, name, values, explicit)
     return {"name": name, **{k: values[k] for k in explicit if k in values}}
 
 
@@ -97,7 +102,7 @@ def convert_seg_model(sec: Keys, path: str, num_classes: Any, report: Report) ->
     values = dict(family.head_defaults)
     explicit = [k for k in family.required + tuple(family.head_defaults) if k in sec]
     values.update({k: sec.get(k) for k in explicit})
-    head = head_component(family.head, values, explicit)
+    head = contract_component(HEADS, family.head, values, explicit)
     pretrained = sec.get("pretrained")
     sec.finish()
     arch = {"model_type": "seg", "algorithm": kind, "Backbone": backbone, "Head": head}
@@ -112,15 +117,17 @@ def convert_backbone(sec: Keys, path: str, family: SegFamily, report: Report) ->
             f"{path}: model.backbone.type {kind!r} is not supported for this model type "
             f"(ppdist has {', '.join(family.backbones)})"
         )
-    out: Dict[str, Any] = {"name": kind}
     if kind in STDC_LAYERS:
+        out: Dict[str, Any] = {"name": kind}
         for key, default in (("base", 64), ("block_num", 4), ("in_channels", 3)):
             if key in sec and sec.get(key) != default:
                 out[key] = sec.get(key)
         sec.expect("layers", STDC_LAYERS[kind], f"ppdist's {kind} has the layers {STDC_LAYERS[kind]}")
         sec.expect("relative_lr", 1.0, "no per-layer learning-rate multiplier in ppdist")
     else:
-        out.update((key, sec.get(key)) for key in BACKBONE_OPTIONS[kind] if key in sec)
+        explicit = [key for key in BACKBONE_DEFAULTS[kind] if key in sec]
+        values = dict(BACKBONE_DEFAULTS[kind], **{key: sec.get(key) for key in explicit})
+        out = contract_component(BACKBONES, kind, values, explicit)
         sec.expect("in_channels", 3, f"ppdist's {kind} reads 3-channel images")
         if kind in MIT_NAMES:
             sec.expect("qk_scale", None, "ppdist's attention scale is head_dim ** -0.5")
