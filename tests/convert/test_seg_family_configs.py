@@ -7,6 +7,7 @@ import os
 import re
 
 import pytest
+import torch
 
 from ppdist.convert.configs.convert import convert_config
 from ppdist.convert.configs.paddleseg import load_seg_yaml
@@ -182,19 +183,32 @@ def _needs(*names):
 
 
 @pytest.mark.parametrize(
-    "path,names,params",
-    [
-        (B0, ("MixVisionTransformer_B0", "SegFormerHead"), 3_719_027),  # Paddle's count (PaddleSeg d7975e7c)
-        (W18, ("HRNet_W18", "OCRHead"), 12_083_122),
+    "path,names,params,optimizer,decay",
+    [  # trainable parameters: Paddle's count of PaddleSeg d7975e7c's model
+        (B0, ("MixVisionTransformer_B0", "SegFormerHead"), 3_719_027, torch.optim.AdamW, 0.01),
+        (W18, ("HRNet_W18", "OCRHead"), 12_083_122, torch.optim.SGD, 4e-5),
     ],
     ids=["segformer_b0", "ocrnet_hrnetw18"],
 )
-def test_converted_configs_build_the_original_models(path, names, params):
+def test_converted_configs_build_the_original_models_and_decay_every_parameter(
+    path, names, params, optimizer, decay
+):
     _needs(*names)
     from ppdist import build_model, load_config
+    from ppdist.engine.optim import build_optimizer
 
-    model = build_model(load_config(path))
-    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == params
+    config = load_config(path)
+    model = build_model(config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert sum(p.numel() for p in trainable) == params
+    built, _ = build_optimizer(
+        config["Optimizer"], model, epochs=1, step_each_epoch=160000, total_steps=160000
+    )
+    assert type(built) is optimizer
+    decayed = {
+        id(p) for group in built.param_groups if group["weight_decay"] == decay for p in group["params"]
+    }
+    assert decayed == {id(p) for p in trainable}  # PaddleSeg: norms and biases too
 
 
 @pytest.mark.parametrize(
