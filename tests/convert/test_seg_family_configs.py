@@ -61,6 +61,10 @@ def test_segformer_configs_convert(path):
         "weight_decay": 0.01,  # `_inherited_: False` drops the base's momentum and 4e-5
         "lr": {"name": "PolynomialDecay", "learning_rate": 6e-05, "end_lr": 0.0, "power": 1.0},
     }
+    assert any(
+        note.startswith("Optimizer AdamW: decoupled weight decay on every parameter")
+        for note in conversion.notes
+    )
     assert config["Loss"] == {"name": "MultiOutputLoss", "types": [CE], "coef": [1]}
     slide = {"is_slide": True, "crop_size": [1024, 1024], "stride": [768, 768]} if crop == "1024x1024" else {}
     assert config["PostProcess"] == {"name": "SegPostProcess", **slide}

@@ -302,6 +302,10 @@ class _SegConverter:
                     out[key] = float(sec.get(key))
             if kind == "AdamW":
                 out["weight_decay"] = float(0.01 if decay is None else decay)
+                self.report.note(
+                    "Optimizer AdamW: decoupled weight decay on every parameter, norms and biases "
+                    "included, as PaddleSeg's AdamW (Paddle's AdamW without apply_decay_param_fun)"
+                )
             elif decay is not None:
                 out["regularizer"] = {"name": "L2", "factor": float(decay)}
             sec.expect("lazy_mode", False, "no lazy (sparse) Adam in ppdist")
