@@ -1,4 +1,4 @@
-"""PaddleSeg (PP-LiteSeg) config -> ppdist config.
+"""PaddleSeg (PP-LiteSeg, SegFormer, OCRNet) config -> ppdist config.
 
 Reads a PaddleSeg YAML with its ``_base_`` chain (PaddleSeg's rules: ``_base_`` is a path or a
 list relative to the file; the file merges over each base in turn, so the file and earlier bases
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ppdist.config import STAGE_PRETRAINED_KEY
 from ppdist.convert.configs.common import (
     PADDLESEG,
     Conversion,
@@ -24,9 +23,10 @@ from ppdist.convert.configs.common import (
     is_url,
     read_paddle_yaml,
 )
+from ppdist.convert.configs.seg_models import convert_seg_model
 from ppdist.convert.configs.transforms import convert_seg_transforms
 from ppdist.errors import ConfigError
-from ppdist.registry import BACKBONES, HEADS, LOSSES
+from ppdist.registry import LOSSES
 
 SEG_BASE_KEY = "_base_"
 INHERIT_KEY = "_inherited_"
@@ -35,17 +35,7 @@ DATASETS = {
     "Cityscapes": {"name": "CityscapesDataSet", "num_classes": 19, "ignore_index": 255},
     "Dataset": {"name": "SegDataSet"},
 }
-STDC_LAYERS = {"STDC1": [2, 2, 2], "STDC2": [4, 5, 3]}
 # PaddleSeg / Paddle constructor defaults of the components ppdist implements.
-PPLITESEG_DEFAULTS = {
-    "backbone_indices": [2, 3, 4],
-    "arm_type": "UAFM_SpAtten",
-    "cm_bin_sizes": [1, 2, 4],
-    "cm_out_ch": 128,
-    "arm_out_chs": [64, 96, 128],
-    "seg_head_inter_chs": [64, 64, 64],
-    "resize_mode": "bilinear",
-}
 LOSS_DEFAULTS = {
     "CrossEntropyLoss": {"weight": None, "top_k_percent_pixels": 1.0, "avg_non_ignore": True},
     "OhemCrossEntropyLoss": {"thresh": 0.7, "min_kept": 10000, "weight": None},
@@ -104,6 +94,15 @@ def convert_seg_mapping(data: Dict[str, Any], path: str) -> Conversion:
     top = Keys(data, "", report)
     config = _SegConverter(top, report, path).run()
     return Conversion(PADDLESEG, path, config, report.unmapped, report.notes)
+
+
+def _parts(raw: Any) -> str:
+    """`` of A + B`` for a MixedLoss entry (the losses it mixes), else ``""``."""
+    losses = raw.get("losses") if isinstance(raw, dict) else None
+    if not isinstance(losses, list):
+        return ""
+    names = [str(item.get("type")) if isinstance(item, dict) else repr(item) for item in losses]
+    return f" of {' + '.join(names)}"
 
 
 # --------------------------------------------------------------------------- the converter
@@ -233,24 +232,9 @@ class _SegConverter:
 
     # ------------------------------------------------------------------ model
     def model(self) -> Dict[str, Any]:
-        sec = self.top.sub("model")
-        kind = sec.get("type")
-        if kind != "PPLiteSeg":
-            raise ConfigError(
-                f"{self.path}: model type {kind!r} is not supported: ppdist converts PP-LiteSeg "
-                f"(model type PPLiteSeg with an STDC1/STDC2 backbone)"
-            )
-        if sec.get("num_classes") is not None and sec.get("num_classes") != self.glob.get("num_classes"):
-            raise ConfigError(
-                f"{self.path}: model.num_classes {sec.get('num_classes')} differs from the "
-                f"train_dataset's {self.glob.get('num_classes')}"
-            )
-        backbone = self.backbone(sec.sub("backbone"), BACKBONES)
-        values = dict(PPLITESEG_DEFAULTS)
-        explicit = [k for k in PPLITESEG_DEFAULTS if k in sec]
-        values.update({k: sec.get(k) for k in explicit})
-        head = component(HEADS, "PPLiteSegHead", values, explicit)
-        pretrained = sec.get("pretrained")
+        arch, pretrained = convert_seg_model(
+            self.top.sub("model"), self.path, self.glob.get("num_classes"), self.report
+        )
         if pretrained:
             if is_url(pretrained):
                 self.report.unmapped_key(
@@ -263,37 +247,7 @@ class _SegConverter:
                 self.glob["pretrained_model"] = fix_path(
                     pretrained, self.path, "model.pretrained", self.report
                 )
-        sec.finish()
-        return {"model_type": "seg", "algorithm": "PPLiteSeg", "Backbone": backbone, "Head": head}
-
-    def backbone(self, sec: Keys, registry: Any) -> Dict[str, Any]:
-        kind = sec.get("type")
-        if kind not in STDC_LAYERS:
-            raise ConfigError(f"{self.path}: model.backbone type {kind!r} is not supported (STDC1, STDC2)")
-        out: Dict[str, Any] = {"name": kind}
-        for key, default in (("base", 64), ("block_num", 4), ("in_channels", 3)):
-            if key in sec and sec.get(key) != default:
-                out[key] = sec.get(key)
-        sec.expect("layers", STDC_LAYERS[kind], f"ppdist's {kind} has the layers {STDC_LAYERS[kind]}")
-        sec.expect("relative_lr", 1.0, "no per-layer learning-rate multiplier in ppdist")
-        pretrained = sec.get("pretrained")
-        if pretrained:
-            if is_url(pretrained):
-                tarball = pretrained.endswith(".tar.gz")
-                archive = " (a .tar.gz: extract it and use its model.pdparams)" if tarball else ""
-                self.report.unmapped_key(
-                    "model.backbone.pretrained",
-                    "a URL; ppdist does not download weights: "
-                    f"download it{archive} and give the local .pdparams path with "
-                    f"-o Architecture.Backbone.{STAGE_PRETRAINED_KEY}=PATH",
-                    pretrained,
-                )
-            else:
-                out[STAGE_PRETRAINED_KEY] = fix_path(
-                    pretrained, self.path, "model.backbone.pretrained", self.report
-                )
-        sec.finish()
-        return out
+        return arch
 
     # ------------------------------------------------------------------ loss / optimizer / eval
     def loss(self) -> Dict[str, Any]:
@@ -308,8 +262,8 @@ class _SegConverter:
             kind = item.get("type")
             if kind not in LOSS_DEFAULTS:
                 raise ConfigError(
-                    f"{self.path}: loss type {kind!r} is not supported (ppdist has "
-                    f"{', '.join(LOSS_DEFAULTS)})"
+                    f"{self.path}: loss.types[{i}]: loss type {kind!r}{_parts(raw)} is not supported "
+                    f"(ppdist has {', '.join(LOSS_DEFAULTS)})"
                 )
             values = dict(LOSS_DEFAULTS[kind])
             explicit = [k for k in values if k in item]
@@ -348,6 +302,10 @@ class _SegConverter:
                     out[key] = float(sec.get(key))
             if kind == "AdamW":
                 out["weight_decay"] = float(0.01 if decay is None else decay)
+                self.report.note(
+                    "Optimizer AdamW: decoupled weight decay on every parameter, norms and biases "
+                    "included, as PaddleSeg's AdamW (Paddle's AdamW without apply_decay_param_fun)"
+                )
             elif decay is not None:
                 out["regularizer"] = {"name": "L2", "factor": float(decay)}
             sec.expect("lazy_mode", False, "no lazy (sparse) Adam in ppdist")
