@@ -68,6 +68,8 @@ def test_time_overrides(args) -> dict:
         if args.scales:
             overrides["scales"] = args.scales
     if args.is_slide:
+        if args.crop_size is None or args.stride is None:
+            raise ConfigError("--is_slide needs --crop_size W H and --stride W H (the window and its step)")
         overrides.update(is_slide=True, crop_size=args.crop_size, stride=args.stride)
     return overrides
 
