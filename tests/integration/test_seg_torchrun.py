@@ -48,29 +48,31 @@ def test_eval_one_and_two_processes_agree_exactly_on_odd_val_set(trained):
     assert single == torch.load(ckpt + ".pt", weights_only=True)["metrics"]
 
 
-def test_test_time_flip_and_slide_run_in_eval(trained):
+def test_test_time_flip_and_slide_eval_one_and_two_processes_agree_exactly(trained):
+    """PaddleSeg's test_config (scales + flip + sliding windows) in tools/eval.py: each image is
+    evaluated by one process, so 2 processes give exactly the 1-process metrics."""
     ckpt = os.path.join(trained["out"], "best_accuracy")
-    out = str(trained["root"] / "aug.json")
-    check_ok(
-        run_tool(
-            [
-                "eval.py",
-                "-c",
-                trained["cfg"],
-                "-o",
-                f"Global.checkpoints={ckpt}",
-                "PostProcess.aug_eval=true",
-                "PostProcess.scales=[0.75,1.0]",
-                "PostProcess.flip_horizontal=true",
-                "PostProcess.is_slide=true",
-                "PostProcess.crop_size=[48,48]",
-                "PostProcess.stride=[32,32]",
-                "--output_json",
-                out,
-            ],
-            nproc=2,
+    overrides = [
+        f"Global.checkpoints={ckpt}",
+        "Eval.loader.batch_size_per_card=3",
+        "PostProcess.aug_eval=true",
+        "PostProcess.scales=[0.75,1.0]",
+        "PostProcess.flip_horizontal=true",
+        "PostProcess.is_slide=true",
+        "PostProcess.crop_size=[48,40]",
+        "PostProcess.stride=[32,24]",
+    ]
+    outputs = {}
+    for nproc in (1, 2):
+        outputs[nproc] = str(trained["root"] / f"aug{nproc}.json")
+        check_ok(
+            run_tool(
+                ["eval.py", "-c", trained["cfg"], "-o", *overrides, "--output_json", outputs[nproc]],
+                nproc=nproc,
+            )
         )
-    )
-    with open(out) as handle:
-        metrics = json.load(handle)
-    assert metrics["images"] == 37 and metrics["miou"] > 0.5
+    with open(outputs[1]) as a, open(outputs[2]) as b:
+        single, double = json.load(a), json.load(b)
+    assert single == double and single["images"] == 37 and single["miou"] > 0.5
+    plain = torch.load(ckpt + ".pt", weights_only=True)["metrics"]
+    assert single["miou"] != plain["miou"]  # the test-time options did change the predictions
