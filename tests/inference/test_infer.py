@@ -186,19 +186,6 @@ def test_seg_test_time_augmentation_same_from_checkpoint_and_onnx(tmp_path, caps
     assert logits_differ  # the augmentation did run (random-init logits change with scale and flip)
 
 
-def test_test_time_flags_replace_the_config_and_slide_needs_its_window():
-    tool = _tool()
-    args = tool.build_parser().parse_args(
-        ["--model", "m", "--input", "i", "--is_slide", "--crop_size", "48", "40", "--stride", "32", "24"]
-    )
-    assert tool.test_time_overrides(args) == {"is_slide": True, "crop_size": [48, 40], "stride": [32, 24]}
-    args = tool.build_parser().parse_args(
-        ["--model", "m", "--input", "i", "--is_slide", "--crop_size", "48", "40"]
-    )
-    with pytest.raises(ConfigError, match=r"^--is_slide needs --crop_size W H and --stride W H"):
-        tool.test_time_overrides(args)
-
-
 def test_predictor_on_exported_model_and_checkpoint(tmp_path):
     from ppdist.predict import Predictor
 

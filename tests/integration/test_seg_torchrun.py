@@ -50,26 +50,27 @@ def test_eval_one_and_two_processes_agree_exactly_on_odd_val_set(trained):
 
 def test_test_time_flip_and_slide_eval_one_and_two_processes_agree_exactly(trained):
     """PaddleSeg's test_config (scales + flip + sliding windows) in tools/eval.py: each image is
-    evaluated by one process, so 2 processes give exactly the 1-process metrics."""
+    evaluated by one process, so 2 processes give exactly the 1-process metrics. The 2-process run
+    sets them with -o PostProcess.*, the 1-process run with PaddleSeg val.py's flags."""
     ckpt = os.path.join(trained["out"], "best_accuracy")
-    overrides = [
-        f"Global.checkpoints={ckpt}",
-        "Eval.loader.batch_size_per_card=3",
+    common = [f"Global.checkpoints={ckpt}", "Eval.loader.batch_size_per_card=3"]
+    as_overrides = [
         "PostProcess.aug_eval=true",
         "PostProcess.scales=[0.75,1.0]",
         "PostProcess.flip_horizontal=true",
+        "PostProcess.flip_vertical=false",
         "PostProcess.is_slide=true",
         "PostProcess.crop_size=[48,40]",
         "PostProcess.stride=[32,24]",
     ]
+    as_flags = ["--aug_eval", "--scales", "0.75", "1.0", "--flip_horizontal", "--is_slide"]
+    as_flags += ["--crop_size", "48", "40", "--stride", "32", "24"]
+    runs = {1: ["-o", *common, *as_flags], 2: ["-o", *common, *as_overrides]}
     outputs = {}
-    for nproc in (1, 2):
+    for nproc, args in runs.items():
         outputs[nproc] = str(trained["root"] / f"aug{nproc}.json")
         check_ok(
-            run_tool(
-                ["eval.py", "-c", trained["cfg"], "-o", *overrides, "--output_json", outputs[nproc]],
-                nproc=nproc,
-            )
+            run_tool(["eval.py", "-c", trained["cfg"], *args, "--output_json", outputs[nproc]], nproc=nproc)
         )
     with open(outputs[1]) as a, open(outputs[2]) as b:
         single, double = json.load(a), json.load(b)
