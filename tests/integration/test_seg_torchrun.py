@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -9,6 +10,11 @@ import re
 import pytest
 import torch
 from ppdist_testing import check_ok, run_tool, tiny_seg_config
+
+from ppdist.cli_seg_eval import add_seg_eval_arguments, override_items, seg_eval_overrides
+from ppdist.config import load_config
+from ppdist.engine.dist import DistEnv
+from ppdist.eval_runner import evaluate_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +55,12 @@ def test_eval_one_and_two_processes_agree_exactly_on_odd_val_set(trained):
 
 
 def test_test_time_flip_and_slide_eval_one_and_two_processes_agree_exactly(trained):
-    """PaddleSeg's test_config (scales + flip + sliding windows) in tools/eval.py: each image is
-    evaluated by one process, so 2 processes give exactly the 1-process metrics. The 2-process run
-    sets them with -o PostProcess.*, the 1-process run with PaddleSeg val.py's flags."""
+    """PaddleSeg's test_config (scales + flip + sliding windows) in tools/eval.py under 2 processes
+    (set with -o PostProcess.*) gives exactly the metrics of one process (the same evaluation in
+    this process, set with PaddleSeg val.py's flags, 1 thread as torchrun's ranks): each image is
+    evaluated whole by one process."""
     ckpt = os.path.join(trained["out"], "best_accuracy")
-    common = [f"Global.checkpoints={ckpt}", "Eval.loader.batch_size_per_card=3"]
+    common = [f"Global.checkpoints={ckpt}", "Eval.loader.batch_size_per_card=3", "Eval.loader.num_workers=0"]
     as_overrides = [
         "PostProcess.aug_eval=true",
         "PostProcess.scales=[0.75,1.0]",
@@ -63,17 +70,27 @@ def test_test_time_flip_and_slide_eval_one_and_two_processes_agree_exactly(train
         "PostProcess.crop_size=[48,40]",
         "PostProcess.stride=[32,24]",
     ]
-    as_flags = ["--aug_eval", "--scales", "0.75", "1.0", "--flip_horizontal", "--is_slide"]
-    as_flags += ["--crop_size", "48", "40", "--stride", "32", "24"]
-    runs = {1: ["-o", *common, *as_flags], 2: ["-o", *common, *as_overrides]}
-    outputs = {}
-    for nproc, args in runs.items():
-        outputs[nproc] = str(trained["root"] / f"aug{nproc}.json")
-        check_ok(
-            run_tool(["eval.py", "-c", trained["cfg"], *args, "--output_json", outputs[nproc]], nproc=nproc)
+    out = str(trained["root"] / "aug2.json")
+    check_ok(
+        run_tool(
+            ["eval.py", "-c", trained["cfg"], "-o", *common, *as_overrides, "--output_json", out], nproc=2
         )
-    with open(outputs[1]) as a, open(outputs[2]) as b:
-        single, double = json.load(a), json.load(b)
+    )
+    with open(out) as handle:
+        double = json.load(handle)
+    parser = argparse.ArgumentParser()
+    add_seg_eval_arguments(parser)
+    flags = parser.parse_args(
+        ["--aug_eval", "--scales", "0.75", "1.0", "--flip_horizontal", "--is_slide"]
+        + ["--crop_size", "48", "40", "--stride", "32", "24"]
+    )
+    config = load_config(trained["cfg"], common + override_items(seg_eval_overrides(flags)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = json.loads(json.dumps(evaluate_checkpoint(config, DistEnv())))
+    finally:
+        torch.set_num_threads(threads)
     assert single == double and single["images"] == 37 and single["miou"] > 0.5
     plain = torch.load(ckpt + ".pt", weights_only=True)["metrics"]
     assert single["miou"] != plain["miou"]  # the test-time options did change the predictions
