@@ -1,5 +1,6 @@
 """Evaluate a checkpoint: ``python tools/eval.py -c CFG -o Global.checkpoints=PATH [--output_json F]
-[--output_dir DIR [--iou 0.5 --score 0.25]] [--classwise]``.
+[--output_dir DIR [--iou 0.5 --score 0.25]] [--classwise]
+[--aug_eval --scales 0.75 1.0 --flip_horizontal] [--is_slide --crop_size W H --stride W H]``.
 
 Runs on all processes under torchrun (exact, unpadded shards) and prints the metrics.
 """
@@ -15,6 +16,7 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
 from ppdist.cli import base_parser, flat_overrides, run_main
+from ppdist.cli_seg_eval import add_seg_eval_arguments, override_items, seg_eval_overrides
 from ppdist.convert.configs import conversion_of, load_config, report_conversion
 from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
@@ -59,8 +61,10 @@ def main() -> int:
     parser.add_argument(
         "--classwise", action="store_true", help="per-class AP (detection); = -o Metric.classwise=true"
     )
+    add_seg_eval_arguments(parser)
     args = parser.parse_args()
     extra = ["Metric.classwise=true"] if args.classwise else []
+    extra += override_items(seg_eval_overrides(args))  # PaddleSeg val.py's flags: after -o, as it merges them
     if args.output_json:
         check_output_file(args.output_json, "--output_json")
     if args.output_dir:

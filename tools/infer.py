@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
 from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
+from ppdist.cli_seg_eval import add_seg_eval_arguments, seg_eval_overrides
 from ppdist.convert.configs import load_config
 from ppdist.engine.logger import setup_logger
 from ppdist.errors import ConfigError
@@ -47,29 +48,8 @@ def build_parser():
     )
     parser.add_argument("--device", default="cpu", help="PyTorch device for checkpoint inference")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
-    seg = parser.add_argument_group("segmentation test-time options (override PostProcess / inference.yml)")
-    seg.add_argument("--aug_eval", action="store_true", help="average over --scales and flips")
-    seg.add_argument("--scales", type=float, nargs="+", default=None, help="e.g. 0.75 1.0 1.25")
-    seg.add_argument("--flip_horizontal", action="store_true")
-    seg.add_argument("--flip_vertical", action="store_true")
-    seg.add_argument("--is_slide", action="store_true", help="sliding-window inference")
-    seg.add_argument("--crop_size", type=int, nargs=2, default=None, metavar=("W", "H"))
-    seg.add_argument("--stride", type=int, nargs=2, default=None, metavar=("W", "H"))
+    add_seg_eval_arguments(parser)
     return parser
-
-
-def test_time_overrides(args) -> dict:
-    """PaddleSeg val.py semantics: a switch given on the command line replaces the config's value."""
-    overrides = {}
-    if args.aug_eval:
-        overrides.update(
-            aug_eval=True, flip_horizontal=args.flip_horizontal, flip_vertical=args.flip_vertical
-        )
-        if args.scales:
-            overrides["scales"] = args.scales
-    if args.is_slide:
-        overrides.update(is_slide=True, crop_size=args.crop_size, stride=args.stride)
-    return overrides
 
 
 def default_output_dir(args) -> str:
@@ -93,7 +73,7 @@ def run(argv=None) -> dict:
         info, runner, backend = from_config(load_config(args.config, flat_overrides(args.opt)), args.device)
     else:
         raise ConfigError("give -c CONFIG -o Global.checkpoints=PATH, or --model EXPORTED_DIR")
-    overrides = test_time_overrides(args)
+    overrides = seg_eval_overrides(args)
     if overrides:
         if info["task"] != "seg":
             raise ConfigError("--aug_eval / --is_slide apply to segmentation models only")

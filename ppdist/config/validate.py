@@ -222,7 +222,11 @@ def _check_component(
     if not isinstance(entry, dict) or "name" not in entry:
         raise ConfigError(f"{where} needs a mapping with a 'name' key, got {entry!r}")
     component = registry.get(entry["name"], f"{where}.name")
-    registry.check(entry["name"], component_kwargs(registry, entry, config), where, injected=injected)
+    kwargs = component_kwargs(registry, entry, config)
+    registry.check(entry["name"], kwargs, where, injected=injected)
+    check_values = getattr(component, "check_values", None)  # value rules (SegPostProcess's test_config)
+    if callable(check_values):
+        check_values(kwargs, where)
     nested = getattr(component, "nested_entries", None)  # components built from inner entries (MultiHead)
     if callable(nested):
         for inner_registry, inner, inner_where, inner_injected in nested(entry, where):

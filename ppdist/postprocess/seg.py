@@ -2,9 +2,10 @@
 
 ``infer(model, batch)`` runs the model on ``batch["image"]``: whole image, or sliding
 windows (``is_slide``, ``crop_size`` / ``stride`` as (w, h)); with ``aug_eval``, at each
-of ``scales`` and flips, averaging the logits resized to the input size. ``__call__``
+of ``scales`` and flips, averaging the logits resized to the input size (no softmax), as
+PaddleSeg's ``core/infer.py`` (``slide_inference``, ``aug_inference``) does. ``__call__``
 resizes the logits (bilinear) to the label's size when they differ — eval labels stay at
-full resolution — and takes the argmax.
+full resolution, as PaddleSeg's ``trans_info`` resize back — and takes the argmax.
 """
 
 from __future__ import annotations
@@ -16,19 +17,50 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ppdist.errors import ConfigError
 from ppdist.registry import POSTPROCESSES
 
 Scales = Union[float, List[float]]
 
 
-def _pair(value: Optional[Sequence[int]], key: str) -> Optional[Tuple[int, int]]:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value, value
-    if len(value) != 2 or not all(isinstance(v, int) and v > 0 for v in value):
-        raise ValueError(f"{key} must be [w, h] positive integers, got {value!r}")
-    return int(value[0]), int(value[1])
+def _is_pair(value: Any) -> bool:
+    """Two positive integers, as PaddleSeg's ``w, h = value`` takes them."""
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    )
+
+
+def check_test_time_options(options: Mapping[str, Any], where: str = "PostProcess") -> None:
+    """Raise one ``ConfigError`` naming the key when PaddleSeg's ``test_config`` values cannot work:
+    ``scales`` not positive, ``crop_size`` / ``stride`` not [w, h] integers, ``is_slide`` without
+    them, or a stride longer than the window (pixels between windows would get no prediction)."""
+    scales = options.get("scales", 1.0)
+    values = scales if isinstance(scales, (list, tuple)) else [scales]
+    if not values or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
+    ):
+        raise ConfigError(
+            f"{where}.scales must be a positive number or a non-empty list of them, got {scales!r}"
+        )
+    for key in ("crop_size", "stride"):
+        value = options.get(key)
+        if value is not None and not _is_pair(value):
+            raise ConfigError(f"{where}.{key} must be [w, h], two positive integers, got {value!r}")
+    crop, stride = options.get("crop_size"), options.get("stride")
+    if options.get("is_slide"):
+        for key, value, what in (
+            ("crop_size", crop, "window size"),
+            ("stride", stride, "step between windows"),
+        ):
+            if value is None:
+                raise ConfigError(f"{where}.is_slide: true needs {where}.{key}, the [w, h] {what}")
+    if crop is not None and stride is not None and (stride[0] > crop[0] or stride[1] > crop[1]):
+        raise ConfigError(
+            f"{where}.stride {list(stride)} must not exceed {where}.crop_size {list(crop)} in width or height: "
+            "the pixels between two windows would get no prediction"
+        )
 
 
 def _resize(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
@@ -60,21 +92,25 @@ class SegPostProcess:
         crop_size: Optional[List[int]] = None,
         stride: Optional[List[int]] = None,
     ) -> None:
+        check_test_time_options(
+            {"scales": scales, "is_slide": is_slide, "crop_size": crop_size, "stride": stride}
+        )
         self.scales = [float(scales)] if isinstance(scales, (int, float)) else [float(s) for s in scales]
-        if not self.scales or any(s <= 0 for s in self.scales):
-            raise ValueError(f"scales must be positive numbers, got {scales!r}")
         self.aug_eval = aug_eval
-        self.flips = (
+        self.flips = (  # PaddleSeg's flip_combination, in its order
             [(False, False)]
             + [(True, False)] * flip_horizontal
             + [(False, True)] * flip_vertical
             + [(True, True)] * (flip_horizontal and flip_vertical)
         )
         self.is_slide = is_slide
-        self.crop_size = _pair(crop_size, "crop_size")
-        self.stride = _pair(stride, "stride")
-        if is_slide and (self.crop_size is None or self.stride is None):
-            raise ValueError("is_slide needs crop_size and stride ([w, h])")
+        self.crop_size: Optional[Tuple[int, int]] = (crop_size[0], crop_size[1]) if crop_size else None
+        self.stride: Optional[Tuple[int, int]] = (stride[0], stride[1]) if stride else None
+
+    @staticmethod
+    def check_values(options: Mapping[str, Any], where: str) -> None:
+        """Config validation: the values ``__init__`` would refuse, as one ``ConfigError``."""
+        check_test_time_options(options, where)
 
     def _forward(self, model: nn.Module, image: torch.Tensor) -> torch.Tensor:
         return self._slide(model, image) if self.is_slide else first_output(model(image))
@@ -98,10 +134,9 @@ class SegPostProcess:
                     total = torch.zeros((image.shape[0], logit.shape[1], h_im, w_im), device=image.device)
                 total[:, :, h1:h2, w1:w2] += logit[:, :, : h2 - h1, : w2 - w1]
                 count[:, :, h1:h2, w1:w2] += 1
-        if bool((count == 0).any()):
-            raise RuntimeError(
-                "sliding-window inference left pixels unpredicted: stride is larger than crop_size"
-            )
+        # every pixel is covered (stride <= crop_size, checked with the config; the last window ends
+        # at the border), so no count is 0: nothing to read back on the host
+        assert total is not None
         return total / count
 
     def infer(self, model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -9,6 +10,11 @@ import re
 import pytest
 import torch
 from ppdist_testing import check_ok, run_tool, tiny_seg_config
+
+from ppdist.cli_seg_eval import add_seg_eval_arguments, override_items, seg_eval_overrides
+from ppdist.config import load_config
+from ppdist.engine.dist import DistEnv
+from ppdist.eval_runner import evaluate_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -48,29 +54,43 @@ def test_eval_one_and_two_processes_agree_exactly_on_odd_val_set(trained):
     assert single == torch.load(ckpt + ".pt", weights_only=True)["metrics"]
 
 
-def test_test_time_flip_and_slide_run_in_eval(trained):
+def test_test_time_flip_and_slide_eval_one_and_two_processes_agree_exactly(trained):
+    """PaddleSeg's test_config (scales + flip + sliding windows) in tools/eval.py under 2 processes
+    (set with -o PostProcess.*) gives exactly the metrics of one process (the same evaluation in
+    this process, set with PaddleSeg val.py's flags, 1 thread as torchrun's ranks): each image is
+    evaluated whole by one process."""
     ckpt = os.path.join(trained["out"], "best_accuracy")
-    out = str(trained["root"] / "aug.json")
+    common = [f"Global.checkpoints={ckpt}", "Eval.loader.batch_size_per_card=3", "Eval.loader.num_workers=0"]
+    as_overrides = [
+        "PostProcess.aug_eval=true",
+        "PostProcess.scales=[0.75,1.0]",
+        "PostProcess.flip_horizontal=true",
+        "PostProcess.flip_vertical=false",
+        "PostProcess.is_slide=true",
+        "PostProcess.crop_size=[48,40]",
+        "PostProcess.stride=[32,24]",
+    ]
+    out = str(trained["root"] / "aug2.json")
     check_ok(
         run_tool(
-            [
-                "eval.py",
-                "-c",
-                trained["cfg"],
-                "-o",
-                f"Global.checkpoints={ckpt}",
-                "PostProcess.aug_eval=true",
-                "PostProcess.scales=[0.75,1.0]",
-                "PostProcess.flip_horizontal=true",
-                "PostProcess.is_slide=true",
-                "PostProcess.crop_size=[48,48]",
-                "PostProcess.stride=[32,32]",
-                "--output_json",
-                out,
-            ],
-            nproc=2,
+            ["eval.py", "-c", trained["cfg"], "-o", *common, *as_overrides, "--output_json", out], nproc=2
         )
     )
     with open(out) as handle:
-        metrics = json.load(handle)
-    assert metrics["images"] == 37 and metrics["miou"] > 0.5
+        double = json.load(handle)
+    parser = argparse.ArgumentParser()
+    add_seg_eval_arguments(parser)
+    flags = parser.parse_args(
+        ["--aug_eval", "--scales", "0.75", "1.0", "--flip_horizontal", "--is_slide"]
+        + ["--crop_size", "48", "40", "--stride", "32", "24"]
+    )
+    config = load_config(trained["cfg"], common + override_items(seg_eval_overrides(flags)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = json.loads(json.dumps(evaluate_checkpoint(config, DistEnv())))
+    finally:
+        torch.set_num_threads(threads)
+    assert single == double and single["images"] == 37 and single["miou"] > 0.5
+    plain = torch.load(ckpt + ".pt", weights_only=True)["metrics"]
+    assert single["miou"] != plain["miou"]  # the test-time options did change the predictions

@@ -1,9 +1,13 @@
 """Test-time options: whole image, scales, flips and sliding windows."""
 
+import os
+
 import pytest
 import torch
 from torch import nn
 
+from ppdist.config import load_config
+from ppdist.errors import ConfigError
 from ppdist.postprocess.seg import SegPostProcess
 
 
@@ -55,8 +59,59 @@ def test_scales_ignored_without_aug_eval_and_argmax_at_label_size():
     assert tuple(pred.shape) == (1, 16, 16) and pred.dtype == torch.int64
 
 
-def test_bad_options():
-    with pytest.raises(ValueError, match="crop_size"):
-        SegPostProcess(is_slide=True)
-    with pytest.raises(ValueError, match="scales"):
+QUICKSTART = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "configs",
+    "seg",
+    "quickstart_synth.yml",
+)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["PostProcess.is_slide=true"],
+            r"^\S*quickstart_synth.yml: PostProcess.is_slide: true needs PostProcess.crop_size, the \[w, h\] window size$",
+        ),
+        (
+            ["PostProcess.is_slide=true", "PostProcess.crop_size=[48,40]"],
+            r"^\S*quickstart_synth.yml: PostProcess.is_slide: true needs PostProcess.stride, the \[w, h\] step between windows$",
+        ),
+        (
+            ["PostProcess.crop_size=[48]"],
+            r"^\S*quickstart_synth.yml: PostProcess.crop_size must be \[w, h\], two positive integers, got \[48\]$",
+        ),
+        (
+            ["PostProcess.crop_size=[48.5,40]"],
+            r"^\S*quickstart_synth.yml: PostProcess.crop_size must be \[w, h\], two positive",
+        ),
+        (
+            ["PostProcess.stride=[0,24]"],
+            r"^\S*quickstart_synth.yml: PostProcess.stride must be \[w, h\], two positive integers, got \[0, 24\]$",
+        ),
+        (
+            ["PostProcess.is_slide=true", "PostProcess.crop_size=[48,40]", "PostProcess.stride=[32,41]"],
+            r"^\S*quickstart_synth.yml: PostProcess.stride \[32, 41\] must not exceed PostProcess.crop_size \[48, 40\] in width or height",
+        ),
+        (
+            ["PostProcess.scales=[]"],
+            r"^\S*quickstart_synth.yml: PostProcess.scales must be a positive number or a non-empty list",
+        ),
+        (
+            ["PostProcess.scales=[0.75,-1.0]"],
+            r"^\S*quickstart_synth.yml: PostProcess.scales must be a positive number .*got \[0.75, -1.0\]$",
+        ),
+    ],
+)
+def test_bad_test_config_values_fail_config_validation_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(QUICKSTART, overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_the_constructor_refuses_the_same_values():
+    with pytest.raises(ConfigError, match=r"^PostProcess.is_slide: true needs PostProcess.crop_size"):
+        SegPostProcess(is_slide=True, stride=[8, 8])
+    with pytest.raises(ConfigError, match=r"^PostProcess.scales must be"):
         SegPostProcess(scales=[])
