@@ -35,6 +35,6 @@ setup(
     # (Global.use_wandb / the wandb section); the tests run both, offline.
     extras_require={
         "trackers": ["mlflow-skinny>=2.9", "wandb>=0.16"],
-        "test": ["pytest>=7.4", "ruff==0.17.6", "mlflow-skinny>=2.9", "wandb>=0.16"],
+        "test": ["pytest>=7.4", "pytest-xdist>=3.5", "ruff==0.17.6", "mlflow-skinny>=2.9", "wandb>=0.16"],
     },
 )

@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: the workers share the cores, one thread each
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 for _path in (REPO_ROOT, os.path.dirname(os.path.abspath(__file__))):
     if _path not in sys.path:
