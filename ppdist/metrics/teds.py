@@ -4,7 +4,7 @@
 ``1 - distance / max(node count)``: nodes are the table's elements; renaming costs 1 when the
 tags or a cell's colspan / rowspan differ, else (full TEDS) the normalised Levenshtein distance of
 the two cells' content tokens, 0 in structure-only TEDS. An empty HTML on either side, or one
-without ``<body><table>``, scores 0.
+without ``<body><table>``, scores 0; two empty tables score 1.
 """
 
 from __future__ import annotations
@@ -109,5 +109,7 @@ class TEDS:
             etree.strip_tags(pred_table, *self.ignore_nodes)
             etree.strip_tags(true_table, *self.ignore_nodes)
         n_nodes = max(len(pred_table.xpath(".//*")), len(true_table.xpath(".//*")))
+        if n_nodes == 0:  # two empty tables are equal (ppstructure divides by zero here)
+            return 1.0
         distance = APTED(self.tree(pred_table), self.tree(true_table), _CellCost()).compute_edit_distance()
         return 1.0 - float(distance) / n_nodes

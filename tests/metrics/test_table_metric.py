@@ -14,6 +14,7 @@ from ppdist.errors import ConfigError
 from ppdist.metrics import TableMetric
 from ppdist.metrics.polygon_match import intersection_area, is_valid
 from ppdist.metrics.teds import TEDS, structure_html
+from ppdist.postprocess import TableLabelDecode
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "paddle_table", "eval_fixture.json")
 
@@ -92,3 +93,24 @@ def test_polygon_geometry():
     )  # (0,0) (2,0) (2,2/3) (1,1) (2/3,2) (0,2)
     assert not is_valid([(0, 0), (2, 2), (2, 0), (0, 2)])  # a bow tie
     assert not is_valid([(1, 1), (1, 1), (1, 3), (1, 3)]) and is_valid(list(reversed(square)))
+
+
+def test_perfect_predictions_through_the_decode_score_one():
+    """The eval chain of the contract: a head output equal to the labels (step t: token t + 1)
+    decoded by TableLabelDecode scores acc, box hmean and TEDS 1."""
+    here = os.path.dirname(FIXTURE)
+    decoder = TableLabelDecode(os.path.join(here, "table_structure_dict.txt"), merge_no_span_structure=True)
+    with np.load(os.path.join(here, "eval_fixture.npz")) as data:
+        batch = {k: data[f"decode/{k}"] for k in ("structure", "bboxes", "shape")}
+    probs = np.eye(len(decoder.character), dtype=np.float32)[batch["structure"][:, 1:]]
+    preds = {"structure_probs": probs, "loc_preds": batch["bboxes"][:, 1:]}
+    metric = TableMetric(compute_bbox_metric=True, teds=True)
+    metric.update(decoder(preds, batch), batch)
+    assert metric.compute() == {
+        "acc": pytest.approx(1.0, abs=1e-5),
+        "bbox_metric_precision": 1.0,
+        "bbox_metric_recall": 1.0,
+        "bbox_metric_hmean": 1.0,
+        "teds": 1.0,
+    }
+    assert metric.box_counts.matched == 4

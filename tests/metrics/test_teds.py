@@ -33,3 +33,5 @@ def test_structure_html_and_ignored_nodes():
     assert TEDS(structure_only=True).evaluate(html, flat) == pytest.approx(1 - 1 / 3)
     assert TEDS(structure_only=True, ignore_nodes=["thead"]).evaluate(html, flat) == 1.0
     assert TEDS().evaluate("<p>no table</p>", flat) == 0.0
+    assert TEDS().evaluate(structure_html([]), structure_html([])) == 1.0
+    assert TEDS().evaluate(structure_html([]), flat) == 0.0
