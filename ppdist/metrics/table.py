@@ -15,7 +15,8 @@ from ppdist.metrics.teds import TEDS, structure_html
 from ppdist.registry import METRICS
 
 EPS = 1e-6
-BOX_FORMATS = ("xyxy", "xywh", "xyxyxyxy")
+BOX_WIDTHS = {"xyxy": 4, "xywh": 4, "xyxyxyxy": 8}
+BOX_FORMATS = tuple(BOX_WIDTHS)
 SECTION_TAGS = ("<thead>", "</thead>", "<tbody>", "</tbody>")
 
 
@@ -51,7 +52,8 @@ class TableMetric(Metric):
     ``bbox_metric_precision`` / ``_recall`` / ``_hmean``; with ``main_indicator: hmean`` those are
     ``precision`` / ``recall`` / ``hmean`` and the accuracy ``structure_metric_acc`` (Paddle's keys).
     ``teds``: the mean structure-only TEDS of predicted vs label HTML (``teds``; may be the main
-    indicator). The state is integer counts and the per-sample TEDS (summed with ``math.fsum``),
+    indicator). ``loc_reg_num`` (SLANet.yml passes it; PaddleOCR ignores it) must match
+    ``box_format``'s coordinate count when boxes are scored. The state is integer counts and the per-sample TEDS (summed with ``math.fsum``),
     so merged states give exactly the single-process numbers. ``compute`` does not reset.
     """
 
@@ -62,9 +64,15 @@ class TableMetric(Metric):
         box_format: str = "xyxy",
         del_thead_tbody: bool = False,
         teds: bool = False,
+        loc_reg_num: Optional[int] = None,
     ) -> None:
         if box_format not in BOX_FORMATS:
             raise ConfigError(f"Metric.box_format: expected one of {BOX_FORMATS}, got {box_format!r}")
+        width = BOX_WIDTHS[box_format]
+        if compute_bbox_metric and loc_reg_num is not None and loc_reg_num != width:
+            raise ConfigError(
+                f"Metric.loc_reg_num: box_format {box_format} has {width} coordinates, got loc_reg_num {loc_reg_num}"
+            )
         allowed = ("acc",) + (("hmean",) if compute_bbox_metric else ()) + (("teds",) if teds else ())
         if main_indicator not in allowed:
             raise ConfigError(

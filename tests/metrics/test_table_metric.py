@@ -83,6 +83,38 @@ def test_nothing_evaluated_and_config_errors():
         build_metric({"Metric": {"name": "TableMetric", "box_format": "xy"}})
 
 
+def test_upstream_sections_build():
+    """The Metric sections of PaddleOCR's SLANet.yml and SLANet_ch.yml (loc_reg_num included)."""
+    en = build_metric(
+        {
+            "Metric": dict(
+                name="TableMetric",
+                main_indicator="acc",
+                compute_bbox_metric=False,
+                loc_reg_num=4,
+                box_format="xyxy",
+            )
+        }
+    )
+    ch = build_metric(
+        {
+            "Metric": dict(
+                name="TableMetric",
+                main_indicator="acc",
+                compute_bbox_metric=False,
+                loc_reg_num=8,
+                box_format="xyxyxyxy",
+                del_thead_tbody=True,
+            )
+        }
+    )
+    assert (en.box_format, ch.del_thead_tbody, ch.teds) == ("xyxy", True, None)
+    with pytest.raises(
+        ConfigError, match="Metric.loc_reg_num: box_format xyxyxyxy has 8 coordinates, got loc_reg_num 4"
+    ):
+        TableMetric(compute_bbox_metric=True, box_format="xyxyxyxy", loc_reg_num=4)
+
+
 def test_polygon_geometry():
     square = [(0, 0), (2, 0), (2, 2), (0, 2)]
     concave = [(0, 0), (4, 0), (1, 1), (0, 4)]  # a dart: area 4
