@@ -16,6 +16,13 @@ LOC_LOSSES = ("smooth_l1", "mse")
 EPS = 1e-12
 
 
+def check_loss_options(options: Mapping[str, Any], where: str = "Loss") -> None:
+    """The values SLALoss refuses, as one ``ConfigError`` naming the key."""
+    loc_loss = options.get("loc_loss", "mse")
+    if loc_loss not in LOC_LOSSES:
+        raise ConfigError(f"{where}.loc_loss: expected one of {LOC_LOSSES}, got {loc_loss!r}")
+
+
 @LOSSES.register(name="SLALoss")
 class SLALoss(nn.Module):
     """``forward(preds, batch) -> {"loss", "structure_loss", "loc_loss"}``.
@@ -34,11 +41,15 @@ class SLALoss(nn.Module):
 
     def __init__(self, structure_weight: float = 1.0, loc_weight: float = 2.0, loc_loss: str = "mse") -> None:
         super().__init__()
-        if loc_loss not in LOC_LOSSES:
-            raise ConfigError(f"Loss.loc_loss: expected one of {LOC_LOSSES}, got {loc_loss!r}")
+        check_loss_options({"loc_loss": loc_loss})
         self.structure_weight = float(structure_weight)
         self.loc_weight = float(loc_weight)
         self.loc_loss = loc_loss
+
+    @staticmethod
+    def check_values(options: Mapping[str, Any], where: str) -> None:
+        """Config validation: the values ``__init__`` would refuse."""
+        check_loss_options(options, where)
 
     @full_precision
     def forward(self, preds: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:

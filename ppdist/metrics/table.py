@@ -42,6 +42,28 @@ def box_scores(gt: int, det: int, matched: int) -> Dict[str, float]:
     return {"precision": precision, "recall": recall, "hmean": hmean}
 
 
+def check_metric_options(options: Mapping[str, Any], where: str = "Metric") -> None:
+    """The values TableMetric refuses, as one ``ConfigError`` naming the key."""
+    box_format = options.get("box_format", "xyxy")
+    compute_bbox_metric = bool(options.get("compute_bbox_metric", False))
+    loc_reg_num, main_indicator = options.get("loc_reg_num"), options.get("main_indicator", "acc")
+    if box_format not in BOX_FORMATS:
+        raise ConfigError(f"{where}.box_format: expected one of {BOX_FORMATS}, got {box_format!r}")
+    width = BOX_WIDTHS[box_format]
+    if compute_bbox_metric and loc_reg_num is not None and loc_reg_num != width:
+        raise ConfigError(
+            f"{where}.loc_reg_num: box_format {box_format} has {width} coordinates, got loc_reg_num {loc_reg_num}"
+        )
+    allowed = (
+        ("acc",) + (("hmean",) if compute_bbox_metric else ()) + (("teds",) if options.get("teds") else ())
+    )
+    if main_indicator not in allowed:
+        raise ConfigError(
+            f"{where}.main_indicator: expected one of {allowed} (hmean needs compute_bbox_metric: true, "
+            f"teds needs teds: true), got {main_indicator!r}"
+        )
+
+
 @METRICS.register(name="TableMetric")
 class TableMetric(Metric):
     """``update(results, batch)`` with TableLabelDecode's results (``labels`` included).
@@ -53,8 +75,9 @@ class TableMetric(Metric):
     ``precision`` / ``recall`` / ``hmean`` and the accuracy ``structure_metric_acc`` (Paddle's keys).
     ``teds``: the mean structure-only TEDS of predicted vs label HTML (``teds``; may be the main
     indicator). ``loc_reg_num`` (SLANet.yml passes it; PaddleOCR ignores it) must match
-    ``box_format``'s coordinate count when boxes are scored. The state is integer counts and the per-sample TEDS (summed with ``math.fsum``),
-    so merged states give exactly the single-process numbers. ``compute`` does not reset.
+    ``box_format``'s coordinate count when boxes are scored. The state is integer counts and the
+    per-sample TEDS (summed with ``math.fsum``), so merged states give exactly the single-process
+    numbers. ``compute`` does not reset.
     """
 
     def __init__(
@@ -66,25 +89,26 @@ class TableMetric(Metric):
         teds: bool = False,
         loc_reg_num: Optional[int] = None,
     ) -> None:
-        if box_format not in BOX_FORMATS:
-            raise ConfigError(f"Metric.box_format: expected one of {BOX_FORMATS}, got {box_format!r}")
-        width = BOX_WIDTHS[box_format]
-        if compute_bbox_metric and loc_reg_num is not None and loc_reg_num != width:
-            raise ConfigError(
-                f"Metric.loc_reg_num: box_format {box_format} has {width} coordinates, got loc_reg_num {loc_reg_num}"
-            )
-        allowed = ("acc",) + (("hmean",) if compute_bbox_metric else ()) + (("teds",) if teds else ())
-        if main_indicator not in allowed:
-            raise ConfigError(
-                f"Metric.main_indicator: expected one of {allowed} (hmean needs compute_bbox_metric: true, "
-                f"teds needs teds: true), got {main_indicator!r}"
-            )
+        check_metric_options(
+            {
+                "main_indicator": main_indicator,
+                "compute_bbox_metric": compute_bbox_metric,
+                "box_format": box_format,
+                "teds": teds,
+                "loc_reg_num": loc_reg_num,
+            }
+        )
         self.main_indicator = main_indicator
         self.compute_bbox_metric = bool(compute_bbox_metric)
         self.box_format = box_format
         self.del_thead_tbody = bool(del_thead_tbody)
         self.teds = TEDS(structure_only=True) if teds else None
         self.reset()
+
+    @staticmethod
+    def check_values(options: Mapping[str, Any], where: str) -> None:
+        """Config validation: the values ``__init__`` would refuse."""
+        check_metric_options(options, where)
 
     def reset(self) -> None:
         self.correct_num = 0

@@ -11,6 +11,7 @@ import pytest
 
 from ppdist.components import build_metric
 from ppdist.errors import ConfigError
+from ppdist.losses import SLALoss
 from ppdist.metrics import TableMetric
 from ppdist.metrics.polygon_match import intersection_area, is_valid
 from ppdist.metrics.teds import TEDS, structure_html
@@ -113,6 +114,14 @@ def test_upstream_sections_build():
         ConfigError, match="Metric.loc_reg_num: box_format xyxyxyxy has 8 coordinates, got loc_reg_num 4"
     ):
         TableMetric(compute_bbox_metric=True, box_format="xyxyxyxy", loc_reg_num=4)
+
+
+def test_config_validation_names_the_key():
+    """config/validate runs the value rules before anything is built (check_values)."""
+    with pytest.raises(ConfigError, match=r"Metric.main_indicator: expected one of \('acc', 'teds'\)"):
+        TableMetric.check_values({"teds": True, "main_indicator": "hmean"}, "Metric")
+    with pytest.raises(ConfigError, match=r"Loss.loc_loss: expected one of"):
+        SLALoss.check_values({"loc_loss": "l2"}, "Loss")
 
 
 def test_polygon_geometry():
