@@ -14,6 +14,7 @@ from ppdist.losses.multi import MultiLoss
 from ppdist.losses.ppyoloe import PPYOLOELoss
 from ppdist.losses.sar import SARLoss
 from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntropyLoss
+from ppdist.losses.table import SLALoss
 
 __all__ = [
     "ATSSAssigner",
@@ -31,5 +32,6 @@ __all__ = [
     "OhemCrossEntropyLoss",
     "PPYOLOELoss",
     "SARLoss",
+    "SLALoss",
     "TaskAlignedAssigner",
 ]

@@ -5,6 +5,7 @@ from ppdist.postprocess.distillation import DistillationCTCLabelDecode
 from ppdist.postprocess.nms import MultiClassNMS
 from ppdist.postprocess.sar_decode import SARLabelDecode
 from ppdist.postprocess.seg import SegPostProcess
+from ppdist.postprocess.table_decode import TableLabelDecode
 
 __all__ = [
     "CTCLabelDecode",
@@ -12,4 +13,5 @@ __all__ = [
     "MultiClassNMS",
     "SARLabelDecode",
     "SegPostProcess",
+    "TableLabelDecode",
 ]
