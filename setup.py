@@ -28,9 +28,9 @@ setup(
         "matplotlib>=3.7",  # training curves, PR curves, confusion matrices, galleries (issue 21)
         "onnx>=1.16",
         "onnxruntime>=1.18",
-        "onnxscript>=0.3",
+        "onnxscript>=0.3",  # torch.onnx's dynamo exporter (fallback for graphs the TorchScript-based one rejects)
         "apted>=1.0.3",  # TEDS tree edit distance of the table metric (issue 31)
-        "lxml>=4.6",  # TEDS: the HTML tree of a table (issue 31)  # torch.onnx's dynamo exporter (fallback for graphs the TorchScript-based one rejects)
+        "lxml>=4.6",  # TEDS: the HTML tree of a table (issue 31)
     ],
     # ruff pinned: its formatting changes between releases (tests/test_code_style.py runs it).
     # trackers: MLflow (Global.mlflow; the skinny client has the local file store) and W&B
