@@ -32,7 +32,7 @@ TASKS = {"segformer": "seg", "ocrnet": "seg"}
 DEVICE_CASES = ("rec", "seg", "det")  # the others' graphs are checked for devices by the export test
 # largest difference allowed, relative to the output's magnitude where it exceeds 1 (onnx_parity's rule)
 TOLERANCE = {"segformer": 1e-4, "ocrnet": 1e-4}
-ODD_SIZE = (1, 3, 71, 101)  # 71x101 -> 36x51 -> 18x26 -> 9x13 -> 5x7: odd sizes at several strides
+ODD_SIZE = (1, 3, 71, 101)  # 71x101 -> 36x51 -> 18x26 -> 9x13 -> 5x7 -> 3x4: odd sizes at every stride
 
 
 def _spread_ocrnet_outputs(model: torch.nn.Module) -> None:
