@@ -105,6 +105,16 @@ def test_export_matches_pytorch_at_two_sizes(tmp_path, case, exclude_nms):
         _assert_no_device(case, {"traced": _traced_graph(module, spec), "frozen": scripted.graph})
 
 
+def test_seg_export_sizes_read_paddleseg_resize_as_width_height():
+    """PaddleSeg's ``Resize.target_size`` is [w, h]: a 96-wide, 64-high Eval resize exports at 64x96."""
+    config = {
+        "PostProcess": {"name": "SegPostProcess"},
+        "Eval": {"dataset": {"transforms": [{"Resize": {"target_size": [96, 64]}}, {"Normalize": {}}]}},
+    }
+    _, spec = build_deploy(torch.nn.Conv2d(3, 2, 1), config)
+    assert spec.example_shapes == [(1, 3, 64, 96), (2, 3, 64, 112)]
+
+
 def _check_nms_graph(path, module, spec):
     """Same detections per image and the same scores; among anchors with equal scores (an untrained
     net gives equal scores to equal features) ONNX Runtime's TopK may pick another one."""
