@@ -135,9 +135,11 @@ def tiny_seg_config(
     max_iters: int = 150,
     num_train: int = 256,
     num_val: int = 37,
+    model: str = "pp_liteseg",
     **global_extra,
 ) -> str:
-    """A narrow PP-LiteSeg (STDC1 at base 16, thin decoder) on 64x64 synthetic shapes, 4 classes."""
+    """A narrow PP-LiteSeg (STDC1 at base 16, thin decoder) on 64x64 synthetic shapes, 4 classes;
+    ``model`` ``segformer`` / ``ocrnet`` swaps in a small model of that family (``TINY_SEG_MODELS``)."""
     min_kept = 8 * 64 * 64 // 16
     config = {
         "_BASE_": [SEG_QUICKSTART],
@@ -188,9 +190,39 @@ def tiny_seg_config(
             "loader": {"batch_size_per_card": 4, "num_workers": 0},
         },
     }
+    family = TINY_SEG_MODELS[model]
+    if family:  # the family's recipe as the base (its model keys), the tiny model, data and loss
+        config["_BASE_"] = [family["base"]]
+        config.update({key: family[key] for key in ("Architecture", "Loss", "PostProcess")})
+        config["Train"]["dataset"].update(name="SegDataSet", train_path="train.txt")
+        config["Eval"]["dataset"].update(name="SegDataSet", val_path="val.txt", transforms=EVAL_64)
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
     return path
+
+
+# The other PaddleSeg families on tiny_seg_config's data, based on their recipes: SegFormer-B0
+# (fixed widths) with a narrow decoder, OCRNet on HRNet_W18_Small_V1 with a narrow OCR head;
+# whole-image eval after a 64x64 Resize (a no-op on the data; exports use 64x64 example inputs).
+EVAL_64 = [{"Resize": {"target_size": [64, 64]}}, {"Normalize": {}}]
+TINY_SEG_MODELS: Dict[str, Dict[str, Any]] = {
+    "pp_liteseg": {},
+    "segformer": {
+        "base": os.path.join(REPO, "configs", "seg", "segformer_b0_cityscapes_1024x1024_160k.yml"),
+        "Architecture": {"Head": {"name": "SegFormerHead", "embedding_dim": 32}},
+        "Loss": {"types": [{"name": "CrossEntropyLoss"}], "coef": [1]},
+        "PostProcess": {"is_slide": False},
+    },
+    "ocrnet": {
+        "base": os.path.join(REPO, "configs", "seg", "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml"),
+        "Architecture": {
+            "Backbone": {"name": "HRNet_W18_Small_V1"},
+            "Head": {"name": "OCRHead", "ocr_mid_channels": 32, "ocr_key_channels": 16},
+        },
+        "Loss": {"types": [{"name": "CrossEntropyLoss"}] * 2, "coef": [1, 0.4]},
+        "PostProcess": {"is_slide": False},
+    },
+}
 
 
 DET_QUICKSTART = os.path.join(REPO, "configs", "det", "quickstart_synth.yml")

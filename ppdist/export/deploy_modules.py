@@ -99,7 +99,8 @@ class DetDeploy(nn.Module):
 
 
 def _eval_size(config: Mapping[str, Any], default: Sequence[int]) -> List[int]:
-    """[H, W] of the Eval resize, else ``default``."""
+    """The Eval resize's size as the config writes it, else ``default``: [H, W] for RecResizeImg and
+    PaddleDetection's Resize, [w, h] for PaddleSeg's (``_seg_eval_size``)."""
     for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms", []) or []:
         if not isinstance(entry, Mapping):
             continue
@@ -111,6 +112,13 @@ def _eval_size(config: Mapping[str, Any], default: Sequence[int]) -> List[int]:
             size = args["target_size"]
             return [size, size] if isinstance(size, int) else list(size)
     return list(default)
+
+
+def _seg_eval_size(config: Mapping[str, Any]) -> List[int]:
+    """[H, W] of a segmentation config's Eval resize (PaddleSeg's ``Resize.target_size`` is
+    [w, h]), else 512x512."""
+    width, height = _eval_size(config, (512, 512))
+    return [height, width]
 
 
 def build_deploy(
@@ -132,7 +140,7 @@ def build_deploy(
         )
         return RecDeploy(model).eval(), spec
     if task == "seg":
-        height, width = _eval_size(config, (512, 512))
+        height, width = _seg_eval_size(config)
         spec = GraphSpec(
             inputs,
             outputs,
