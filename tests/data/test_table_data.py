@@ -6,6 +6,7 @@ import copy
 import importlib.util
 import json
 import os
+import pickle
 
 import cv2
 import numpy as np
@@ -153,6 +154,9 @@ def test_index_is_cached_and_mapped(table_root, tmp_path):
     assert BUILDS["mapped"] == mapped + 1 and os.listdir(tmp_path)
     assert len(second) == len(first)
     np.testing.assert_array_equal(second[0]["structure"], EXPECTED["merge_small/simple/structure"])
+    unpickled = pickle.loads(pickle.dumps(second))  # as a spawned loader worker gets it
+    assert unpickled.origin(1) == f"{second.label_files[0]}:2 (spans.png)"
+    np.testing.assert_array_equal(unpickled[1]["structure"], EXPECTED["merge_small/spans/structure"])
 
 
 def test_paddleocr_dictionary_paths_use_the_bundled_copies():
