@@ -185,7 +185,7 @@ def test_dump_config_round_trip(tmp_path, repo_root):
     [
         (
             "{kind: ocr, data_dir: d}",
-            r"Global.synthetic_data.kind must be one of \['det', 'rec', 'rec_ppocrv3', 'seg'\], got 'ocr'",
+            r"Global.synthetic_data.kind must be one of \['det', 'rec', 'rec_ppocrv3', 'seg', 'table'\], got 'ocr'",
         ),
         ("{kind: rec}", r"missing required key Global.synthetic_data.data_dir"),
         (
