@@ -143,7 +143,7 @@ class TableLabelEncode:
             self.is_cell[i] = token in CELL_TOKENS
 
     @property
-    def length(self) -> int:
+    def padded_length(self) -> int:
         """Entries of ``structure`` / ``bboxes``: max_text_length plus sos and eos."""
         return self.max_text_length + 2
 
@@ -172,12 +172,12 @@ class TableLabelEncode:
         ids = [self.dict[t] for t in tokens if t in self.dict]
         if not ids:
             raise RejectedSample("no token of the structure is in the table structure dictionary")
-        structure = np.full(self.length, self.pad_idx, dtype=np.int64)
+        structure = np.full(self.padded_length, self.pad_idx, dtype=np.int64)
         structure[0] = self.start_idx
         structure[1 : len(ids) + 1] = ids
         structure[len(ids) + 1] = self.end_idx
-        bboxes = np.zeros((self.length, self.loc_reg_num), dtype=np.float32)
-        bbox_masks = np.zeros(self.length, dtype=np.float32)
+        bboxes = np.zeros((self.padded_length, self.loc_reg_num), dtype=np.float32)
+        bbox_masks = np.zeros(self.padded_length, dtype=np.float32)
         cells = data["cells"]
         for k, i in enumerate(np.flatnonzero(self.is_cell[structure]).tolist()):
             cell = _cell(cells, k)
