@@ -9,7 +9,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["ppdist", "ppdist.*"]),
-    # PaddleOCR's Chinese and English dictionaries (Apache-2.0, see ppdist/data/dicts/README.md)
+    # PaddleOCR's Chinese, English and table structure dictionaries (Apache-2.0, see ppdist/data/dicts/README.md)
     package_data={"ppdist.data": ["dicts/*.txt", "dicts/README.md"]},
     python_requires=">=3.9",
     install_requires=[

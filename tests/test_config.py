@@ -108,7 +108,7 @@ def test_paddle_config_loads_with_defaults(repo_root):
         ("Train.loader.batch_size=3", r"unknown key Train.loader.batch_size.*'batch_size_per_card'"),
         (
             "Train.dataset.label_file_list=[a.txt]",
-            r"unknown key Train.dataset.label_file_list.*It is a key of: SimpleDataSet",
+            r"unknown key Train.dataset.label_file_list.*It is a key of: PubTabDataSet, SimpleDataSet",
         ),
         ("Global.to_static=true", r"Global.to_static is not supported yet"),
         ("Global.eval_batch_step=[1]", r"\[start, interval\]"),
@@ -185,7 +185,7 @@ def test_dump_config_round_trip(tmp_path, repo_root):
     [
         (
             "{kind: ocr, data_dir: d}",
-            r"Global.synthetic_data.kind must be one of \['det', 'rec', 'rec_ppocrv3', 'seg'\], got 'ocr'",
+            r"Global.synthetic_data.kind must be one of \['det', 'rec', 'rec_ppocrv3', 'seg', 'table'\], got 'ocr'",
         ),
         ("{kind: rec}", r"missing required key Global.synthetic_data.data_dir"),
         (

@@ -13,6 +13,10 @@ Tasks:
 - ``det``: shapes over textured backgrounds in COCO layout (``images/{train,val}/``,
   ``annotations/instances_{train,val}.json`` with category ids 1, 3, 5, ..., ``train.txt``),
   e.g. ``python tools/make_synthetic_data.py det --out DIR --num 4000 --num_classes 4``.
+- ``table``: tables (random rows/columns, row/col spans, a header or not, short cell texts, all,
+  horizontal or no ruling lines) in PubTabNet's jsonl layout (``images/{train,val}/``,
+  ``train.txt`` / ``val.txt`` with one json object per line), e.g.
+  ``python tools/make_synthetic_data.py table --out DIR --num 2000 --max_rows 8 --max_cols 6``.
 
 Skips generation when the output already holds a dataset; prints a JSON summary.
 """
@@ -75,6 +79,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     det = _task_parser(tasks, "det", "object detection (shapes) in COCO layout")
     det.add_argument("--image_size", type=int, default=160, help="side of the square images in pixels")
     det.add_argument("--num_classes", type=int, default=4, help="object classes (1-7)")
+    table = _task_parser(tasks, "table", "table structure (rendered tables) in PubTabNet jsonl layout")
+    table.add_argument("--max_rows", type=int, default=8, help="rows per table: 2 to this")
+    table.add_argument("--max_cols", type=int, default=6, help="columns per table: 2 to this")
+    table.add_argument(
+        "--span_ratio", type=float, default=0.15, help="share of cells that try a row/col span"
+    )
     return parser.parse_args(argv)
 
 

@@ -1,6 +1,6 @@
 """Character dictionaries shared by the CTC label encoder and decoder (PaddleOCR rules).
 
-``ppocr_keys_v1.txt`` and ``en_dict.txt`` are bundled (``ppdist/data/dicts``): a PaddleOCR path to
+``ppocr_keys_v1.txt``, ``en_dict.txt`` and the table structure dictionaries are bundled (``ppdist/data/dicts``): a PaddleOCR path to
 them such as ``ppocr/utils/ppocr_keys_v1.txt`` that does not exist from the working directory
 resolves to the bundled copy (a path that exists always wins).
 """
@@ -15,9 +15,14 @@ from ppdist.errors import ConfigError
 
 DEFAULT_CHARACTERS = "0123456789abcdefghijklmnopqrstuvwxyz"
 BUNDLED_DICT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dicts")
-BUNDLED_DICTS = ("ppocr_keys_v1.txt", "en_dict.txt")
+BUNDLED_DICTS = (
+    "ppocr_keys_v1.txt",
+    "en_dict.txt",
+    "table_structure_dict.txt",
+    "table_structure_dict_ch.txt",
+)
 # the folders a config names a bundled dictionary in: PaddleOCR's checkout and ppdist's own
-BUNDLED_DICT_PREFIXES = ("ppocr/utils", "ppdist/data/dicts")
+BUNDLED_DICT_PREFIXES = ("ppocr/utils", "ppocr/utils/dict", "ppdist/data/dicts")
 
 logger = logging.getLogger("ppdist")
 _reported: Set[str] = set()  # paths whose fallback was already announced (one line per process)

@@ -1,6 +1,6 @@
 """Data transforms ("ops"); importing this package registers all of them in ``TRANSFORMS``."""
 
-from ppdist.data.transforms import common, det, rec, rec_concat, rec_labels, seg  # noqa: F401  (registration)
+from ppdist.data.transforms import common, det, rec, rec_concat, rec_labels, seg, table  # noqa: F401  (registration)
 from ppdist.data.transforms.common import DecodeImage, KeepKeys
 from ppdist.data.transforms.det import (
     BatchRandomResize,
@@ -23,6 +23,13 @@ from ppdist.data.transforms.seg import (
     RandomVerticalFlip,
     Resize,
     ResizeStepScaling,
+)
+from ppdist.data.transforms.table import (
+    PaddingTableImage,
+    ResizeTableImage,
+    TableBoxEncode,
+    TableLabelEncode,
+    ToCHWImage,
 )
 
 __all__ = [
@@ -49,4 +56,9 @@ __all__ = [
     "RandomVerticalFlip",
     "Resize",
     "ResizeStepScaling",
+    "PaddingTableImage",
+    "ResizeTableImage",
+    "TableBoxEncode",
+    "TableLabelEncode",
+    "ToCHWImage",
 ]

@@ -402,10 +402,29 @@ class RandomFlip:
 
 
 # ----------------------------------------------------------------------------- normalise / layout
+def _scale_value(scale: Union[float, str]) -> float:
+    """A number, or text such as ``1./255.`` (a number or a quotient of two), as PaddleOCR writes it."""
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        value = float(scale)
+    else:
+        try:
+            parts = [float(p) for p in str(scale).split("/")]
+            value = parts[0] / parts[1] if len(parts) == 2 else parts[0] if len(parts) == 1 else float("nan")
+        except (ValueError, ZeroDivisionError):
+            value = float("nan")
+    if not np.isfinite(value) or value <= 0:
+        raise ConfigError(
+            f"NormalizeImage.scale must be a positive number or text like '1./255.', got {scale!r}"
+        )
+    return value
+
+
 @TRANSFORMS.register
 class NormalizeImage:
-    """float32; ``is_scale`` divides by 255; ``norm_type`` "mean_std" then subtracts ``mean`` and
-    divides by ``std`` per channel ("none": no mean/std). Layout unchanged (HWC)."""
+    """float32; ``is_scale`` multiplies by ``scale`` (1/255 unless given: a number or PaddleOCR's
+    text such as ``1./255.``); ``norm_type`` "mean_std" then subtracts ``mean`` and divides by
+    ``std`` per channel ("none": no mean/std). Layout unchanged: HWC, or CHW with PaddleOCR's
+    ``order: chw``."""
 
     def __init__(
         self,
@@ -413,7 +432,11 @@ class NormalizeImage:
         std: Sequence[float] = (0.229, 0.224, 0.225),
         is_scale: bool = True,
         norm_type: str = "mean_std",
+        scale: Union[float, str, None] = None,
+        order: str = "hwc",
     ) -> None:
+        if order not in ("hwc", "chw"):
+            raise ConfigError(f"NormalizeImage.order must be 'hwc' or 'chw', got {order!r}")
         if norm_type not in ("mean_std", "none"):
             raise ConfigError(f"NormalizeImage.norm_type must be 'mean_std' or 'none', got {norm_type!r}")
         if not isinstance(mean, (list, tuple)) or not isinstance(std, (list, tuple)) or len(mean) != len(std):
@@ -425,13 +448,17 @@ class NormalizeImage:
         self.mean = np.asarray(mean, dtype=np.float32)
         self.std = np.asarray(std, dtype=np.float32)
         self.is_scale = bool(is_scale)
+        self.scale = np.float32(1.0 / 255.0) if scale is None else np.float32(_scale_value(scale))
         self.norm_type = norm_type
+        self.order = order
+        if order == "chw":  # the device steps work on the last axis: a CHW image stays on the host
+            self.device_steps = None  # type: ignore[assignment]
 
     def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
         """The same float32 arithmetic for the device (see ``ppdist.data.device_transforms``)."""
         steps: List[Tuple[str, Tuple[float, ...]]] = []
         if self.is_scale:
-            steps.append(("mul", (float(np.float32(1.0 / 255.0)),)))
+            steps.append(("mul", (float(self.scale),)))
         if self.norm_type == "mean_std":
             steps += [("sub", tuple(self.mean.tolist())), ("div", tuple(self.std.tolist()))]
         return steps
@@ -439,14 +466,16 @@ class NormalizeImage:
     def __call__(self, data: Sample) -> Sample:
         img = _image(data, "NormalizeImage").astype(np.float32)
         if self.is_scale:
-            img *= np.float32(1.0 / 255.0)
+            img *= self.scale
         if self.norm_type == "mean_std":
-            if img.shape[2] != len(self.mean):
+            channels = img.shape[0] if self.order == "chw" else img.shape[2]
+            if channels != len(self.mean):
                 raise ValueError(
-                    f"NormalizeImage has {len(self.mean)} mean/std values for a {img.shape[2]}-channel image"
+                    f"NormalizeImage has {len(self.mean)} mean/std values for a {channels}-channel image"
                 )
-            img -= self.mean
-            img /= self.std
+            shape = (-1, 1, 1) if self.order == "chw" else (-1,)
+            img -= self.mean.reshape(shape)
+            img /= self.std.reshape(shape)
         data["image"] = img
         return data
 

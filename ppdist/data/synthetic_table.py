@@ -1,0 +1,189 @@
+"""Synthetic tables in PubTabNet's jsonl layout (the table quick start's data).
+
+``generate_table_dataset`` draws tables of random rows and columns, with row and column spans,
+an optional header (``<thead>``), short cell texts (some cells empty) and all, only horizontal
+or no ruling lines::
+
+    out_dir/images/train/00000000.png   out_dir/train.txt   (one PubTabNet json object per line)
+    out_dir/images/val/00000000.png     out_dir/val.txt
+
+Each line is ``{"filename", "split", "imgid", "html": {"structure": {"tokens"}, "cells":
+[{"tokens", "bbox"}]}}``: the structure tokens of PaddleOCR's ``table_structure_dict.txt``
+(``<td>``/``</td>``, or ``<td``, `` colspan="n"``, `` rowspan="n"``, ``>``, ``</td>``), one
+cell per ``<td``, its text as single characters and the tight box [x1, y1, x2, y2] of the drawn
+text; an empty cell has no tokens and no bbox, as in PubTabNet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Tuple
+
+import cv2
+import numpy as np
+
+from ppdist.data.synthetic_io import build_atomically
+from ppdist.registry import SYNTHETIC_DATA
+
+TEXT_CHARS = "ABCDEFGHKLMNPRSTXabcdefghkmnoprstuxyz0123456789.%-"
+LINE_STYLES = ("full", "horizontal", "none")
+MAX_SPAN = 3
+FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+def _layout(
+    rng: np.random.Generator, rows: int, cols: int, head: int, span_ratio: float
+) -> List[Tuple[int, int, int, int]]:
+    """Cells (row, col, rowspan, colspan) in row-major order covering the grid once; a row span
+    stays inside the header or the body."""
+    taken = np.zeros((rows, cols), dtype=bool)
+    cells = []
+    for r in range(rows):
+        section_end = head if r < head else rows
+        for c in range(cols):
+            if taken[r, c]:
+                continue
+            rs = cs = 1
+            if rng.random() < span_ratio:
+                cs = int(rng.integers(1, MAX_SPAN + 1))
+                rs = int(rng.integers(1, MAX_SPAN + 1))
+                while c + cs > cols or taken[r, c : c + cs].any():
+                    cs -= 1
+                rs = min(rs, section_end - r)
+                while taken[r : r + rs, c : c + cs].any():
+                    rs -= 1
+            taken[r : r + rs, c : c + cs] = True
+            cells.append((r, c, rs, cs))
+    return cells
+
+
+def _cell_tokens(rs: int, cs: int) -> List[str]:
+    if rs == 1 and cs == 1:
+        return ["<td>", "</td>"]
+    attrs = ([f' colspan="{cs}"'] if cs > 1 else []) + ([f' rowspan="{rs}"'] if rs > 1 else [])
+    return ["<td", *attrs, ">", "</td>"]
+
+
+def render_table(
+    rng: np.random.Generator, max_rows: int, max_cols: int, span_ratio: float
+) -> Tuple[np.ndarray, Dict[str, Any]]:
+    """One table picture (uint8 BGR) and its PubTabNet ``html`` entry."""
+    rows, cols = int(rng.integers(2, max_rows + 1)), int(rng.integers(2, max_cols + 1))
+    head = int(rng.random() < 0.5)
+    widths = rng.integers(36, 90, size=cols)
+    heights = rng.integers(20, 30, size=rows)
+    margin = int(rng.integers(4, 16))
+    xs = np.concatenate([[0], np.cumsum(widths)]) + margin
+    ys = np.concatenate([[0], np.cumsum(heights)]) + margin
+    img = np.full((int(ys[-1]) + margin, int(xs[-1]) + margin, 3), 255, dtype=np.uint8)
+    ink = tuple(int(v) for v in rng.integers(0, 60, size=3))
+    lines = LINE_STYLES[int(rng.integers(len(LINE_STYLES)))]
+    scale = float(rng.uniform(0.35, 0.45))
+    layout = _layout(rng, rows, cols, head, span_ratio)
+    structure: List[str] = ["<thead>"] if head else ["<tbody>"]
+    cells: List[Dict[str, Any]] = []
+    for r in range(rows):
+        if head and r == head:
+            structure += ["</thead>", "<tbody>"]
+        structure.append("<tr>")
+        for _, c, rs, cs in (cell for cell in layout if cell[0] == r):
+            structure += _cell_tokens(rs, cs)
+            x1, x2, y1, y2 = int(xs[c]), int(xs[c + cs]), int(ys[r]), int(ys[r + rs])
+            if lines == "full":
+                cv2.rectangle(img, (x1, y1), (x2, y2), ink, 1)
+            cells.append(_draw_text(rng, img, (x1, y1, x2, y2), ink, scale))
+        structure.append("</tr>")
+    structure.append("</tbody>")
+    if lines == "horizontal":
+        for y in ys[[0, head, rows]] if head else ys[[0, rows]]:
+            cv2.line(img, (int(xs[0]), int(y)), (int(xs[-1]), int(y)), ink, 1)
+    return img, {"structure": {"tokens": structure}, "cells": cells}
+
+
+def _draw_text(
+    rng: np.random.Generator, img: np.ndarray, box: Tuple[int, int, int, int], ink: tuple, scale: float
+) -> Dict[str, Any]:
+    """Draw a short text inside ``box`` (or nothing: an empty cell); its cell entry."""
+    x1, y1, x2, y2 = box
+    if rng.random() < 0.15:
+        return {"tokens": []}
+    length = int(rng.integers(1, 8))
+    while length > 1 and cv2.getTextSize("W" * length, FONT, scale, 1)[0][0] > x2 - x1 - 8:
+        length -= 1
+    text = "".join(TEXT_CHARS[i] for i in rng.integers(0, len(TEXT_CHARS), size=length))
+    (w, h), base = cv2.getTextSize(text, FONT, scale, 1)
+    left = x1 + 4 + int(rng.integers(0, max(1, x2 - x1 - 8 - w)))
+    bottom = y1 + (y2 - y1 + h) // 2
+    cv2.putText(img, text, (left, bottom), FONT, scale, ink, 1, cv2.LINE_AA)
+    dark = img[y1 + 2 : y2 - 1, x1 + 2 : x2 - 1].min(axis=2) < 200
+    yy, xx = np.nonzero(dark)
+    if len(xx) == 0:
+        return {"tokens": []}
+    bbox = [x1 + 2 + int(xx.min()), y1 + 2 + int(yy.min()), x1 + 3 + int(xx.max()), y1 + 3 + int(yy.max())]
+    return {"tokens": list(text), "bbox": bbox}
+
+
+def _write_split(
+    root: str,
+    split: str,
+    count: int,
+    seed: int,
+    split_id: int,
+    max_rows: int,
+    max_cols: int,
+    span_ratio: float,
+) -> int:
+    os.makedirs(os.path.join(root, "images", split))
+    spans = 0
+    with open(os.path.join(root, f"{split}.txt"), "w", encoding="utf-8", newline="\n") as handle:
+        for i in range(count):
+            rng = np.random.default_rng([seed & 0xFFFFFFFF, split_id, i])
+            img, html = render_table(rng, max_rows, max_cols, span_ratio)
+            rel = f"images/{split}/{i:08d}.png"
+            ok, buf = cv2.imencode(".png", img)
+            if not ok:
+                raise RuntimeError(f"could not encode {rel}")
+            with open(os.path.join(root, rel), "wb") as out:
+                out.write(buf.tobytes())
+            spans += html["structure"]["tokens"].count("<td")
+            handle.write(json.dumps({"filename": rel, "split": split, "imgid": i, "html": html}) + "\n")
+    return spans
+
+
+@SYNTHETIC_DATA.register(name="table")
+def generate_table_dataset(
+    out_dir: str,
+    num_train: int,
+    num_val: int,
+    seed: int = 0,
+    max_rows: int = 8,
+    max_cols: int = 6,
+    span_ratio: float = 0.15,
+) -> dict:
+    """Draw a table dataset into ``out_dir`` (skipped if ``out_dir/train.txt`` exists).
+
+    Deterministic for a seed; train and val use separate random streams. Built in a temporary
+    directory beside ``out_dir`` and renamed into place. Returns a summary dict.
+    """
+    if not (2 <= max_rows <= 30 and 2 <= max_cols <= 20):
+        raise ValueError(f"max_rows must be in [2, 30] and max_cols in [2, 20], got {max_rows}, {max_cols}")
+    if not 0.0 <= span_ratio <= 1.0:
+        raise ValueError(f"span_ratio must be in [0, 1], got {span_ratio}")
+    out_dir = os.path.abspath(out_dir)
+    summary: Dict[str, object] = {
+        "task": "table",
+        "out_dir": out_dir,
+        "seed": seed,
+        "max_rows": max_rows,
+        "max_cols": max_cols,
+        "span_ratio": span_ratio,
+    }
+
+    def write(tmp: str) -> dict:
+        args = (max_rows, max_cols, span_ratio)
+        spans = _write_split(tmp, "train", num_train, seed, 0, *args)
+        spans += _write_split(tmp, "val", num_val, seed, 1, *args)
+        return {"spanning_cells": spans}
+
+    return build_atomically(out_dir, summary, num_train, num_val, write)
