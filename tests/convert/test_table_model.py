@@ -23,6 +23,7 @@ from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir
 
 from ppdist.components import build_model
 from ppdist.convert.weights import convert_state_dict, load_pdparams
+from ppdist.engine.checkpoint.weights import load_pretrained, load_stage_pretrained
 
 torch.set_num_threads(2)
 
@@ -105,3 +106,18 @@ def test_eval_decode_equals_paddleocr(small_model):
     tokens = EXPECTED["eval/structure_probs"].argmax(-1)
     # a decode worth checking: each step's token is fed back, the two images decode differently
     assert len(np.unique(tokens[0])) >= 2 and not np.array_equal(tokens[0], tokens[1])
+
+
+def test_paddle_file_loads_as_pretrained_model_and_as_backbone_weights(small_model):
+    path = os.path.join(FIXTURES, "slanet_small.pdparams")
+    whole = build(SMALL["architecture"])
+    load_pretrained(whole, path)  # Global.pretrained_model
+    for key, value in small_model.state_dict().items():
+        assert torch.equal(whole.state_dict()[key].double(), value.double()), key
+    backbone_only = build(SMALL["architecture"])
+    neck_before = copy.deepcopy(backbone_only.neck.state_dict())
+    load_stage_pretrained(backbone_only, "backbone", path)  # Architecture.Backbone.pretrained
+    for key, value in small_model.backbone.state_dict().items():
+        assert torch.equal(backbone_only.backbone.state_dict()[key].double(), value.double()), key
+    for key, value in neck_before.items():
+        assert torch.equal(backbone_only.neck.state_dict()[key], value), key

@@ -173,3 +173,16 @@ def test_fc_decay_tags_the_generators_only_and_survives_a_copy():
         }
     plain = BaseModel(tiny_arch()).head
     assert not any(hasattr(p, "regularizer_factor") for p in plain.parameters())
+
+
+def test_backbone_batch_norms_have_no_weight_decay_as_the_original(model):
+    """det_pp_lcnet's BatchNorms carry L2Decay(0.0); CSPPAN's and the head's follow the optimizer."""
+    factors = {
+        name: getattr(p, "regularizer_factor", None) for name, p in copy.deepcopy(model).named_parameters()
+    }
+    assert factors["backbone.conv1.bn.weight"] == 0.0 and factors["backbone.blocks6.1.pw_conv.bn.bias"] == 0.0
+    assert (
+        factors["backbone.conv1.conv.weight"] is None and factors["backbone.blocks6.0.se.conv1.bias"] is None
+    )
+    assert factors["neck.conv_t.convs.0.bn.weight"] is None
+    assert not any(name.startswith("head.") and value is not None for name, value in factors.items())

@@ -17,7 +17,13 @@ from typing import List, NamedTuple, Union
 import torch
 from torch import nn
 
-from ppdist.modeling.layers import hard_sigmoid_paddle, init_paddle_conv_default, make_divisible
+from ppdist.modeling.layers import (
+    NormNoDecayModule,
+    hard_sigmoid_paddle,
+    init_paddle_conv_default,
+    make_divisible,
+    tag_norm_no_decay,
+)
 from ppdist.registry import BACKBONES
 
 PADDLE_HARDSIGMOID_SLOPE = 0.1666667  # paddle.nn.Hardsigmoid's default (torch's is exactly 1/6)
@@ -108,8 +114,10 @@ def _check_scale(scale: Union[int, float]) -> float:
 
 
 @BACKBONES.register(name="PPLCNet")
-class PPLCNet(nn.Module):
+class PPLCNet(NormNoDecayModule):
     """(B, in_channels, H, W) -> [stage 3 (H/4), stage 4 (H/8), stage 5 (H/16), stage 6 (H/32)].
+
+    BatchNorm scales and shifts carry ``regularizer_factor = 0`` (the original's ``L2Decay(0.0)``).
 
     ``out_channels`` lists the four levels' channels: ``int(c * scale)`` for c = 64, 128, 256, 512,
     as PaddleOCR declares them (the layers round with ``make_divisible``; equal at the usual scales).
@@ -138,6 +146,7 @@ class PPLCNet(nn.Module):
             ]
             self.add_module(name, nn.Sequential(*blocks))
         init_paddle_conv_default(self)
+        tag_norm_no_decay(self)
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         x = self.blocks2(self.conv1(x))

@@ -154,7 +154,9 @@ class SLAHead(L2TaggedModule):
                 f"SLAHead: batch['structure'] must be (B, >= max_text_length + 1 = {steps}) token "
                 f"indices, got shape {tuple(structure.shape)}"
             )
-        tokens = one_hot(structure[:, :steps].to(self.classes.device, non_blocking=True), self.classes, fea.dtype)
+        tokens = one_hot(
+            structure[:, :steps].to(self.classes.device, non_blocking=True), self.classes, fea.dtype
+        )
         hidden, fea_proj = self._steps(fea)
         outputs = []
         for i in range(steps):
