@@ -56,6 +56,12 @@ def test_trainable_parameter_count_equals_paddleocr(config):
     parts = {stage: trainable(getattr(model, stage)) for stage in ("backbone", "neck", "head")}
     assert parts == expected["parts"]
     assert trainable(model) == expected["trainable"]
+    # the published *_ppstructure_mobile_v2.0_SLANet_train files hold this model's state dict: every
+    # tensor of ppdist's model comes from one of them, with its shape, and none is left over
+    paddle_state = {key: np.zeros(shape, np.float32) for key, shape in expected["state_dict"].items()}
+    _, report = convert_state_dict(model, paddle_state, config)
+    assert report.complete and report.unused == [], report.lines()
+    assert report.total == len(paddle_state)
 
 
 @pytest.fixture(scope="module")

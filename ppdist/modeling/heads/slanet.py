@@ -167,8 +167,8 @@ class SLAHead(L2TaggedModule):
 
     def _forward_decode(self, fea: torch.Tensor) -> Dict[str, torch.Tensor]:
         hidden, fea_proj = self._steps(fea)
-        token = fea.new_zeros((fea.shape[0], self.num_embeddings))
-        token[:, 0] = 1.0  # the first step reads token 0 (sos)
+        sos = fea.new_zeros(fea.shape[0], dtype=torch.long)  # the first step reads token 0 (sos)
+        token = one_hot(sos, self.classes, fea.dtype)
         scores, locs = [], []
         for _ in range(self.max_text_length + 1):
             hidden, _ = self.structure_attention_cell(hidden, fea, fea_proj, token)
