@@ -12,6 +12,7 @@ from ppdist.modeling.backbones.mix_transformer import (
 )
 from ppdist.modeling.backbones.mobilenet_v1_enhance import MobileNetV1Enhance
 from ppdist.modeling.backbones.mobilenet_v3 import MobileNetV3
+from ppdist.modeling.backbones.pp_lcnet import PPLCNet
 from ppdist.modeling.backbones.stdcnet import STDC1, STDC2
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "MixVisionTransformer_B5",
     "MobileNetV1Enhance",
     "MobileNetV3",
+    "PPLCNet",
     "STDC1",
     "STDC2",
 ]

@@ -7,5 +7,15 @@ from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
 from ppdist.modeling.heads.sar import SARHead
 from ppdist.modeling.heads.segformer import SegFormerHead
+from ppdist.modeling.heads.slanet import SLAHead
 
-__all__ = ["CTCHead", "MultiHead", "OCRHead", "PPLiteSegHead", "PPYOLOEHead", "SARHead", "SegFormerHead"]
+__all__ = [
+    "CTCHead",
+    "MultiHead",
+    "OCRHead",
+    "PPLiteSegHead",
+    "PPYOLOEHead",
+    "SARHead",
+    "SegFormerHead",
+    "SLAHead",
+]

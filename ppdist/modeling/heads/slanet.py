@@ -1,0 +1,180 @@
+"""SLAHead, SLANet's table structure and cell box decoder (PaddleOCR's ``table_att_head.SLAHead``).
+
+The head attends over the last (coarsest) feature map of the neck, flattened to (B, H*W, C). At
+each step an attention GRU cell reads the previous token as a one-hot vector and the attention
+context; its output feeds the structure generator (Linear -> Linear: token scores) and the
+location generator (Linear -> Linear -> sigmoid: ``loc_reg_num`` normalised box coordinates).
+
+Training (teacher forcing): step i reads ``batch["structure"][:, i]`` for i = 0..max_text_length;
+the structure output is the generator's scores (logits, as the original). Eval: greedy decoding of
+``max_text_length + 1`` steps starting from token 0 (``sos``), each step reading the arg-max of the
+previous one; the structure output is the softmax of the scores. Both return ``{"structure_probs":
+(B, max_text_length + 1, out_channels), "loc_preds": (B, max_text_length + 1, loc_reg_num)}``.
+
+Attribute names are PaddleOCR's (``structure_attention_cell.{i2h, h2h, score, rnn}``,
+``structure_generator.{0, 1}``, ``loc_generator.{0, 1}``), so state-dict keys are Paddle's.
+Nothing in either forward reads a device value on the host (the one-hot is a comparison).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+
+from ppdist.modeling.layers import L2TaggedModule
+from ppdist.registry import HEADS
+
+
+def one_hot(tokens: torch.Tensor, classes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(...) int tokens -> (..., n) one-hot in ``dtype`` (``classes`` is ``arange(n)``); no host read,
+    unlike ``F.one_hot``'s range check; a token outside [0, n) gives a zero row."""
+    return (tokens.unsqueeze(-1) == classes).to(dtype)
+
+
+class AttentionGRUCell(nn.Module):
+    """Additive attention over ``feats`` (B, T, C) from the previous hidden state, then a GRU cell
+    on [context, previous token one-hot]."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_embeddings: int) -> None:
+        super().__init__()
+        self.i2h = nn.Linear(input_size, hidden_size, bias=False)
+        self.h2h = nn.Linear(hidden_size, hidden_size)
+        self.score = nn.Linear(hidden_size, 1, bias=False)
+        self.rnn = nn.GRUCell(input_size + num_embeddings, hidden_size)
+        self.hidden_size = hidden_size
+
+    def forward(
+        self, hidden: torch.Tensor, feats: torch.Tensor, feats_proj: torch.Tensor, token: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One step: (the new hidden state (B, hidden), attention weights (B, T)).
+
+        ``feats_proj`` is ``i2h(feats)``, the same at every step (computed once by the caller).
+        """
+        energy = torch.tanh(feats_proj + self.h2h(hidden).unsqueeze(1))
+        alpha = torch.softmax(self.score(energy), dim=1)  # (B, T, 1)
+        context = torch.bmm(alpha.transpose(1, 2), feats).squeeze(1)
+        hidden = self.rnn(torch.cat((context, token.to(context.dtype)), dim=1), hidden.to(context.dtype))
+        return hidden, alpha.squeeze(2)
+
+
+def _positive_int(key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"SLAHead.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+@HEADS.register(name="SLAHead")
+class SLAHead(L2TaggedModule):
+    """(B, C, H, W) maps (the last one is used) -> structure scores/probabilities and cell boxes.
+
+    ``out_channels``: the structure dictionary's tokens (merged ``<td></td>``, ``sos``, ``eos``),
+    filled from the post-process by ``build_model``. ``fc_decay`` > 0 gives the generators' Linear
+    parameters that L2 coefficient and PaddleOCR's U(+-1/sqrt(hidden_size)) init.
+    """
+
+    def __init__(
+        self,
+        in_channels: Union[int, Sequence[int]],
+        hidden_size: int,
+        out_channels: int = 30,
+        max_text_length: int = 500,
+        loc_reg_num: int = 4,
+        fc_decay: float = 0.0,
+    ) -> None:
+        super().__init__()
+        channels = in_channels if isinstance(in_channels, int) else list(in_channels)[-1]
+        _positive_int("in_channels", channels)
+        self.hidden_size = _positive_int("hidden_size", hidden_size)
+        self.max_text_length = _positive_int("max_text_length", max_text_length)
+        self.loc_reg_num = _positive_int("loc_reg_num", loc_reg_num)
+        self.num_embeddings = _positive_int("out_channels", out_channels)
+        if isinstance(fc_decay, bool) or not isinstance(fc_decay, (int, float)) or fc_decay < 0:
+            raise ValueError(f"SLAHead.fc_decay must be a number >= 0, got {fc_decay!r}")
+        self.out_channels = out_channels
+        self.structure_attention_cell = AttentionGRUCell(channels, hidden_size, out_channels)
+        self.structure_generator = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, out_channels)
+        )
+        self.loc_generator = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, loc_reg_num), nn.Sigmoid()
+        )
+        self.register_buffer("classes", torch.arange(out_channels), persistent=False)
+        self._init_like_paddle(float(fc_decay))
+
+    def _init_like_paddle(self, fc_decay: float) -> None:
+        """Paddle's defaults: Linear weights Xavier-uniform, biases 0, the GRU cell U(+-1/sqrt(hidden))
+        (torch's default too); with ``fc_decay`` the generators' Linears U(+-1/sqrt(hidden_size))."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        generators = [*self.structure_generator.parameters(), *self.loc_generator.parameters()]
+        if fc_decay > 0:
+            bound = 1.0 / math.sqrt(self.hidden_size)
+            for param in generators:
+                nn.init.uniform_(param, -bound, bound)
+        self.regularizer_factor = fc_decay
+        self.tag_parameters()
+
+    def tag_parameters(self) -> None:
+        """Only the generators carry ``fc_decay`` (the others follow the optimizer's regularizer)."""
+        if self.regularizer_factor > 0:
+            for param in [*self.structure_generator.parameters(), *self.loc_generator.parameters()]:
+                param.regularizer_factor = float(self.regularizer_factor)
+
+    def forward(
+        self,
+        feats: Union[torch.Tensor, Sequence[torch.Tensor]],
+        batch: Optional[Mapping[str, torch.Tensor]] = None,
+    ) -> Dict[str, torch.Tensor]:
+        fea = feats if isinstance(feats, torch.Tensor) else feats[-1]
+        fea = fea.flatten(2).transpose(1, 2)  # (B, H*W, C)
+        if self.training:
+            if batch is None or "structure" not in batch:
+                raise KeyError(
+                    "SLAHead in training needs the batch entry 'structure' (TableLabelEncode's token "
+                    "indices, named in KeepKeys)"
+                )
+            return self._forward_teacher(fea, batch["structure"])
+        return self._forward_decode(fea)
+
+    def _steps(self, fea: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The initial hidden state (zeros) and ``i2h`` of the features."""
+        hidden = fea.new_zeros((fea.shape[0], self.hidden_size))
+        return hidden, self.structure_attention_cell.i2h(fea)
+
+    def _forward_teacher(self, fea: torch.Tensor, structure: torch.Tensor) -> Dict[str, torch.Tensor]:
+        steps = self.max_text_length + 1
+        if structure.dim() != 2 or structure.shape[1] < steps:
+            raise ValueError(
+                f"SLAHead: batch['structure'] must be (B, >= max_text_length + 1 = {steps}) token "
+                f"indices, got shape {tuple(structure.shape)}"
+            )
+        tokens = one_hot(
+            structure[:, :steps].to(self.classes.device, non_blocking=True), self.classes, fea.dtype
+        )
+        hidden, fea_proj = self._steps(fea)
+        outputs = []
+        for i in range(steps):
+            hidden, _ = self.structure_attention_cell(hidden, fea, fea_proj, tokens[:, i])
+            outputs.append(hidden)
+        output = torch.stack(outputs, dim=1)  # (B, steps, hidden)
+        return {"structure_probs": self.structure_generator(output), "loc_preds": self.loc_generator(output)}
+
+    def _forward_decode(self, fea: torch.Tensor) -> Dict[str, torch.Tensor]:
+        hidden, fea_proj = self._steps(fea)
+        sos = fea.new_zeros(fea.shape[0], dtype=torch.long)  # the first step reads token 0 (sos)
+        token = one_hot(sos, self.classes, fea.dtype)
+        scores, locs = [], []
+        for _ in range(self.max_text_length + 1):
+            hidden, _ = self.structure_attention_cell(hidden, fea, fea_proj, token)
+            step_scores = self.structure_generator(hidden)
+            scores.append(step_scores)
+            locs.append(self.loc_generator(hidden))
+            token = one_hot(step_scores.argmax(dim=1), self.classes, fea.dtype)
+        structure = torch.softmax(torch.stack(scores, dim=1).float(), dim=-1)
+        return {"structure_probs": structure, "loc_preds": torch.stack(locs, dim=1)}
