@@ -222,8 +222,14 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("speed_seg_families.py ppdist --steps", BENCH),
     ("paddle_segformer/make_fixtures.py", PADDLE),
     ("paddle_ocrnet/make_fixtures.py", PADDLE),
-    ("tools/train.py -c configs/seg/segformer_b0_cityscapes_1024x1024_160k.yml", MULTI_GPU + "; " + FULL_DATA),
-    ("tools/train.py -c configs/seg/ocrnet_hrnetw18_cityscapes_1024x512_160k.yml", MULTI_GPU + "; " + FULL_DATA),
+    (
+        "tools/train.py -c configs/seg/segformer_b0_cityscapes_1024x1024_160k.yml",
+        MULTI_GPU + "; " + FULL_DATA,
+    ),
+    (
+        "tools/train.py -c configs/seg/ocrnet_hrnetw18_cityscapes_1024x512_160k.yml",
+        MULTI_GPU + "; " + FULL_DATA,
+    ),
     ("speed_rec_ppocrv3.py ppdist --steps", BENCH),
     ("--out configs/my/ppyoloe_s.yml", PADDLE),
     (
