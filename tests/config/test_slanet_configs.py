@@ -93,3 +93,41 @@ def test_pretrained_true_downloads_nothing_and_says_so_in_one_line(loaded):
     lines = [r.getMessage() for r in records if "Backbone.pretrained" in r.getMessage()]
     assert len(lines) == 1 and "downloads nothing" in lines[0] and "local" in lines[0]
     assert all((v == before[k]).all() for k, v in model.backbone.state_dict().items())
+
+
+# --------------------------------------------------------------------------- ppdist's own configs
+RECIPE = os.path.join(REPO, "configs", "table", "SLANet.yml")
+QUICKSTART = os.path.join(REPO, "configs", "table", "quickstart_synth.yml")
+
+
+def test_recipe_is_the_upstream_file_with_the_bundled_dictionary():
+    upstream, ours = load_yaml_with_bases(SLANET), load_yaml_with_bases(RECIPE)
+    upstream["Global"]["character_dict_path"] = "ppdist/data/dicts/table_structure_dict.txt"
+    assert ours == upstream
+    assert os.path.isfile(os.path.join(REPO, ours["Global"]["character_dict_path"]))
+
+
+def test_quickstart_trains_the_recipes_model_on_synthetic_tables():
+    config = load_config(QUICKSTART, ["Global.synthetic_data=null"])
+    recipe = load_config(RECIPE)
+    for section in ("Loss", "PostProcess"):
+        assert config[section] == recipe[section], section
+    assert config["Architecture"]["Head"]["max_text_length"] == config["Global"]["max_text_length"] == 100
+    assert (config["Architecture"]["Backbone"]["pretrained"], config["Metric"]["teds"]) == (False, True)
+    spec = load_yaml_with_bases(QUICKSTART)["Global"]["synthetic_data"]
+    assert spec["kind"] == "table"
+    for section in ("Train", "Eval"):
+        dataset = config[section]["dataset"]
+        assert os.path.normpath(dataset["data_dir"]) == os.path.normpath(spec["data_dir"])
+        ops = {next(iter(op)): op[next(iter(op))] for op in dataset["transforms"]}
+        assert ops["ResizeTableImage"] == {"max_len": 320} and ops["PaddingTableImage"] == {
+            "size": [320, 320]
+        }
+        assert ops["KeepKeys"]["keep_keys"] == [
+            "image",
+            "structure",
+            "bboxes",
+            "bbox_masks",
+            "length",
+            "shape",
+        ]
