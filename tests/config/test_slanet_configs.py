@@ -13,6 +13,7 @@ import ppdist  # noqa: F401  (registers every component)
 from ppdist import build_model, load_config
 from ppdist.components import build_postprocess
 from ppdist.config import load_yaml_with_bases, validate
+from ppdist.convert.configs import PPDIST, convert_config, detect_suite
 from ppdist.engine.checkpoint.weights import load_initial_weights
 from ppdist.engine.optim import build_lr_schedule
 from ppdist.errors import ConfigError
@@ -43,6 +44,12 @@ def test_files_load_unchanged_with_their_paddle_keys(loaded):
     assert (backbone["pretrained"], backbone["use_ssld"]) == (True, True)
     opt = config["Optimizer"]
     assert (opt["name"], opt["clip_norm"], opt["regularizer"]["factor"]) == ("Adam", 5.0, 0.0)
+
+
+def test_files_are_read_as_ppdist_configs_and_convert_keeping_every_key(loaded):
+    path, _ = loaded
+    assert detect_suite(path) == PPDIST
+    assert convert_config(path).unmapped == []  # the AMP op list too: no effect without use_amp
 
 
 def test_model_has_paddles_class_count_and_parameter_count(loaded):
