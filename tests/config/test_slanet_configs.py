@@ -11,6 +11,7 @@ from ppdist_testing import ppdist_log_records
 
 import ppdist  # noqa: F401  (registers every component)
 from ppdist import build_model, load_config
+from ppdist.cli_compat import set_learning_rate
 from ppdist.components import build_postprocess
 from ppdist.config import load_yaml_with_bases, validate
 from ppdist.convert.configs import PPDIST, convert_config, detect_suite
@@ -138,3 +139,11 @@ def test_quickstart_trains_the_recipes_model_on_synthetic_tables():
             "length",
             "shape",
         ]
+
+
+def test_learning_rate_flag_keeps_piecewise_learning_rate_its_first_value():
+    config = load_config(SLANET)
+    set_learning_rate(config, 0.002)
+    lr = config["Optimizer"]["lr"]
+    assert lr["values"] == [0.002, 0.0002, 0.0001] and lr["learning_rate"] == 0.002
+    assert build_lr_schedule(lr, 100, 10).lr_at(0) == 0.002
