@@ -267,6 +267,8 @@ def set_learning_rate(config: Dict[str, Any], value: float) -> str:
     if lr.get("name") == "Piecewise" and lr.get("values"):
         scale = value / max(float(v) for v in lr["values"])
         lr["values"] = [float(v) * scale for v in lr["values"]]
+        if "learning_rate" in lr:  # not read by Piecewise, kept equal to its first rate
+            lr["learning_rate"] = lr["values"][0]
         return f"--learning_rate {value}: Optimizer.lr.values scaled to {lr['values']}"
     lr["learning_rate"] = value
     return f"--learning_rate {value}: Optimizer.lr.learning_rate"

@@ -376,3 +376,58 @@ def ppdist_log_records(level: int = logging.INFO) -> Iterator[List[logging.LogRe
     finally:
         logger.removeHandler(collect)
         logger.setLevel(previous)
+
+
+TABLE_QUICKSTART = os.path.join(REPO, "configs", "table", "quickstart_synth.yml")
+
+
+def tiny_table_config(path: str, data_dir: str, save_dir: str, epochs: int = 2, size: int = 64) -> str:
+    """A narrow SLANet (PPLCNet 0.25, CSPPAN 16, SLAHead 32 hidden, 40 tokens) on small synthetic
+    tables (up to 3x3, made beforehand in ``data_dir``), images padded to ``size`` squared;
+    an evaluation (accuracy and TEDS) every epoch, in-process loaders."""
+    size_ops = {"ResizeTableImage": {"max_len": size}, "PaddingTableImage": {"size": [size, size]}}
+    transforms = []
+    for op in load_config(TABLE_QUICKSTART, ["Global.synthetic_data=null"])["Train"]["dataset"]["transforms"]:
+        name = next(iter(op))
+        transforms.append({name: size_ops[name]} if name in size_ops else op)
+    config = {
+        "_BASE_": [TABLE_QUICKSTART],
+        "Global": {
+            "epoch_num": epochs,
+            "save_model_dir": save_dir,
+            "print_batch_step": 2,
+            "eval_batch_step": [0, 1000000],
+            "eval_batch_epoch": 1,
+            "max_text_length": 40,
+            "dist_timeout": 300,
+            "plot_curves": False,
+            "synthetic_data": None,
+        },
+        "Architecture": {
+            "Backbone": {"scale": 0.25},
+            "Neck": {"out_channels": 16},
+            "Head": {"hidden_size": 32, "max_text_length": 40},
+        },
+        "Optimizer": {
+            "lr": {"decay_epochs": [1], "values": [0.002, 0.001], "learning_rate": 0.002, "warmup_epoch": 0}
+        },
+        "Train": {
+            "dataset": {
+                "data_dir": data_dir,
+                "label_file_list": [os.path.join(data_dir, "train.txt")],
+                "transforms": transforms,
+            },
+            "loader": {"batch_size_per_card": 8, "num_workers": 0},
+        },
+        "Eval": {
+            "dataset": {
+                "data_dir": data_dir,
+                "label_file_list": [os.path.join(data_dir, "val.txt")],
+                "transforms": transforms,
+            },
+            "loader": {"batch_size_per_card": 4, "num_workers": 0},
+        },
+    }
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle)
+    return path

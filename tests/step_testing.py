@@ -61,6 +61,22 @@ def synthetic_sample(config: Mapping[str, Any], size: Tuple[int, int], index: in
         label = torch.randint(0, classes, (height, width), generator=generator)
         label[: height // 8] = 255  # an ignored band
         return {"image": image, "label": label}
+    if kind == "table":  # SLANet's batch: sos, tokens valid in every structure dictionary, eos, padding
+        steps, length = config["Global"]["max_text_length"] + 2, 4 + index % 5
+        structure = torch.zeros(steps, dtype=torch.long)
+        structure[1 : length + 1] = torch.randint(1, 28, (length,), generator=generator)
+        structure[length + 1] = 29
+        masks = torch.zeros(steps)
+        masks[1 : length + 1] = (torch.rand(length, generator=generator) < 0.6).float()
+        reg = config["Architecture"]["Head"].get("loc_reg_num", 4)
+        return {
+            "image": image,
+            "structure": structure,
+            "bboxes": torch.rand(steps, reg, generator=generator) * masks.unsqueeze(-1),
+            "bbox_masks": masks,
+            "length": torch.tensor(length),
+            "shape": torch.tensor([height, width, 1.0, 1.0, height, width]),
+        }
     raise ValueError(f"no synthetic samples for model_type {kind!r}")
 
 

@@ -129,6 +129,7 @@ RUN: List[Tuple[str, List[str], List[str]]] = [
     ("rec/quickstart_synth/best_accuracy --output_dir eval_pictures", ["eval_pictures/*.png"], []),
     ("--output_dir eval_pictures/det", ["eval_pictures/det/*.png"], []),
     ("rec_ppocrv3 --out train_data/synth_ppocrv3_preview", ["train_data/synth_ppocrv3_preview/dict.txt"], []),
+    ("table --out train_data/synth_table_preview", ["train_data/synth_table_preview/train.txt"], []),
 ]
 
 PADDLE = "needs Paddle's files (weights, a Paddle suite's config tree), not in a fresh clone"
@@ -139,6 +140,10 @@ PPOCRV3_QUICK_START = (
     "the PP-OCRv3 quick start: two SVTR_LCNet models trained together, about 25 minutes on 2 CPU cores"
 )
 PPOCRV3_TRAINED = "needs the PP-OCRv3 quick start's trained model (" + PPOCRV3_QUICK_START + ")"
+TABLE_QUICK_START = (
+    "the table quick start: SLANet on 2,000 synthetic tables, about 25 minutes on 2 CPU cores "
+    "(tests/engine/test_table_training.py trains a tiny SLANet through the same trainer)"
+)
 
 # (a piece of the command's text, why it does not run here)
 NOT_RUN: List[Tuple[str, str]] = [
@@ -255,6 +260,10 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("Global.pretrained_model=./ch_PP-OCRv3_rec_train/best_accuracy", PADDLE + "; " + FULL_DATA),
     ("Global.checkpoints=./ch_PP-OCRv3_rec_student/best_accuracy", PADDLE),
     ("--gpus 0,1,2,3 tools/train.py -c configs/rec/PP-OCRv3", MULTI_GPU + "; " + FULL_DATA),
+    ("= python tools/train.py -c configs/table/quickstart_synth.yml", TABLE_QUICK_START),
+    ("eval.py -c configs/table/quickstart_synth.yml", "needs the table quick start's trained model"),
+    ("--nproc_per_node 8 tools/train.py -c configs/table/SLANet.yml", MULTI_GPU + "; " + FULL_DATA),
+    ("train.py -c PaddleOCR/configs/table/SLANet.yml", PADDLE + "; " + FULL_DATA),
 ]
 
 

@@ -12,6 +12,7 @@ and ``ppdist.builder``, which is where callers find it. This package imports not
 from ppdist.config.load import load_config
 from ppdist.config.profiler_options import ProfilerOptions, parse_profiler_options, profiler_settings
 from ppdist.config.schema import (
+    AMP_ONLY_GLOBAL,
     ARCHITECTURE_KEYS,
     BASE_KEY,
     COMPILE_KEYS,
@@ -47,6 +48,7 @@ from ppdist.config.yaml_io import (
 
 __all__ = [
     "ARCHITECTURE_KEYS",
+    "AMP_ONLY_GLOBAL",
     "BASE_KEY",
     "COMPILE_KEYS",
     "DISTILLATION_KEYS",

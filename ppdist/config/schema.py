@@ -136,6 +136,13 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         None,
         "PaddleOCR's infer_rec.py result file: accepted, not read (tools/infer.py writes into --output_dir).",
     ),
+    "box_format": GlobalKey(
+        (str, NONE_TYPE),
+        None,
+        "PaddleOCR's table box format, read by no PaddleOCR 2.7 code (its configs pass it on with a YAML "
+        "anchor to TableBoxEncode and TableMetric): accepted, no effect.",
+        choices=("xyxy", "xywh", "xyxyxyxy", None),
+    ),
     "seed": GlobalKey((int,), 1024, "Seed of model init, shuffling and augmentation."),
     "use_amp": GlobalKey((bool,), False, "Automatic mixed precision (torch.autocast on CUDA, and on CPU)."),
     "amp_dtype": GlobalKey((str,), "float16", "AMP dtype.", choices=("float16", "bfloat16")),
@@ -327,6 +334,8 @@ UNSUPPORTED_GLOBAL = {
     "amp_custom_white_list": "custom AMP op lists",
     "pdx_model_name": "PaddleX model names",
 }
+# Unsupported keys that only act with Global.use_amp, as in PaddleOCR: accepted without it
+AMP_ONLY_GLOBAL = ("amp_custom_black_list", "amp_custom_white_list")
 LOADER_SCHEMA: Dict[str, Tuple[Tuple[type, ...], Any]] = {
     "batch_size_per_card": ((int,), None),
     "shuffle": ((bool,), False),

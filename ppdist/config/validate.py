@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 from ppdist.config.inject import component_kwargs
 from ppdist.config.profiler_options import profiler_settings
 from ppdist.config.schema import (
+    AMP_ONLY_GLOBAL,
     ARCHITECTURE_KEYS,
     COMPILE_KEYS,
     DISTILLATION_KEYS,
@@ -81,10 +82,11 @@ def _validate_global(config: Dict[str, Any]) -> None:
     config["Global"] = glob
     for key, value in list(glob.items()):
         if key in UNSUPPORTED_GLOBAL:
-            if value:
+            if value and (key not in AMP_ONLY_GLOBAL or glob.get("use_amp")):
                 raise ConfigError(
                     f"Global.{key} is not supported yet ({UNSUPPORTED_GLOBAL[key]}); "
                     f"remove it or set it to false/empty"
+                    + (" (it acts only with Global.use_amp)" if key in AMP_ONLY_GLOBAL else "")
                 )
             continue
         if key not in GLOBAL_SCHEMA:
@@ -378,12 +380,13 @@ def _validate_optimizer(config: Dict[str, Any]) -> None:
 
 
 def _without_stage_pretrained(entry: Dict[str, Any]) -> Dict[str, Any]:
-    """``Architecture.Backbone`` minus its ``pretrained`` weights path (checked to be a path)."""
+    """``Architecture.Backbone`` minus its ``pretrained`` weights path (checked to be a path, or
+    PaddleOCR's boolean: ppdist downloads nothing, the trainer says so in one line)."""
     value = entry[STAGE_PRETRAINED_KEY]
-    if value is not None and not isinstance(value, str):
+    if value is not None and not isinstance(value, (str, bool)):
         raise ConfigError(
             f"Architecture.Backbone.{STAGE_PRETRAINED_KEY} must be a weights path (.pt or Paddle "
-            f".pdparams) or null, got {value!r}"
+            f".pdparams), true/false (PaddleOCR's download switch) or null, got {value!r}"
         )
     if isinstance(value, str) and value.startswith(("http://", "https://")):
         raise ConfigError(

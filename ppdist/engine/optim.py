@@ -292,6 +292,9 @@ class PiecewiseLR(LRSchedule):
     ``boundaries_after_warmup`` true (PaddleOCR: its LinearWarmup wraps the PiecewiseDecay, which
     counts its steps from the warm-up's end): the decay epochs count after the warm-up; false
     (PaddleDetection, whose warm-up and decay boundaries share one step count): from step 0.
+
+    ``learning_rate`` (SLANet.yml writes one) is not read by PaddleOCR's Piecewise: accepted when it
+    equals ``values[0]``, refused otherwise (it would not be the first rate).
     """
 
     def __init__(
@@ -302,11 +305,17 @@ class PiecewiseLR(LRSchedule):
         warmup_epoch: float = 0,
         epochs: int = 0,
         boundaries_after_warmup: bool = True,
+        learning_rate: Optional[float] = None,
     ) -> None:
         if len(values) != len(decay_epochs) + 1:
             raise ConfigError(
                 f"Optimizer.lr: Piecewise needs len(values) == len(decay_epochs) + 1, "
                 f"got {len(values)} values and {len(decay_epochs)} boundaries"
+            )
+        if learning_rate is not None and float(learning_rate) != float(values[0]):
+            raise ConfigError(
+                f"Optimizer.lr.learning_rate ({learning_rate}) is not read by Piecewise, whose rates are "
+                f"Optimizer.lr.values (the first: {values[0]}): remove it or make it equal to values[0]"
             )
         super().__init__(values[0], step_each_epoch, warmup_epoch)
         self.boundaries = [int(e * step_each_epoch) for e in decay_epochs]

@@ -60,6 +60,11 @@ class TableLabelDecode:
         self.end_idx = self.index[END]
         self.ignored = {self.index[START], self.end_idx}
 
+    @property
+    def num_classes(self) -> int:
+        """The head's class count (``sos``, the tokens, ``eos``), as PaddleOCR's train.py reads it."""
+        return len(self.character)
+
     def __call__(self, preds: Mapping[str, Any], batch: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         probs = preds["structure_probs"]
         shape_of = tuple(probs.shape)

@@ -106,3 +106,11 @@ def test_accumulated_steps_watched_for_non_finite_values_read_nothing_on_the_hos
     counter, values = counted_step(*QUICKSTARTS[task], nan_policy="stop", micro_batches=2)
     assert counter.count == 0, counter.report()
     assert float(values["loss"]) > 0
+
+
+def test_table_quickstart_step_reads_nothing_on_the_host():
+    """SLANet's teacher-forced step (fp32: the head's GRU loop and SLALoss's masked terms are
+    precision-independent in their reads; the other precisions are counted on the quick starts above)."""
+    counter, values = counted_step(config_path("table", "quickstart_synth.yml"), 2, (128, 128))
+    assert counter.count == 0, counter.report()
+    assert float(values["loss"]) > 0

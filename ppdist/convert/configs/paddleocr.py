@@ -12,6 +12,7 @@ import os
 from typing import Any, Dict, List
 
 from ppdist.config import (
+    AMP_ONLY_GLOBAL,
     ARCHITECTURE_KEYS,
     DISTILLATION_KEYS,
     DISTILLATION_MODEL_KEYS,
@@ -63,6 +64,8 @@ def convert_ocr(path: str) -> Conversion:
 
 def _global(glob: Dict[str, Any], path: str, report: Report) -> None:
     for key in list(glob):
+        if key in AMP_ONLY_GLOBAL and not glob.get("use_amp"):
+            continue  # no effect without AMP, as in PaddleOCR: kept as written
         if key in UNSUPPORTED_GLOBAL and glob[key]:
             report.unmapped_key(f"Global.{key}", f"not supported ({UNSUPPORTED_GLOBAL[key]})", glob.pop(key))
         elif key not in GLOBAL_SCHEMA and key not in UNSUPPORTED_GLOBAL:

@@ -197,6 +197,13 @@ def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:
         load_pretrained(model.get_submodule(part), path, f"Architecture.Models.{part}.pretrained")
     backbone_weights = ((config.get("Architecture") or {}).get("Backbone") or {}).get(STAGE_PRETRAINED_KEY)
     model_weights = config["Global"].get("pretrained_model")
+    if backbone_weights is True:
+        logger.info(
+            f"Architecture.Backbone.{STAGE_PRETRAINED_KEY}: true asks PaddleOCR to download the backbone's "
+            "ImageNet weights; ppdist downloads nothing: the backbone starts from its random init "
+            "(give a local .pdparams or .pt path there to load weights)"
+        )
+        backbone_weights = None
     if backbone_weights:
         load_stage_pretrained(model, "backbone", backbone_weights)
     if model_weights:
