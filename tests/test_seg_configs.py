@@ -54,3 +54,34 @@ def test_global_num_classes_reaches_every_component():
     from ppdist.components import build_metric
 
     assert build_metric(config).num_classes == 3
+
+
+FAMILY_QUICKSTARTS = {  # trainable parameters at 5 classes: the recipes' 19-class counts less the classifiers'
+    "segformer": ("quickstart_segformer_synth.yml", "segformer_b0_cityscapes_1024x1024_160k.yml", 3_715_429),
+    "ocrnet": ("quickstart_ocrnet_synth.yml", "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml", 12_072_146),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_QUICKSTARTS))
+def test_family_quickstarts_train_the_recipes_model_loss_and_optimizer_on_synthetic_data(family):
+    """The SegFormer / OCRNet quick starts change only the data, its class count, the schedule and
+    the peak LR (with a warm-up) of their recipes."""
+    quick_name, recipe_name, params = FAMILY_QUICKSTARTS[family]
+    quick, recipe = (
+        load_config(os.path.join(REPO, "configs", "seg", name)) for name in (quick_name, recipe_name)
+    )
+    assert quick["Architecture"] == recipe["Architecture"]
+    assert quick["Loss"] == recipe["Loss"]
+    assert quick["Metric"] == recipe["Metric"]
+    same = {key: value for key, value in recipe["Optimizer"].items() if key != "lr"}
+    assert {key: quick["Optimizer"][key] for key in same} == same
+    lr, recipe_lr = quick["Optimizer"]["lr"], recipe["Optimizer"]["lr"]
+    assert lr["name"] == recipe_lr["name"] == "PolynomialDecay" and lr["power"] == recipe_lr["power"]
+    assert lr["learning_rate"] > recipe_lr["learning_rate"] and lr["warmup_iters"] > 0
+    assert quick["Global"]["num_classes"] == quick["Global"]["synthetic_data"]["num_classes"] == 5
+    assert quick["Train"]["dataset"]["dataset_root"] == quick["Global"]["synthetic_data"]["data_dir"]
+    names = [next(iter(t)) for t in quick["Train"]["dataset"]["transforms"]]
+    assert names == [next(iter(t)) for t in recipe["Train"]["dataset"]["transforms"]]
+    assert sum(p.numel() for p in build_model(quick).parameters() if p.requires_grad) == params
+    post = build_postprocess(quick)
+    assert post.is_slide == build_postprocess(recipe).is_slide  # the recipe's evaluation, scaled down
