@@ -98,6 +98,18 @@ def batch_norm_errors(
     return errors
 
 
+def gradient_with_full_norm(grad: torch.Tensor, where: np.ndarray, norm: float) -> None:
+    """Give a flat gradient holding only its sampled entries (``where``) the full gradient's
+    ``norm`` by filling its first unsampled entry, so that a per-tensor norm clip scales it as it
+    scaled the original (the entry's own update is never compared)."""
+    if len(where) == grad.numel():
+        return
+    free = int(np.setdiff1d(np.arange(len(where) + 1), where)[0])
+    rest = norm**2 - float(grad.double().square().sum())
+    assert rest >= -1e-9 * norm**2, (norm, rest)
+    grad[free] = max(rest, 0.0) ** 0.5
+
+
 def replay(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -106,12 +118,15 @@ def replay(
     fixture: Dict[str, np.ndarray],
     steps: int = 2,
     after_step=None,
+    clip=None,
 ) -> float:
     """Feed the fixture's gradients (at the sampled entries, zero elsewhere: the updates are
     element-wise) to ``optimizer`` for ``steps`` steps; the worst difference of a step's update
     (new - old parameter at the sampled entries) from the original's, relative to the largest
     update of that parameter. ``model`` should be float64, as the fixtures are: an update can be
-    1e-7 of the parameter. ``after_step(step)`` runs after each step."""
+    1e-7 of the parameter. ``after_step(step)`` runs after each step. ``clip(model)`` (a per-tensor
+    norm clip) runs before each optimizer step, on gradients given the fixture's full norms
+    (``gradient_with_full_norm``)."""
     worst = 0.0
     old = {
         key: p.detach().double().numpy().reshape(-1)[positions[key][1]] for key, p in model.named_parameters()
@@ -123,7 +138,11 @@ def replay(
             owner, where = positions[key]
             grad = torch.zeros(p.numel(), dtype=p.dtype)
             grad[torch.from_numpy(where)] = torch.from_numpy(fixture[f"grad_{step}/{owner}"]).to(p.dtype)
+            if clip is not None:
+                gradient_with_full_norm(grad, where, float(fixture[f"grad_norm_{step}/{owner}"]))
             p.grad = grad.reshape(p.shape)
+        if clip is not None:
+            clip(model)
         optimizer.step()
         scheduler.step()
         if after_step is not None:

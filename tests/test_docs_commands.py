@@ -225,6 +225,8 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("speed_rec_ppocrv3.py paddle --source", PADDLE),
     ("speed_seg_families.py paddle --source", PADDLE),
     ("speed_seg_families.py ppdist --steps", BENCH),
+    ("speed_table.py paddle --source", PADDLE),
+    ("speed_table.py ppdist --size", BENCH),
     ("paddle_segformer/make_fixtures.py", PADDLE),
     ("paddle_ocrnet/make_fixtures.py", PADDLE),
     (

@@ -442,9 +442,11 @@ def clip_gradients(
     if not grads:
         return None
     per_tensor = opt_cfg.get("clip_norm")
-    if per_tensor:  # each gradient times min(1, max_norm / (its norm + 1e-6)), as clip_grad_norm_ does
+    if (
+        per_tensor
+    ):  # each gradient times max_norm / max(its norm, max_norm): Paddle's ClipGradByNorm, no epsilon
         norms = torch.stack(torch._foreach_norm(grads))
-        coefs = (float(per_tensor) / (norms + 1e-6)).clamp(max=1.0)
+        coefs = float(per_tensor) / norms.clamp(min=float(per_tensor))
         torch._foreach_mul_(grads, list(coefs.unbind()))
     max_norm = opt_cfg.get("clip_norm_global") or global_clip
     if not max_norm:

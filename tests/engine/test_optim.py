@@ -101,6 +101,16 @@ def test_gradient_clipping_global_and_per_tensor():
     assert all(p.grad.norm() == pytest.approx(1.0, rel=1e-4) for p in model.parameters())
 
 
+def test_per_tensor_clip_is_paddles_clip_grad_by_norm():
+    """max_norm / max(norm, max_norm), no epsilon (Paddle's clip_by_norm kernel): a gradient of
+    norm 10 is halved exactly, one of norm 5 is left as it is."""
+    model = nn.Linear(2, 1, bias=True)
+    model.weight.grad = torch.tensor([[6.0, 8.0]])
+    model.bias.grad = torch.tensor([5.0])
+    clip_gradients(model, {"clip_norm": 5.0}, None)
+    assert model.weight.grad.tolist() == [[3.0, 4.0]] and model.bias.grad.tolist() == [5.0]
+
+
 def test_polynomial_decay_with_warmup_matches_paddleseg_recipe():
     from ppdist.engine.optim import PolynomialDecayLR
 
