@@ -104,7 +104,8 @@ def test_worst_tables_and_accuracy_by_length_merge_exactly(tmp_path, tables, mon
 
 
 def test_an_untrained_slanet_evaluation_draws_its_worst_tables(tmp_path, tables):
-    _, config = tables
+    root, _ = tables
+    config = load_config(str(root / "t.yml"), ["Eval.loader.batch_size_per_card=6"])  # one decode
     torch_model = build_model(config).eval()
     loader = build_dataloader(config, "Eval", "eval", 0, 1, "cpu")
     metric = build_metric(config)
