@@ -17,7 +17,7 @@ from ppdist.data.transforms.table import merge_no_span
 from ppdist.visualize.browse import BrowseOptions, browse_dataset
 from ppdist.visualize.dataset_browser import read_samples, split_dataset, summarize
 from ppdist.visualize.sample_grid import cell_colour, render_samples
-from ppdist.visualize.table_browse import TableGrid, caption, table_grid
+from ppdist.visualize.table_browse import TableGrid, caption, cell_boxes, table_grid
 
 SIZE = 160
 
@@ -46,6 +46,20 @@ def test_the_grid_counts_rows_columns_cells_and_spans():
         "2x2, 3 cells, 10 tokens",
         "<tr><td></td><td></td></tr><tr><td></td></tr>",
     ]
+
+
+def test_cell_boxes_scale_back_xywh_and_polygons():
+    shape = np.array([100, 200, 0.5, 0.5, 160, 160], np.float32)  # h, w, ratio_h, ratio_w, padded
+    masks = np.array([0, 1, 0, 1], np.float32)
+    xywh = np.array([[0, 0, 0, 0], [0.5, 0.5, 0.2, 0.4], [0, 0, 0, 0], [0.1, 0.2, 0.1, 0.2]], np.float32)
+    np.testing.assert_allclose(
+        cell_boxes(xywh, masks, shape, "xywh"), [[40.0, 15.0, 60.0, 35.0], [5.0, 5.0, 15.0, 15.0]], atol=1e-5
+    )
+    quad = np.zeros((4, 8), np.float32)
+    quad[1] = [0.1, 0.2, 0.3, 0.2, 0.3, 0.4, 0.1, 0.4]
+    np.testing.assert_allclose(
+        cell_boxes(quad, masks, shape, "xyxyxyxy")[0], [10, 10, 30, 10, 30, 20, 10, 20], atol=1e-5
+    )
 
 
 def test_cell_boxes_are_the_labels_in_the_drawn_image_and_the_summary_counts_the_tables(tables):
