@@ -176,8 +176,14 @@ class TableMetric(Metric):
             self.records.append((indices[k], len(gt), int(correct), teds))
             if not correct:
                 similarity = teds if teds is not None else 1.0 - Levenshtein.normalized_distance(pred, gt)
-                boxes = (_box_list(results["bbox_batch_list"][k]), _box_list(labels["bbox_batch_list"][k]))
-                self._keep_worst([TableMistake(float(similarity), indices[k], list(pred), list(gt), *boxes)])
+                if self._among_worst(float(similarity), indices[k]):  # boxes copied for the kept ones only
+                    boxes = (
+                        _box_list(results["bbox_batch_list"][k]),
+                        _box_list(labels["bbox_batch_list"][k]),
+                    )
+                    self._keep_worst(
+                        [TableMistake(float(similarity), indices[k], list(pred), list(gt), *boxes)]
+                    )
         if self.compute_bbox_metric:
             for pred_boxes, gt_boxes in zip(results["bbox_batch_list"], labels["bbox_batch_list"]):
                 counts = match_counts(
@@ -185,6 +191,13 @@ class TableMetric(Metric):
                     [box_polygon(b, self.box_format) for b in pred_boxes],
                 )
                 self.box_counts = MatchCounts(*(a + b for a, b in zip(self.box_counts, counts)))
+
+    def _among_worst(self, similarity: float, index: int) -> bool:
+        """Whether a wrong table of this similarity and index enters the kept worst ones."""
+        if len(self.mistakes) < GALLERY_SIZE:
+            return True
+        last = self.mistakes[-1]
+        return (similarity, index) < (last.similarity, last.index)
 
     def _keep_worst(self, mistakes: Sequence[TableMistake]) -> None:
         self.mistakes = heapq.nsmallest(

@@ -120,3 +120,31 @@ def test_an_untrained_slanet_evaluation_draws_its_worst_tables(tmp_path, tables)
     assert_picture(written[0], min_size=(400, 400))
     lengths = sum(int(line.split("|")[2]) for line in open(written[-1]).read().splitlines()[4:])
     assert lengths == 6  # every table in one length bin
+
+
+def test_the_kept_worst_tables_of_merged_processes_are_the_single_process_ones():
+    """More wrong tables than GALLERY_SIZE, split over 3 processes: the merged 9 worst (token
+    similarity without teds, then index) are exactly one process's."""
+    labels = [ROW * (1 + n % 5) for n in range(18)]
+    preds = [ROW * (1 + n % 3) for n in range(18)]  # wrong where the row counts differ
+    whole = TableMetric()
+    for start in range(0, 18, 6):
+        whole.update(
+            results(preds[start : start + 6], labels[start : start + 6]), batch(range(start, start + 6))
+        )
+    parts = []
+    for start in (0, 6, 12):
+        part = TableMetric()
+        part.update(
+            results(preds[start : start + 6], labels[start : start + 6]), batch(range(start, start + 6))
+        )
+        parts.append(part.state())
+    merged = TableMetric()
+    merged.load_states(parts)
+    wrong = [n for n in range(18) if 1 + n % 5 != 1 + n % 3]
+    assert len(wrong) > GALLERY_SIZE and len(merged.mistakes) == GALLERY_SIZE
+    assert merged.mistakes == whole.mistakes
+    keys = sorted(
+        (1 - abs(len(labels[n]) - len(preds[n])) / max(len(labels[n]), len(preds[n])), n) for n in wrong
+    )
+    assert [m.index for m in whole.mistakes] == [n for _, n in keys[:GALLERY_SIZE]]
