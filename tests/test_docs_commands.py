@@ -51,6 +51,10 @@ TINY: Dict[str, List[str]] = {
         "Train.loader.num_workers=0",
         "Eval.loader.batch_size_per_card=4",
     ],
+    "configs/table/quickstart_synth.yml": [
+        "Global.synthetic_data.num_train=8",
+        "Global.synthetic_data.num_val=4",
+    ],
 }
 
 # (a piece of the command's text, the files it must write; globs relative to the copy, extra overrides)
@@ -130,6 +134,7 @@ RUN: List[Tuple[str, List[str], List[str]]] = [
     ("--output_dir eval_pictures/det", ["eval_pictures/det/*.png"], []),
     ("rec_ppocrv3 --out train_data/synth_ppocrv3_preview", ["train_data/synth_ppocrv3_preview/dict.txt"], []),
     ("table --out train_data/synth_table_preview", ["train_data/synth_table_preview/train.txt"], []),
+    ("--out browse/table", ["browse/table/samples.png", "browse/table/summary.json"], []),
 ]
 
 PADDLE = "needs Paddle's files (weights, a Paddle suite's config tree), not in a fresh clone"
@@ -263,7 +268,14 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("Global.checkpoints=./ch_PP-OCRv3_rec_student/best_accuracy", PADDLE),
     ("--gpus 0,1,2,3 tools/train.py -c configs/rec/PP-OCRv3", MULTI_GPU + "; " + FULL_DATA),
     ("= python tools/train.py -c configs/table/quickstart_synth.yml", TABLE_QUICK_START),
-    ("eval.py -c configs/table/quickstart_synth.yml", "needs the table quick start's trained model"),
+    (
+        "= python tools/eval.py -c configs/table/quickstart_synth.yml "
+        "-o Global.checkpoints=output/table/quickstart_synth/best_accuracy",
+        "needs the table quick start's trained model",
+    ),
+    ("--output_dir eval_pictures/table", "needs the table quick start's trained model"),
+    ("benchmark.py -c configs/table/quickstart_synth.yml", BENCH),
+    ("benchmark.py -c configs/table/SLANet.yml --synthetic", BENCH),
     ("--nproc_per_node 8 tools/train.py -c configs/table/SLANet.yml", MULTI_GPU + "; " + FULL_DATA),
     ("train.py -c PaddleOCR/configs/table/SLANet.yml", PADDLE + "; " + FULL_DATA),
 ]

@@ -42,7 +42,8 @@ def main() -> int:
         default=None,
         help="pictures of the evaluation (detection: PR curves, confusion matrix, per-class AP table and "
         "bbox.json; segmentation: confusion matrix, per-class IoU; recognition: the worst mistakes and their "
-        "list, character confusions)",
+        "list, character confusions; table: the worst tables with predicted and labelled cells, accuracy by "
+        "structure length)",
     )
     parser.add_argument(
         "--iou",

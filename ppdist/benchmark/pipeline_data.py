@@ -5,7 +5,10 @@ batch transforms; only where the images come from changes.
 - det: COCO-like JPEGs of 640x480 (COCO's typical size) in COCO layout (``COCODataSet``);
 - seg: Cityscapes-sized 2048x1024 JPEGs with PNG labels (``SegDataSet`` file lists);
 - rec: rendered text lines (about 32 pixels high) packed into LMDBs in the public layout the
-  recipe's ``LMDBDataSet`` reads (``num-samples``, ``image-%09d``, ``label-%09d``).
+  recipe's ``LMDBDataSet`` reads (``num-samples``, ``image-%09d``, ``label-%09d``);
+- table: rendered tables of up to ``TABLE_GRID`` rows x columns (PubTabNet-sized pictures, about
+  200 to 900 pixels a side) in PubTabNet's jsonl layout (``PubTabDataSet``); the recipe's
+  teacher-forced step runs ``max_text_length + 2`` decoder steps whatever the table.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import lmdb
 from ppdist.data.synthetic import generate_rec_dataset
 from ppdist.data.synthetic_det import generate_det_dataset
 from ppdist.data.synthetic_seg import generate_seg_dataset
+from ppdist.data.synthetic_table import generate_table_dataset
 
 REAL_SIZES = {"det": (640, 480), "seg": (2048, 1024)}  # [width, height]
 SECTIONS = {"Train": "train", "Eval": "val"}
+TABLE_GRID = (20, 10)  # most rows and columns of a synthetic table
 
 
 def synthetic_folder(root: str, task: str, images: int) -> str:
@@ -68,6 +73,9 @@ def _dataset_entry(task: str, data_dir: str, split: str, old: Mapping[str, Any])
     if task == "seg":
         key = "train_path" if split == "train" else "val_path"
         return dict(keep, name="SegDataSet", dataset_root=data_dir, **{key: f"{split}.txt"})
+    if task == "table":
+        entry = {k: v for k, v in old.items() if k not in ("data_dir", "label_file_list")}
+        return dict(entry, data_dir=data_dir, label_file_list=[os.path.join(data_dir, f"{split}.txt")])
     return dict(keep, name="LMDBDataSet", data_dir=rec_lmdb(data_dir, split))
 
 
@@ -82,6 +90,8 @@ def with_synthetic_data(config: Mapping[str, Any], root: str, images: int) -> Di
         generate_seg_dataset(data_dir, images, images, image_size=list(REAL_SIZES["seg"]))
     elif task == "rec":
         generate_rec_dataset(data_dir, images, images)
+    elif task == "table":
+        generate_table_dataset(data_dir, images, images, max_rows=TABLE_GRID[0], max_cols=TABLE_GRID[1])
     else:
         raise ValueError(f"no synthetic data for model_type {task!r}")
     config = copy.deepcopy(dict(config))

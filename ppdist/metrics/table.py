@@ -3,21 +3,42 @@ boxes' precision / recall / hmean (``compute_bbox_metric``) and the structure TE
 
 from __future__ import annotations
 
+import heapq
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+import os
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
+from rapidfuzz.distance import Levenshtein
 
+from ppdist.data.base import SAMPLE_INDEX_KEY
 from ppdist.errors import ConfigError
 from ppdist.metrics.base import Metric
 from ppdist.metrics.polygon_match import MatchCounts, Point, match_counts
 from ppdist.metrics.teds import TEDS, structure_html
 from ppdist.registry import METRICS
+from ppdist.utils.atomic import write_text_atomic
+from ppdist.visualize.eval_pictures import dataset_image, markdown_table, sample_origin
+from ppdist.visualize.table_pictures import accuracy_by_length, accuracy_picture, tables_gallery
 
 EPS = 1e-6
 BOX_WIDTHS = {"xyxy": 4, "xywh": 4, "xyxyxyxy": 8}
 BOX_FORMATS = tuple(BOX_WIDTHS)
 SECTION_TAGS = ("<thead>", "</thead>", "<tbody>", "</tbody>")
+GALLERY_SIZE = 9  # wrong tables kept (per process, then merged) and drawn by ``pictures``
+
+
+class TableMistake(NamedTuple):
+    """A table whose structure is wrong: its ``similarity`` to the label (structure TEDS with
+    ``teds``, else 1 - the normalised edit distance of the token lists), dataset index (-1:
+    unknown), predicted / labelled tokens and cell boxes (image pixels)."""
+
+    similarity: float
+    index: int
+    pred: List[str]
+    label: List[str]
+    pred_boxes: List[List[float]]
+    label_boxes: List[List[float]]
 
 
 def box_polygon(box: Any, box_format: str) -> List[Point]:
@@ -77,7 +98,9 @@ class TableMetric(Metric):
     indicator). ``loc_reg_num`` (SLANet.yml passes it; PaddleOCR ignores it) must match
     ``box_format``'s coordinate count when boxes are scored. The state is integer counts and the
     per-sample TEDS (summed with ``math.fsum``), so merged states give exactly the single-process
-    numbers. ``compute`` does not reset.
+    numbers. ``compute`` does not reset. For ``pictures`` it also keeps each table's (index,
+    labelled length, correct, TEDS) and its ``GALLERY_SIZE`` worst wrong tables (lowest similarity,
+    then index: the merged processes' worst are exactly the single process's).
     """
 
     def __init__(
@@ -103,7 +126,13 @@ class TableMetric(Metric):
         self.box_format = box_format
         self.del_thead_tbody = bool(del_thead_tbody)
         self.teds = TEDS(structure_only=True) if teds else None
+        self.dataset: Any = None
         self.reset()
+
+    def bind_dataset(self, dataset: Any) -> None:
+        """The eval dataset (called by the evaluator): ``pictures`` reads the worst tables' images
+        from it by their ``_sample_index``."""
+        self.dataset = dataset
 
     @staticmethod
     def check_values(options: Mapping[str, Any], where: str) -> None:
@@ -115,6 +144,8 @@ class TableMetric(Metric):
         self.all_num = 0
         self.box_counts = MatchCounts(0, 0, 0)
         self.teds_scores: List[float] = []
+        self.records: List[tuple] = []  # (index, labelled length, correct, teds or None) per table
+        self.mistakes: List[TableMistake] = []  # the GALLERY_SIZE worst wrong tables
 
     def _structure_text(self, tokens: Sequence[str]) -> str:
         text = "".join(tokens)
@@ -132,11 +163,27 @@ class TableMetric(Metric):
         preds, gts = results["structure_batch_list"], labels["structure_batch_list"]
         if len(preds) != len(gts):
             raise ValueError(f"TableMetric: {len(preds)} predictions for {len(gts)} labels")
-        for (pred, _score), gt in zip(preds, gts):
-            self.correct_num += int(self._structure_text(pred) == self._structure_text(gt))
+        indices = batch.get(SAMPLE_INDEX_KEY) if batch is not None else None
+        indices = [int(i) for i in indices] if indices is not None else [-1] * len(preds)
+        for k, ((pred, _score), gt) in enumerate(zip(preds, gts)):
+            correct = self._structure_text(pred) == self._structure_text(gt)
+            self.correct_num += int(correct)
             self.all_num += 1
+            teds = None
             if self.teds is not None:
-                self.teds_scores.append(self.teds.evaluate(structure_html(pred), structure_html(gt)))
+                teds = self.teds.evaluate(structure_html(pred), structure_html(gt))
+                self.teds_scores.append(teds)
+            self.records.append((indices[k], len(gt), int(correct), teds))
+            if not correct:
+                similarity = teds if teds is not None else 1.0 - Levenshtein.normalized_distance(pred, gt)
+                if self._among_worst(float(similarity), indices[k]):  # boxes copied for the kept ones only
+                    boxes = (
+                        _box_list(results["bbox_batch_list"][k]),
+                        _box_list(labels["bbox_batch_list"][k]),
+                    )
+                    self._keep_worst(
+                        [TableMistake(float(similarity), indices[k], list(pred), list(gt), *boxes)]
+                    )
         if self.compute_bbox_metric:
             for pred_boxes, gt_boxes in zip(results["bbox_batch_list"], labels["bbox_batch_list"]):
                 counts = match_counts(
@@ -145,12 +192,26 @@ class TableMetric(Metric):
                 )
                 self.box_counts = MatchCounts(*(a + b for a, b in zip(self.box_counts, counts)))
 
+    def _among_worst(self, similarity: float, index: int) -> bool:
+        """Whether a wrong table of this similarity and index enters the kept worst ones."""
+        if len(self.mistakes) < GALLERY_SIZE:
+            return True
+        last = self.mistakes[-1]
+        return (similarity, index) < (last.similarity, last.index)
+
+    def _keep_worst(self, mistakes: Sequence[TableMistake]) -> None:
+        self.mistakes = heapq.nsmallest(
+            GALLERY_SIZE, list(self.mistakes) + list(mistakes), key=lambda m: (m.similarity, m.index)
+        )
+
     def state(self) -> Dict[str, Any]:
         return {
             "correct_num": self.correct_num,
             "all_num": self.all_num,
             "box_counts": list(self.box_counts),
             "teds_scores": list(self.teds_scores),
+            "records": list(self.records),
+            "mistakes": [tuple(m) for m in self.mistakes],
         }
 
     def load_states(self, states: List[Dict[str, Any]]) -> None:
@@ -160,6 +221,8 @@ class TableMetric(Metric):
             self.all_num += int(part["all_num"])
             self.box_counts = MatchCounts(*(a + int(b) for a, b in zip(self.box_counts, part["box_counts"])))
             self.teds_scores.extend(float(s) for s in part["teds_scores"])
+            self.records.extend(tuple(r) for r in part.get("records", []))
+            self._keep_worst([TableMistake(*m) for m in part.get("mistakes", [])])
 
     def compute(self) -> Dict[str, float]:
         self.nothing_evaluated = None if self.all_num else "no table was evaluated"
@@ -176,3 +239,84 @@ class TableMetric(Metric):
                 math.fsum(self.teds_scores) / len(self.teds_scores) if self.teds_scores else math.nan
             )
         return out
+
+    def pictures(self, out_dir: str) -> List[str]:
+        """``worst_tables.png`` (the ``GALLERY_SIZE`` wrong tables of lowest similarity, their images
+        read again from the bound dataset, with predicted and labelled cell boxes) and
+        ``worst_tables.md`` (their tokens and origins) when a structure is wrong;
+        ``accuracy_by_length.png`` / ``.md`` (accuracy and mean TEDS per bin of labelled length)."""
+        os.makedirs(out_dir, exist_ok=True)
+        written = []
+        name = "TEDS" if self.teds is not None else "token similarity"
+        if self.mistakes:
+            items = []
+            for n, m in enumerate(self.mistakes):
+                title = (
+                    f"{n + 1}. {name} {m.similarity:.3f}, label {len(m.label)} / predicted {len(m.pred)} tokens\n"
+                    f"{_short(sample_origin(self.dataset, m.index))}"
+                )
+                items.append(
+                    dict(
+                        image=dataset_image(self.dataset, m.index),
+                        pred_boxes=m.pred_boxes,
+                        label_boxes=m.label_boxes,
+                        title=title,
+                    )
+                )
+            gallery = os.path.join(out_dir, "worst_tables.png")
+            tables_gallery(items, gallery)
+            rows = [
+                (
+                    n + 1,
+                    f"{m.similarity:.4f}",
+                    _tokens(m.label),
+                    _tokens(m.pred),
+                    sample_origin(self.dataset, m.index),
+                )
+                for n, m in enumerate(self.mistakes)
+            ]
+            wrong = self.all_num - self.correct_num
+            title = (
+                f"The {len(rows)} worst of {wrong} wrong structure(s) in {self.all_num} table(s) "
+                "(red: predicted cells, green dashed: labelled cells in worst_tables.png)"
+            )
+            listing = os.path.join(out_dir, "worst_tables.md")
+            write_text_atomic(
+                listing, markdown_table(["#", name, "label", "prediction", "sample"], rows, title)
+            )
+            written += [gallery, listing]
+        by_length = accuracy_by_length(self.records)
+        if by_length:
+            picture = os.path.join(out_dir, "accuracy_by_length.png")
+            accuracy_picture(by_length, picture)
+            table = os.path.join(out_dir, "accuracy_by_length.md")
+            header = ["labelled length", "tables", "correct", "acc", "mean TEDS"]
+            rows = [
+                (
+                    r["lengths"],
+                    r["tables"],
+                    r["correct"],
+                    f"{r['acc']:.4f}",
+                    "" if r["teds"] is None else f"{r['teds']:.4f}",
+                )
+                for r in by_length
+            ]
+            write_text_atomic(
+                table, markdown_table(header, rows, "Structure accuracy by labelled structure length")
+            )
+            written += [picture, table]
+        return written
+
+
+def _box_list(boxes: Any) -> List[List[float]]:
+    return [[float(v) for v in np.asarray(box).reshape(-1)] for box in boxes]
+
+
+def _tokens(tokens: Sequence[str], limit: int = 200) -> str:
+    """Tokens joined as inline code for a markdown cell (cut at ``limit`` characters)."""
+    text = "".join(tokens).replace("|", "\\|").replace("`", "'")
+    return "`" + (text if len(text) <= limit else text[: limit - 3] + "...") + "`" if text else "(empty)"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else "..." + text[-(limit - 3) :]

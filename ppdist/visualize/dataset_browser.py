@@ -7,7 +7,9 @@ to be drawn; the counting pass over a whole split (``--all``) keeps the targets'
 In training mode a dataset replaces a bad sample by the next usable one (so the model sees that
 one); such a replacement is drawn but counted once only, at its own index. A detection eval
 pipeline keeps no boxes (the metric reads the annotations): its annotated boxes are shown scaled
-by the sample's ``scale_factor``.
+by the sample's ``scale_factor``. A table sample shows its learned cell boxes and its structure
+(``ppdist.visualize.table_browse``); every table read, bad ones too, has its structure length
+counted (the encoder rejects those above ``max_text_length``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ppdist.components import build_postprocess
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, BadSample
 from ppdist.data.build import build_dataset, build_transforms, collate
 from ppdist.data.image_size import header_size
+from ppdist.data.transforms.table import TableLabelEncode
+from ppdist.visualize import table_browse
 from ppdist.visualize.denormalize import Normalization, find_normalization, to_display
 
 Size = Tuple[int, int]  # (width, height)
@@ -42,6 +46,8 @@ class BrowsedSample:
     label_map: Optional[np.ndarray] = None  # seg: (H, W), only for samples to draw
     pixel_counts: Optional[Dict[int, int]] = None  # seg: label value -> pixels
     text: Optional[str] = None  # rec: the label decoded back with the dictionary
+    structure: Optional[List[str]] = None  # table: the encoded structure tokens
+    grid: Optional[table_browse.TableGrid] = None  # table: rows, columns, cells, spanning cells
     replaces: Optional[str] = None  # the bad sample (train mode) this one stands in for
 
 
@@ -57,6 +63,8 @@ class Browse:
     notes: List[str] = field(default_factory=list)
     class_names: List[str] = field(default_factory=list)
     ignore_index: Optional[int] = None
+    structure_lengths: List[int] = field(default_factory=list)  # table: of every sample read
+    max_text_length: Optional[int] = None  # table: the encoder's
 
 
 @dataclass
@@ -67,6 +75,8 @@ class _Reader:
     batch_ops: List[Any]
     normalization: Optional[Normalization]
     characters: Optional[List[str]]
+    table_encoder: Optional[TableLabelEncode] = None
+    box_format: str = "xyxy"
 
 
 def split_dataset(config: Mapping[str, Any], split: str) -> Any:
@@ -79,9 +89,12 @@ def _reader(config: Mapping[str, Any], split: str, dataset: Any) -> _Reader:
     where = f"{split}.dataset.batch_transforms"
     batch_ops = build_transforms(section.get("batch_transforms"), config, where)
     task = config["Architecture"]["model_type"]
-    characters = list(build_postprocess(config).character) if task == "rec" else None
-    normalization = find_normalization(list(getattr(dataset, "ops", [])) + batch_ops)
-    return _Reader(config, split, dataset, batch_ops, normalization, characters)
+    characters = list(build_postprocess(config).character) if task in ("rec", "table") else None
+    ops = list(getattr(dataset, "ops", []))
+    normalization = find_normalization(ops + batch_ops)
+    encoder = table_browse.find_op(ops, TableLabelEncode)
+    box_format = table_browse.out_box_format(ops)
+    return _Reader(config, split, dataset, batch_ops, normalization, characters, encoder, box_format)
 
 
 def read_raw(dataset: Any, index: int) -> Optional[Dict[str, Any]]:
@@ -114,6 +127,10 @@ def _image_size(image: Any) -> Size:
 def _read(reader: _Reader, index: int, draw: bool, browse: Browse) -> None:
     seed = int(reader.config["Global"]["seed"])
     item = reader.dataset[(int(index), 1, seed)]  # epoch 1's augmentation
+    if browse.task == "table":  # every table read, a rejected one too
+        length = table_browse.raw_structure_length(reader.table_encoder, read_raw(reader.dataset, int(index)))
+        if length is not None:
+            browse.structure_lengths.append(length)
     if isinstance(item, BadSample):
         browse.bad.append(str(item))
         return
@@ -157,6 +174,16 @@ def _targets(reader: _Reader, batch: Dict[str, Any], sample: BrowsedSample, task
     elif task == "rec":
         length = int(batch["length"][0])
         sample.text = "".join(reader.characters[int(i)] for i in batch["label"][0][:length])
+    elif task == "table":
+        structure, length = batch["structure"][0].numpy(), int(batch["length"][0])
+        sample.structure = table_browse.structure_tokens(structure, length, reader.characters)
+        sample.grid = table_browse.table_grid(sample.structure)
+        sample.boxes = table_browse.cell_boxes(
+            batch["bboxes"][0].numpy(),
+            batch["bbox_masks"][0].numpy(),
+            batch["shape"][0].numpy(),
+            reader.box_format,
+        )
 
 
 def annotation_boxes(raw: Mapping[str, Any], batch: Mapping[str, Any]) -> Tuple[np.ndarray, np.ndarray]:
@@ -187,6 +214,8 @@ def read_samples(
         ignore_index=getattr(dataset, "ignore_index", None),
     )
     reader = _reader(config, split, dataset)
+    if reader.table_encoder is not None:
+        browse.max_text_length = reader.table_encoder.max_text_length
     for index in indices:
         _read(reader, int(index), draw, browse)
     return browse
@@ -213,7 +242,8 @@ def _sizes(sizes: Sequence[Size], top: int = 10) -> Dict[str, Any]:
 
 def summarize(browse: Browse) -> Dict[str, Any]:
     """Image sizes (after the transforms and as stored), class histogram (det boxes, seg pixels,
-    rec characters), boxes per image, label lengths and the bad samples, of the browsed samples
+    rec characters), boxes per image, label lengths, table rows / columns / cells / spans /
+    structure lengths (``table_browse.table_summary``) and the bad samples, of the browsed samples
     (a replacement of a bad sample is not counted: it is counted at its own index)."""
     counted = [s for s in browse.samples if s.replaces is None]
     summary: Dict[str, Any] = {
@@ -245,6 +275,15 @@ def summarize(browse: Browse) -> Dict[str, Any]:
         summary["characters"] = sum(len(s.text) for s in counted)
         summary["characters_per_class"] = dict(Counter("".join(s.text for s in counted)).most_common())
         summary["label_lengths"] = dict(sorted(Counter(len(s.text) for s in counted).items()))
+    elif browse.task == "table":
+        summary.update(
+            table_browse.table_summary(
+                [s.grid for s in counted],
+                [len(s.structure) for s in counted],
+                browse.structure_lengths,
+                browse.max_text_length,
+            )
+        )
     summary["bad_samples"] = list(browse.bad)
     summary["changed_samples"] = list(browse.notes)
     return summary

@@ -1,7 +1,8 @@
 """A grid of browsed samples with their targets: boxes and class names (det), the image beside
 its label map laid over it in the segmentation palette (``ppdist.visualize.palette``: the colours
 of ``tools/infer.py``'s overlays, ``ignore_index`` white) with a legend naming the classes (seg),
-the decoded text label (rec)."""
+the decoded text label (rec), the learned cell boxes with the grid and structure as caption
+(table)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch, Polygon, Rectangle
 
 from ppdist.visualize.dataset_browser import Browse, BrowsedSample
 from ppdist.visualize.figures import new_figure, save_png
 from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours, class_name
+from ppdist.visualize.table_browse import caption
 
-PANEL_PX = {"det": (320, 320), "seg": (520, 280), "rec": (400, 140)}
-COLUMNS = {"det": 4, "seg": 3, "rec": 3}
-ROWS_PER_PAGE = {"det": 3, "seg": 4, "rec": 8}  # pages of at most 1560 x 1160 pixels
+PANEL_PX = {"det": (320, 320), "seg": (520, 280), "rec": (400, 140), "table": (400, 440)}
+COLUMNS = {"det": 4, "seg": 3, "rec": 3, "table": 3}
+ROWS_PER_PAGE = {"det": 3, "seg": 4, "rec": 8, "table": 2}  # pages of at most 1560 x 1160 pixels
+CELL_COLOURS = 6  # table cells cycle through the palette's first colours, neighbours told apart
 OVERLAY_ALPHA = 0.6  # weight of the label colours over the image
 GAP_PX = 4  # white between a segmentation sample's image and its overlay
 LEGEND_PX = 40
@@ -47,6 +50,8 @@ def _title(sample: BrowsedSample) -> str:
     title = f"#{sample.index} {sample.size[0]}x{sample.size[1]}"
     if sample.replaces is not None:
         title += " (bad; next usable shown)"
+    if sample.grid is not None:
+        return title + ", " + caption(sample.structure, sample.grid)
     if sample.boxes is not None:
         title += f", {len(sample.boxes)} box" + ("" if len(sample.boxes) == 1 else "es")
     if sample.text is not None:
@@ -61,6 +66,10 @@ def _draw_panel(axes, sample: BrowsedSample, browse: Browse) -> None:
         gap = np.full((image.shape[0], GAP_PX, 3), 255, np.uint8)
         image = np.concatenate([image, gap, overlay(image, sample.label_map, browse.ignore_index)], axis=1)
     axes.imshow(image, interpolation="nearest")
+    if sample.grid is not None:
+        draw_cells(axes, sample.boxes)
+        axes.set_title(_title(sample), fontsize=8)
+        return
     boxes = [] if sample.boxes is None else zip(sample.boxes, sample.classes)
     for box, cls in boxes:
         colour = box_colour(int(cls))
@@ -70,6 +79,24 @@ def _draw_panel(axes, sample: BrowsedSample, browse: Browse) -> None:
         name = names[cls] if 0 <= cls < len(names) else str(int(cls))
         axes.text(x1, y1, name, color="white", fontsize=7, va="bottom", backgroundcolor=colour)
     axes.set_title(_title(sample), fontsize=8)
+
+
+def cell_colour(k: int) -> Tuple[float, float, float]:
+    """The colour of a table's ``k``-th cell box (the palette's first ``CELL_COLOURS``, cycled)."""
+    return box_colour(k % CELL_COLOURS)
+
+
+def draw_cells(axes, boxes: np.ndarray) -> None:
+    """A table's cell boxes: xyxy rectangles, or (N, 8) polygons."""
+    for k, box in enumerate(boxes):
+        colour = cell_colour(k)
+        if len(box) == 8:
+            axes.add_patch(
+                Polygon(np.reshape(box, (4, 2)), closed=True, fill=False, edgecolor=colour, linewidth=1.5)
+            )
+        else:
+            x1, y1, x2, y2 = (float(v) for v in box)
+            axes.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=1.5))
 
 
 def _seg_legend(figure: Figure, samples: Sequence[BrowsedSample], browse: Browse) -> None:
