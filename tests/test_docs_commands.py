@@ -262,6 +262,9 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("--gpus 0,1,2,3 tools/train.py -c configs/rec/PP-OCRv3", MULTI_GPU + "; " + FULL_DATA),
     ("= python tools/train.py -c configs/table/quickstart_synth.yml", TABLE_QUICK_START),
     ("eval.py -c configs/table/quickstart_synth.yml", "needs the table quick start's trained model"),
+    ("--output_dir output/inference/table_quickstart", "needs the table quick start's trained model"),
+    ("infer.py -c configs/table/quickstart_synth.yml", "needs the table quick start's trained model"),
+    ("--model output/inference/table_quickstart", "needs the table quick start's trained model"),
     ("--nproc_per_node 8 tools/train.py -c configs/table/SLANet.yml", MULTI_GPU + "; " + FULL_DATA),
     ("train.py -c PaddleOCR/configs/table/SLANet.yml", PADDLE + "; " + FULL_DATA),
 ]
