@@ -25,7 +25,8 @@ Image = Union[str, np.ndarray]
 class Predictor:
     """Predict with an exported model directory (``inference.yml`` + ONNX, run by ONNX Runtime) or
     a training config and checkpoint (PyTorch). Results are the runners' dicts: rec ``{path, text,
-    score}``, det ``{path, boxes, scores, labels, category_ids}``, seg ``{path, label_map}``."""
+    score}``, det ``{path, boxes, scores, labels, category_ids}``, seg ``{path, label_map}``, table
+    ``{path, structure, html, score, boxes}``."""
 
     def __init__(
         self,

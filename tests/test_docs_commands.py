@@ -276,6 +276,9 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("--output_dir eval_pictures/table", "needs the table quick start's trained model"),
     ("benchmark.py -c configs/table/quickstart_synth.yml", BENCH),
     ("benchmark.py -c configs/table/SLANet.yml --synthetic", BENCH),
+    ("--output_dir output/inference/table_quickstart", "needs the table quick start's trained model"),
+    ("infer.py -c configs/table/quickstart_synth.yml", "needs the table quick start's trained model"),
+    ("--model output/inference/table_quickstart", "needs the table quick start's trained model"),
     ("--nproc_per_node 8 tools/train.py -c configs/table/SLANet.yml", MULTI_GPU + "; " + FULL_DATA),
     ("train.py -c PaddleOCR/configs/table/SLANet.yml", PADDLE + "; " + FULL_DATA),
 ]

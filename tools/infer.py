@@ -8,8 +8,11 @@ readings of PostProcess.model_name's models in ``results_per_model.txt``:
 ``path<TAB>{"Student": {"label", "score"}, ...}``);
 det ``bbox.json`` (COCO results) and the images with boxes above ``--draw_threshold``; seg
 ``<name>.png`` (palette PNG of class ids) and ``<name>_overlay.jpg`` (above a legend naming its
-classes: the data set's ``labels.txt`` names, recorded in ``inference.yml``). Unreadable files
-are reported and skipped; a failed run keeps the previous ``results.txt`` / ``bbox.json``.
+classes: the data set's ``labels.txt`` names, recorded in ``inference.yml``); table ``results.jsonl``
+(``{"path", "html", "score", "boxes"}`` a line: the structure as ``<html><body><table>...``, the
+cell boxes on the original image), ``<name>.html`` and the image with the cell boxes drawn. Unreadable files
+are reported and skipped; a failed run keeps the previous ``results.txt`` / ``bbox.json`` /
+``results.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Eval-mode models wrapped into what an exported graph computes, one wrapper per task.
 
 The task is read from the config's post-process (``CTCLabelDecode`` -> rec, ``MultiClassNMS`` ->
-det, ``SegPostProcess`` -> seg; ``DistillationCTCLabelDecode`` -> rec for the sub-models of a
-distillation model), so no task name has to be added to a config. A composite model
+det, ``SegPostProcess`` -> seg, ``TableLabelDecode`` -> table; ``DistillationCTCLabelDecode`` -> rec
+for the sub-models of a distillation model), so no task name has to be added to a config. A composite model
 (``Architecture.Models``) is deployed as its deployed sub-model (``ppdist.export.submodels``).
 """
 
@@ -23,18 +23,20 @@ TASK_BY_POSTPROCESS = {
     "DistillationCTCLabelDecode": "rec",
     "MultiClassNMS": "det",
     "SegPostProcess": "seg",
+    "TableLabelDecode": "table",
 }
 # names of the graph inputs and outputs per task (det: NMS in the graph / exclude_nms)
 GRAPH_IO = {
     "rec": (["image"], ["probs"]),
     "seg": (["image"], ["logits"]),
     "det": (["image", "scale_factor"], ["bbox", "bbox_num"]),
+    "table": (["image"], ["structure_probs", "loc_preds"]),
 }
 DET_RAW_OUTPUTS = ["boxes", "scores"]
 
 
 def task_of(config: Mapping[str, Any]) -> str:
-    """``rec``, ``det`` or ``seg`` from ``PostProcess.name``."""
+    """``rec``, ``det``, ``seg`` or ``table`` from ``PostProcess.name``."""
     name = (config.get("PostProcess") or {}).get("name")
     if name not in TASK_BY_POSTPROCESS:
         raise ConfigError(
@@ -76,6 +78,25 @@ class SegDeploy(nn.Module):
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         out = self.model(image)
         return out[0] if isinstance(out, (list, tuple)) else out
+
+
+class TableDeploy(nn.Module):
+    """image [N, 3, H, W] (PaddingTableImage's size) -> ``structure_probs`` [N, L, C] (softmax) and
+    ``loc_preds`` [N, L, R] (normalised boxes), L = max_text_length + 1: SLANet's eval forward. The
+    backbone and neck are traced; the head's greedy decode (``SLAHead.decoder``) is scripted, so the
+    exported graphs keep its steps as one loop (``graph_export`` traces before the ONNX export)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.backbone = model.backbone
+        self.neck = model.neck
+        self.flat_features = model.head.flat_features  # no parameters: (B, C, H, W) -> (B, H*W, C)
+        self.decode = torch.jit.script(model.head.decoder())
+
+    def forward(self, image: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        feats = self.backbone(image)
+        feats = feats if self.neck is None else self.neck(feats)
+        return self.decode(self.flat_features(feats))
 
 
 class DetDeploy(nn.Module):
@@ -121,33 +142,38 @@ def _seg_eval_size(config: Mapping[str, Any]) -> List[int]:
     return [height, width]
 
 
-def build_deploy(
-    model: nn.Module, config: Mapping[str, Any], exclude_nms: bool = False
+def _rec_deploy(
+    model: nn.Module, config: Mapping[str, Any], exclude_nms: bool
 ) -> Tuple[nn.Module, GraphSpec]:
-    """The wrapper for ``config``'s task around the eval-mode ``model``, and its graph spec; for a
-    composite model, around its deployed sub-model (a plain model of its own config)."""
-    model, config = deployed_part(model, config)
-    task = task_of(config)
-    model.eval()
-    inputs, outputs = GRAPH_IO[task]
-    if task == "rec":
-        height, width = _eval_size(config, (32, 100))
-        spec = GraphSpec(
-            inputs,
-            outputs,
-            {"image": {0: "batch", 3: "width"}, "probs": {0: "batch", 1: "frames"}},
-            [(1, 3, height, width), (3, 3, height, width * 3 + 8)],
-        )
-        return RecDeploy(model).eval(), spec
-    if task == "seg":
-        height, width = _seg_eval_size(config)
-        spec = GraphSpec(
-            inputs,
-            outputs,
-            {"image": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch", 2: "height", 3: "width"}},
-            [(1, 3, height, width), (2, 3, height // 2 + 32, width // 2 + 64)],
-        )
-        return SegDeploy(model).eval(), spec
+    inputs, outputs = GRAPH_IO["rec"]
+    height, width = _eval_size(config, (32, 100))
+    spec = GraphSpec(
+        inputs,
+        outputs,
+        {"image": {0: "batch", 3: "width"}, "probs": {0: "batch", 1: "frames"}},
+        [(1, 3, height, width), (3, 3, height, width * 3 + 8)],
+    )
+    return RecDeploy(model).eval(), spec
+
+
+def _seg_deploy(
+    model: nn.Module, config: Mapping[str, Any], exclude_nms: bool
+) -> Tuple[nn.Module, GraphSpec]:
+    inputs, outputs = GRAPH_IO["seg"]
+    height, width = _seg_eval_size(config)
+    spec = GraphSpec(
+        inputs,
+        outputs,
+        {"image": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch", 2: "height", 3: "width"}},
+        [(1, 3, height, width), (2, 3, height // 2 + 32, width // 2 + 64)],
+    )
+    return SegDeploy(model).eval(), spec
+
+
+def _det_deploy(
+    model: nn.Module, config: Mapping[str, Any], exclude_nms: bool
+) -> Tuple[nn.Module, GraphSpec]:
+    inputs, outputs = GRAPH_IO["det"]
     height, width = _eval_size(config, (640, 640))
     nms = build_postprocess(config)  # MultiClassNMS with the config's settings and defaults
     outputs = DET_RAW_OUTPUTS if exclude_nms else outputs
@@ -159,3 +185,37 @@ def build_deploy(
     )
     spec = GraphSpec(inputs, outputs, axes, [(1, 3, height, width), (2, 3, height - 64, width + 64)])
     return DetDeploy(model, nms, exclude_nms).eval(), spec
+
+
+def table_input_size(config: Mapping[str, Any]) -> List[int]:
+    """[H, W] of the Eval ``PaddingTableImage.size`` (every image is padded to it), else 488x488."""
+    for entry in (config.get("Eval") or {}).get("dataset", {}).get("transforms", []) or []:
+        if isinstance(entry, Mapping) and "PaddingTableImage" in entry:
+            return [int(v) for v in (entry["PaddingTableImage"] or {}).get("size", (488, 488))]
+    return [488, 488]
+
+
+def _table_deploy(
+    model: nn.Module, config: Mapping[str, Any], exclude_nms: bool
+) -> Tuple[nn.Module, GraphSpec]:
+    """A fixed image size (the padded one), a dynamic batch."""
+    inputs, outputs = GRAPH_IO["table"]
+    height, width = table_input_size(config)
+    axes = {name: {0: "batch"} for name in inputs + outputs}
+    spec = GraphSpec(inputs, outputs, axes, [(1, 3, height, width), (2, 3, height, width)])
+    return TableDeploy(model).eval(), spec
+
+
+DEPLOY_BUILDERS = {"rec": _rec_deploy, "seg": _seg_deploy, "det": _det_deploy, "table": _table_deploy}
+
+
+def build_deploy(
+    model: nn.Module, config: Mapping[str, Any], exclude_nms: bool = False
+) -> Tuple[nn.Module, GraphSpec]:
+    """The wrapper for ``config``'s task around the eval-mode ``model``, and its graph spec; for a
+    composite model, around its deployed sub-model (a plain model of its own config).
+    ``exclude_nms`` applies to detection only."""
+    model, config = deployed_part(model, config)
+    task = task_of(config)
+    model.eval()
+    return DEPLOY_BUILDERS[task](model, config, exclude_nms)

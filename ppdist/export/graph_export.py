@@ -26,15 +26,29 @@ def example_inputs(spec: GraphSpec, shape: Sequence[int], seed: int = 0) -> Tupl
     return (image,)
 
 
+def has_scripted_part(module: nn.Module) -> bool:
+    """Whether ``module`` holds a ``torch.jit.script`` sub-module (e.g. SLANet's decode loop)."""
+    return any(isinstance(m, torch.jit.ScriptModule) for m in module.modules())
+
+
+def traced(module: nn.Module, inputs: Tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
+    """``torch.jit.trace`` of ``module`` (its scripted parts kept as they are, loops included)."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.jit.trace(module, inputs, check_trace=False)
+
+
 def export_onnx(module: nn.Module, spec: GraphSpec, path: str) -> str:
     """Write ``path`` with the TorchScript-based exporter (opset 17), falling back to the dynamo
-    exporter (opset 18) for graphs it cannot express with dynamic sizes; returns which one."""
+    exporter (opset 18) for graphs it cannot express with dynamic sizes; returns which one. A
+    module with a scripted part is traced first: the exporter's own trace refuses a scripted
+    sub-module, and exports a traced module's graph as it is (a scripted loop stays one Loop)."""
     inputs = example_inputs(spec, spec.example_shapes[0])
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                module,
+                traced(module, inputs) if has_scripted_part(module) else module,
                 inputs,
                 path,
                 opset_version=OPSET,
@@ -73,10 +87,10 @@ def export_onnx(module: nn.Module, spec: GraphSpec, path: str) -> str:
 def export_torchscript(module: nn.Module, spec: GraphSpec, path: str) -> None:
     """Traced, frozen (Conv+BN folded) TorchScript module."""
     inputs = example_inputs(spec, spec.example_shapes[0])
+    module_ts = traced(module, inputs)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(module, inputs, check_trace=False)
-        frozen = torch.jit.freeze(traced.eval())
+        frozen = torch.jit.freeze(module_ts.eval())
     frozen.save(path)
 
 

@@ -2,7 +2,8 @@
 
 ``{ppdist_inference: 1, task, files: {onnx, torchscript}, inputs: [{name, shape}], outputs,
 preprocess: [transform entries], postprocess: {name, ...}, labels, export: {...}}``; the rec
-dictionary is written beside it as ``characters.txt``.
+dictionary is written beside it as ``characters.txt``, the table structure tokens as
+``structure_tokens.txt``.
 """
 
 from __future__ import annotations
@@ -23,9 +24,18 @@ from ppdist.registry import POSTPROCESSES, TRANSFORMS
 FORMAT_VERSION = 1
 FILE_NAME = "inference.yml"
 CHARACTERS_FILE = "characters.txt"
+STRUCTURE_FILE = "structure_tokens.txt"
+TASKS = ("rec", "det", "seg", "table")
 logger = logging.getLogger("ppdist")
 # Eval transforms that only prepare labels; inference has none
-LABEL_ONLY_TRANSFORMS = ("CTCLabelEncode", "MultiLabelEncode", "SARLabelEncode", "KeepKeys")
+LABEL_ONLY_TRANSFORMS = (
+    "CTCLabelEncode",
+    "MultiLabelEncode",
+    "SARLabelEncode",
+    "TableLabelEncode",
+    "TableBoxEncode",
+    "KeepKeys",
+)
 
 
 def inference_preprocess(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -83,6 +93,37 @@ def segmentation_labels(config: Mapping[str, Any]) -> Dict[str, Any]:
     return labels
 
 
+def _write_lines(path: str, lines: List[str]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{line}\n" for line in lines))
+
+
+def rec_labels(out_dir: str, config: Mapping[str, Any], postprocess: Dict[str, Any]) -> Dict[str, Any]:
+    """The dictionary written as ``characters.txt`` (without the CTC blank); the post-process reads it."""
+    characters = build_postprocess(config).character[1:]
+    _write_lines(os.path.join(out_dir, CHARACTERS_FILE), characters)
+    postprocess.update(character_dict_path=CHARACTERS_FILE, use_space_char=False)
+    return {"num_characters": len(characters), "file": CHARACTERS_FILE}
+
+
+def table_labels(out_dir: str, config: Mapping[str, Any], postprocess: Dict[str, Any]) -> Dict[str, Any]:
+    """The structure tokens as ``TableLabelDecode`` holds them (``merge_no_span_structure`` applied,
+    without ``sos`` / ``eos``) written as ``structure_tokens.txt``: read back with the same setting,
+    they give the same classes."""
+    classes = build_postprocess(config).character
+    _write_lines(os.path.join(out_dir, STRUCTURE_FILE), classes[1:-1])
+    postprocess.update(character_dict_path=STRUCTURE_FILE)
+    return {"num_classes": len(classes), "file": STRUCTURE_FILE}
+
+
+LABEL_WRITERS = {
+    "rec": rec_labels,
+    "det": lambda out_dir, config, postprocess: detection_labels(config),
+    "seg": lambda out_dir, config, postprocess: segmentation_labels(config),
+    "table": table_labels,
+}
+
+
 def write_inference_config(
     out_dir: str,
     task: str,
@@ -92,7 +133,7 @@ def write_inference_config(
     outputs: List[str],
     export_info: Mapping[str, Any],
 ) -> str:
-    """Write ``out_dir/inference.yml`` (and the rec dictionary); returns its path."""
+    """Write ``out_dir/inference.yml`` (and the rec dictionary / table tokens); returns its path."""
     postprocess = inference_postprocess(config)
     info: Dict[str, Any] = {
         "ppdist_inference": FORMAT_VERSION,
@@ -103,16 +144,7 @@ def write_inference_config(
         "preprocess": inference_preprocess(config),
         "export": dict(export_info),
     }
-    if task == "rec":
-        characters = build_postprocess(config).character[1:]  # without the CTC blank
-        with open(os.path.join(out_dir, CHARACTERS_FILE), "w", encoding="utf-8") as handle:
-            handle.write("".join(f"{c}\n" for c in characters))
-        postprocess.update(character_dict_path=CHARACTERS_FILE, use_space_char=False)
-        info["labels"] = {"num_characters": len(characters), "file": CHARACTERS_FILE}
-    elif task == "det":
-        info["labels"] = detection_labels(config)
-    else:
-        info["labels"] = segmentation_labels(config)
+    info["labels"] = LABEL_WRITERS[task](out_dir, config, postprocess)
     info["postprocess"] = postprocess
     path = os.path.join(out_dir, FILE_NAME)
     with open(path, "w", encoding="utf-8") as handle:
@@ -145,8 +177,8 @@ def read_inference_config(model_dir: str) -> Dict[str, Any]:
     for key in ("task", "files", "inputs", "outputs", "preprocess", "postprocess"):
         if key not in info:
             raise ConfigError(f"{path}: missing key {key}")
-    if info["task"] not in ("rec", "det", "seg"):
-        raise ConfigError(f"{path}: task must be rec, det or seg, got {info['task']!r}")
+    if info["task"] not in TASKS:
+        raise ConfigError(f"{path}: task must be one of {', '.join(TASKS)}, got {info['task']!r}")
     info["files"] = {k: os.path.join(model_dir, v) for k, v in info["files"].items()}
     dict_path: Optional[str] = info["postprocess"].get("character_dict_path")
     if dict_path:

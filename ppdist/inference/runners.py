@@ -29,6 +29,7 @@ from ppdist.export.inference_config import (
     segmentation_labels,
 )
 from ppdist.export.submodels import deployed_config
+from ppdist.metrics.teds import structure_html
 from ppdist.registry import POSTPROCESSES
 
 logger = logging.getLogger("ppdist")
@@ -335,7 +336,47 @@ class SegRunner(Runner):
         return results
 
 
-RUNNERS = {"rec": RecRunner, "det": DetRunner, "seg": SegRunner}
+class TableRunner(Runner):
+    """Table images -> ``{path, structure (HTML tokens), html, score, boxes [n_cells, loc_reg_num]
+    on the original image}`` (``TableLabelDecode`` with the ``shape`` of ``ResizeTableImage`` /
+    ``PaddingTableImage``); ``html`` is the structure wrapped as PaddleOCR's predict_table does."""
+
+    task = "table"
+
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        super().__init__(info)
+        self.decoder = build_postprocess_of(info)  # TableLabelDecode
+
+    def finish(self, data: Sample) -> Sample:
+        return {
+            "img_path": data["img_path"],
+            "image": data["image"],
+            "shape": np.asarray(data["shape"], dtype=np.float32).reshape(-1),
+        }
+
+    def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
+        locs = np.asarray(outputs["loc_preds"], dtype=np.float32)
+        decoded = self.decoder(
+            {"structure_probs": np.asarray(outputs["structure_probs"]), "loc_preds": locs},
+            {"shape": np.stack([s["shape"] for s in samples])},
+        )
+        results = []
+        for sample, (tokens, score), boxes in zip(
+            samples, decoded["structure_batch_list"], decoded["bbox_batch_list"]
+        ):
+            results.append(
+                {
+                    "path": sample["img_path"],
+                    "structure": list(tokens),
+                    "html": structure_html(tokens),
+                    "score": score,
+                    "boxes": boxes.reshape(-1, locs.shape[-1]),
+                }
+            )
+        return results
+
+
+RUNNERS = {"rec": RecRunner, "det": DetRunner, "seg": SegRunner, "table": TableRunner}
 
 
 def build_runner(info: Mapping[str, Any]) -> Runner:

@@ -1,5 +1,6 @@
 """Result files of ``tools/infer.py``: rec ``results.txt``, det ``bbox.json`` + drawn images,
-seg palette PNGs + overlays. Each writer takes results batch by batch and ``close()`` finishes."""
+seg palette PNGs + overlays, table ``results.jsonl`` + HTML + pictures with the cell boxes. Each
+writer takes results batch by batch and ``close()`` finishes."""
 
 from __future__ import annotations
 
@@ -183,6 +184,58 @@ class SegWriter:
         """Nothing to drop: each image's files are complete once written."""
 
 
+class TableWriter:
+    """``output_dir/results.jsonl``, one ``{"path", "html", "score", "boxes"}`` line per image
+    (PaddleOCR's infer_table record: the structure wrapped in ``<html><body><table>``, the cell boxes
+    on the original image), written to a temporary file that replaces it on ``close()``; per image
+    ``<stem>.html`` (that HTML) and ``<name>`` (the image with the cell boxes drawn: rectangles for
+    4 coordinates, closed polygons for 8, in class 0's colour of ``ppdist.visualize.palette``)."""
+
+    RESULTS_FILE = "results.jsonl"
+
+    def __init__(self, output_dir: str, thickness: int = 2) -> None:
+        self.output_dir = output_dir
+        self.path = os.path.join(output_dir, self.RESULTS_FILE)
+        self.tmp = temporary_path(self.path)
+        self.handle = open(self.tmp, "x", encoding="utf-8")
+        self.thickness = thickness
+        self.written: List[str] = []
+
+    def add(self, results: Sequence[Result]) -> None:
+        for r in results:
+            boxes = np.asarray(r["boxes"], dtype=np.float32)
+            record = {"path": r["path"], "html": r["html"], "score": r["score"], "boxes": boxes.tolist()}
+            self.handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            html_path = os.path.join(self.output_dir, _stem(r["path"]) + ".html")
+            write_text_atomic(html_path, r["html"])
+            self.written += [html_path, self.draw(r["path"], boxes)]
+
+    def draw(self, image_path: str, boxes: np.ndarray) -> str:
+        image = cv2.imread(image_path, cv2.IMREAD_COLOR)
+        red, green, blue = class_colour(0)
+        for box in boxes:
+            if len(box) == 4:
+                x1, y1, x2, y2 = (int(round(float(v))) for v in box)
+                cv2.rectangle(image, (x1, y1), (x2, y2), (blue, green, red), self.thickness)
+            else:
+                points = np.round(box.reshape(-1, 1, 2)).astype(np.int32)
+                cv2.polylines(image, [points], True, (blue, green, red), self.thickness)
+        path = os.path.join(self.output_dir, os.path.basename(image_path))
+        cv2.imwrite(path, image)
+        return path
+
+    def close(self) -> List[str]:
+        self.handle.close()
+        os.replace(self.tmp, self.path)
+        return [self.path] + self.written
+
+    def abort(self) -> None:
+        """Drop what was written; ``results.jsonl`` stays as it was."""
+        self.handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.tmp)
+
+
 LEGEND_ROW_PX = 16
 
 
@@ -216,4 +269,6 @@ def build_writer(task: str, output_dir: str, info: Mapping[str, Any], draw_thres
         return RecWriter(output_dir)
     if task == "det":
         return DetWriter(output_dir, info.get("labels") or [], draw_threshold)
+    if task == "table":
+        return TableWriter(output_dir)
     return SegWriter(output_dir, names=(info.get("labels") or {}).get("names") or ())

@@ -189,3 +189,14 @@ def test_backbone_batch_norms_have_no_weight_decay_as_the_original(model):
     )
     assert factors["neck.conv_t.convs.0.bn.weight"] is None
     assert not any(name.startswith("head.") and value is not None for name, value in factors.items())
+
+
+def test_exported_gru_cell_computes_what_grucell_computes():
+    """The scripted (exported) decode runs the GRU cell as ``gru_cell``'s elementary operations."""
+    from ppdist.modeling.heads.slanet import gru_cell
+
+    torch.manual_seed(2)
+    rnn = torch.nn.GRUCell(7, 5)
+    inputs, hidden = torch.randn(3, 7), torch.randn(3, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(gru_cell(inputs, hidden, rnn), rnn(inputs, hidden), rtol=0, atol=1e-6)

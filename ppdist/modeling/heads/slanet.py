@@ -11,6 +11,10 @@ the structure output is the generator's scores (logits, as the original). Eval: 
 previous one; the structure output is the softmax of the scores. Both return ``{"structure_probs":
 (B, max_text_length + 1, out_channels), "loc_preds": (B, max_text_length + 1, loc_reg_num)}``.
 
+The eval decode is ``GreedyDecoder``, a module over the head's own layers written so that
+``torch.jit.script`` keeps its steps as one loop (``ppdist.export`` scripts it: the ONNX graph holds
+one ``Loop`` node, not ``max_text_length + 1`` copies of a step).
+
 Attribute names are PaddleOCR's (``structure_attention_cell.{i2h, h2h, score, rnn}``,
 ``structure_generator.{0, 1}``, ``loc_generator.{0, 1}``), so state-dict keys are Paddle's.
 Nothing in either forward reads a device value on the host (the one-hot is a comparison).
@@ -19,7 +23,7 @@ Nothing in either forward reads a device value on the host (the one-hot is a com
 from __future__ import annotations
 
 import math
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -32,6 +36,16 @@ def one_hot(tokens: torch.Tensor, classes: torch.Tensor, dtype: torch.dtype) -> 
     """(...) int tokens -> (..., n) one-hot in ``dtype`` (``classes`` is ``arange(n)``); no host read,
     unlike ``F.one_hot``'s range check; a token outside [0, n) gives a zero row."""
     return (tokens.unsqueeze(-1) == classes).to(dtype)
+
+
+def gru_cell(inputs: torch.Tensor, hidden: torch.Tensor, rnn: nn.GRUCell) -> torch.Tensor:
+    """``rnn(inputs, hidden)`` in elementary operations, as ATen computes it (gates r, z, n)."""
+    gates_i = torch.nn.functional.linear(inputs, rnn.weight_ih, rnn.bias_ih).chunk(3, 1)
+    gates_h = torch.nn.functional.linear(hidden, rnn.weight_hh, rnn.bias_hh).chunk(3, 1)
+    reset = torch.sigmoid(gates_i[0] + gates_h[0])
+    update = torch.sigmoid(gates_i[1] + gates_h[1])
+    new = torch.tanh(gates_i[2] + reset * gates_h[2])
+    return (hidden - new) * update + new
 
 
 class AttentionGRUCell(nn.Module):
@@ -56,7 +70,11 @@ class AttentionGRUCell(nn.Module):
         energy = torch.tanh(feats_proj + self.h2h(hidden).unsqueeze(1))
         alpha = torch.softmax(self.score(energy), dim=1)  # (B, T, 1)
         context = torch.bmm(alpha.transpose(1, 2), feats).squeeze(1)
-        hidden = self.rnn(torch.cat((context, token.to(context.dtype)), dim=1), hidden.to(context.dtype))
+        inputs = torch.cat((context, token.to(context.dtype)), dim=1)
+        if torch.jit.is_scripting():  # the exported decode: GRUCell's own checks and op do not export to ONNX
+            hidden = gru_cell(inputs, hidden.to(context.dtype), self.rnn)
+        else:
+            hidden = self.rnn(inputs, hidden.to(context.dtype))
         return hidden, alpha.squeeze(2)
 
 
@@ -131,8 +149,7 @@ class SLAHead(L2TaggedModule):
         feats: Union[torch.Tensor, Sequence[torch.Tensor]],
         batch: Optional[Mapping[str, torch.Tensor]] = None,
     ) -> Dict[str, torch.Tensor]:
-        fea = feats if isinstance(feats, torch.Tensor) else feats[-1]
-        fea = fea.flatten(2).transpose(1, 2)  # (B, H*W, C)
+        fea = self.flat_features(feats)
         if self.training:
             if batch is None or "structure" not in batch:
                 raise KeyError(
@@ -140,12 +157,17 @@ class SLAHead(L2TaggedModule):
                     "indices, named in KeepKeys)"
                 )
             return self._forward_teacher(fea, batch["structure"])
-        return self._forward_decode(fea)
+        structure, locs = self.decoder()(fea)
+        return {"structure_probs": structure, "loc_preds": locs}
 
-    def _steps(self, fea: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The initial hidden state (zeros) and ``i2h`` of the features."""
-        hidden = fea.new_zeros((fea.shape[0], self.hidden_size))
-        return hidden, self.structure_attention_cell.i2h(fea)
+    def flat_features(self, feats: Union[torch.Tensor, Sequence[torch.Tensor]]) -> torch.Tensor:
+        """The last map of ``feats`` flattened to (B, H*W, C), what the attention reads."""
+        fea = feats if isinstance(feats, torch.Tensor) else feats[-1]
+        return fea.flatten(2).transpose(1, 2)
+
+    def decoder(self) -> "GreedyDecoder":
+        """The eval decode over this head's layers (shared, not copied)."""
+        return GreedyDecoder(self)
 
     def _forward_teacher(self, fea: torch.Tensor, structure: torch.Tensor) -> Dict[str, torch.Tensor]:
         steps = self.max_text_length + 1
@@ -157,7 +179,8 @@ class SLAHead(L2TaggedModule):
         tokens = one_hot(
             structure[:, :steps].to(self.classes.device, non_blocking=True), self.classes, fea.dtype
         )
-        hidden, fea_proj = self._steps(fea)
+        hidden = fea.new_zeros((fea.shape[0], self.hidden_size))
+        fea_proj = self.structure_attention_cell.i2h(fea)
         outputs = []
         for i in range(steps):
             hidden, _ = self.structure_attention_cell(hidden, fea, fea_proj, tokens[:, i])
@@ -165,16 +188,39 @@ class SLAHead(L2TaggedModule):
         output = torch.stack(outputs, dim=1)  # (B, steps, hidden)
         return {"structure_probs": self.structure_generator(output), "loc_preds": self.loc_generator(output)}
 
-    def _forward_decode(self, fea: torch.Tensor) -> Dict[str, torch.Tensor]:
-        hidden, fea_proj = self._steps(fea)
-        sos = fea.new_zeros(fea.shape[0], dtype=torch.long)  # the first step reads token 0 (sos)
+
+class GreedyDecoder(nn.Module):
+    """SLAHead's eval decode: ``max_text_length + 1`` greedy steps from token 0 (``sos``), each
+    reading the arg-max of the previous one. ``forward(fea (B, T, C)) -> (softmax of the structure
+    scores (B, L, classes), boxes (B, L, loc_reg_num))``.
+
+    Written for ``torch.jit.script``: a ``while`` loop, which neither ``torch.jit.freeze`` nor the
+    ONNX exporter unrolls (they unroll a ``for`` over a constant range into L copies of the step),
+    so the exported graph holds one loop whatever ``max_text_length``. Its layers are the head's.
+    """
+
+    def __init__(self, head: SLAHead) -> None:
+        super().__init__()
+        self.cell = head.structure_attention_cell
+        self.structure_generator = head.structure_generator
+        self.loc_generator = head.loc_generator
+        self.register_buffer("classes", head.classes, persistent=False)
+        self.hidden_size = head.hidden_size
+        self.steps = head.max_text_length + 1
+
+    def forward(self, fea: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        fea_proj = self.cell.i2h(fea)
+        hidden = fea.new_zeros((fea.shape[0], self.hidden_size))
+        sos = fea.new_zeros((fea.shape[0],), dtype=torch.long)
         token = one_hot(sos, self.classes, fea.dtype)
-        scores, locs = [], []
-        for _ in range(self.max_text_length + 1):
-            hidden, _ = self.structure_attention_cell(hidden, fea, fea_proj, token)
+        scores: List[torch.Tensor] = []
+        locs: List[torch.Tensor] = []
+        step = 0
+        while step < self.steps:
+            hidden, _ = self.cell(hidden, fea, fea_proj, token)
             step_scores = self.structure_generator(hidden)
             scores.append(step_scores)
             locs.append(self.loc_generator(hidden))
             token = one_hot(step_scores.argmax(dim=1), self.classes, fea.dtype)
-        structure = torch.softmax(torch.stack(scores, dim=1).float(), dim=-1)
-        return {"structure_probs": structure, "loc_preds": torch.stack(locs, dim=1)}
+            step += 1
+        return torch.softmax(torch.stack(scores, dim=1).float(), dim=-1), torch.stack(locs, dim=1)
