@@ -145,6 +145,10 @@ PPOCRV3_QUICK_START = (
     "the PP-OCRv3 quick start: two SVTR_LCNet models trained together, about 25 minutes on 2 CPU cores"
 )
 PPOCRV3_TRAINED = "needs the PP-OCRv3 quick start's trained model (" + PPOCRV3_QUICK_START + ")"
+SEG_FAMILY_QUICK_START = (
+    "a segmentation quick start of 8-14 minutes on 2 CPU cores, on the PP-LiteSeg quick start's data "
+    "and trainer (run here); tests/test_seg_configs.py checks its config, test_step_host_syncs.py its step"
+)
 TABLE_QUICK_START = (
     "the table quick start: SLANet on 2,000 synthetic tables, about 25 minutes on 2 CPU cores "
     "(tests/engine/test_table_training.py trains a tiny SLANet through the same trainer)"
@@ -260,6 +264,11 @@ NOT_RUN: List[Tuple[str, str]] = [
         "-c configs/seg/pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml -o Global.checkpoints",
         FULL_DATA,
     ),
+    (
+        "= python tools/train.py -c configs/seg/quickstart_segformer_synth.yml",
+        SEG_FAMILY_QUICK_START,
+    ),
+    ("= python tools/train.py -c configs/seg/quickstart_ocrnet_synth.yml", SEG_FAMILY_QUICK_START),
     ("= python tools/train.py -c configs/rec/PP-OCRv3/quickstart_synth.yml", PPOCRV3_QUICK_START),
     ("eval.py -c configs/rec/PP-OCRv3/quickstart_synth.yml", PPOCRV3_TRAINED),
     ("--output_dir output/inference/ppocrv3", PPOCRV3_TRAINED),

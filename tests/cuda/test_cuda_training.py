@@ -26,6 +26,9 @@ QUICKSTARTS = {
     "ppyoloe": (config_path("det", "quickstart_synth.yml"), 16, (160, 160)),
     "pp_liteseg": (config_path("seg", "quickstart_synth.yml"), 8, (128, 128)),
     "ppocrv3": (config_path("rec", "PP-OCRv3", "quickstart_synth.yml"), 16, (48, 320)),
+    "segformer": (config_path("seg", "quickstart_segformer_synth.yml"), 8, (128, 128)),
+    "ocrnet": (config_path("seg", "quickstart_ocrnet_synth.yml"), 8, (96, 96)),
+    "slanet": (config_path("table", "quickstart_synth.yml"), 16, (320, 320)),
 }
 RECIPES = {  # the recipes' real training input sizes, a few samples per batch
     "crnn": (config_path("rec", "rec_mv3_none_bilstm_ctc.yml"), 256, (32, 100)),
@@ -36,6 +39,9 @@ RECIPES = {  # the recipes' real training input sizes, a few samples per batch
         (512, 1024),
     ),
     "ppocrv3": (config_path("rec", "PP-OCRv3", "ch_PP-OCRv3_rec_distillation.yml"), 64, (48, 320)),
+    "segformer": (config_path("seg", "segformer_b0_cityscapes_1024x1024_160k.yml"), 2, (1024, 1024)),
+    "ocrnet": (config_path("seg", "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml"), 2, (512, 1024)),
+    "slanet": (config_path("table", "SLANet.yml"), 16, (488, 488)),
 }
 # the PP-OCRv3 quick start's dictionary is written with its data: the bundled English one stands in
 QUICKSTART_DICT = "Global.character_dict_path=" + os.path.join(REPO, "ppdist", "data", "dicts", "en_dict.txt")

@@ -114,3 +114,11 @@ def test_table_quickstart_step_reads_nothing_on_the_host():
     counter, values = counted_step(config_path("table", "quickstart_synth.yml"), 2, (128, 128))
     assert counter.count == 0, counter.report()
     assert float(values["loss"]) > 0
+
+
+@pytest.mark.parametrize("name", ["quickstart_segformer_synth.yml", "quickstart_ocrnet_synth.yml"])
+def test_seg_family_quickstart_steps_read_nothing_on_the_host(name):
+    """SegFormer's and OCRNet's steps (fp32; the precisions are counted on PP-LiteSeg above)."""
+    counter, values = counted_step(config_path("seg", name), 2, (96, 96))
+    assert counter.count == 0, counter.report()
+    assert float(values["loss"]) > 0
