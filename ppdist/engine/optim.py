@@ -442,9 +442,8 @@ def clip_gradients(
     if not grads:
         return None
     per_tensor = opt_cfg.get("clip_norm")
-    if (
-        per_tensor
-    ):  # each gradient times max_norm / max(its norm, max_norm): Paddle's ClipGradByNorm, no epsilon
+    if per_tensor:
+        # each gradient times max_norm / max(its norm, max_norm): Paddle's ClipGradByNorm, no epsilon
         norms = torch.stack(torch._foreach_norm(grads))
         coefs = float(per_tensor) / norms.clamp(min=float(per_tensor))
         torch._foreach_mul_(grads, list(coefs.unbind()))
