@@ -10,6 +10,29 @@ import pytest
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: the workers share the cores, one thread each
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Under pytest -n (the README's command, with --dist loadfile: a file goes to one worker, so its
+# module-scoped fixtures, some minutes of training, run once) the longest files start first, so
+# that the last file a worker takes is a short one. Collection order otherwise.
+LONGEST_FIRST = (
+    "tests/test_docs_commands.py",
+    "tests/integration/test_det_torchrun.py",
+    "tests/engine/test_step_host_syncs.py",
+    "tests/integration/",
+    "tests/engine/test_amp.py",
+    "tests/engine/test_trainer.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    def rank(item) -> int:
+        return next(
+            (i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+            len(LONGEST_FIRST),
+        )
+
+    items.sort(key=rank)  # stable: the files keep their tests' order
+
+
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 for _path in (REPO_ROOT, os.path.dirname(os.path.abspath(__file__))):
     if _path not in sys.path:

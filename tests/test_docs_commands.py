@@ -159,7 +159,7 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("pip install -e", "installs packages: the test runs in the installed environment"),
     ("pip install torch", "installs packages: the test runs in the installed environment"),
     ("python -m venv", "creates an environment: the test runs in the installed environment"),
-    ("= python -m pytest tests -q -n auto", "the test suite itself"),
+    ("= python -m pytest tests -q -n auto --dist loadfile", "the test suite itself"),
     ("= python -m pytest tests -q -m cuda", "the CUDA test suite: needs a GPU"),
     ("[./train_data/train.txt]", "your own PaddleOCR label files"),
     ("eval.py -c configs/det/ppyoloe_crn_s_300e_coco.yml", PADDLE),
