@@ -13,8 +13,9 @@ Tasks:
 - ``det``: shapes over textured backgrounds in COCO layout (``images/{train,val}/``,
   ``annotations/instances_{train,val}.json`` with category ids 1, 3, 5, ..., ``train.txt``),
   e.g. ``python tools/make_synthetic_data.py det --out DIR --num 4000 --num_classes 4``.
-- ``table``: tables (random rows/columns, row/col spans, a header or not, short cell texts, all,
-  horizontal or no ruling lines) in PubTabNet's jsonl layout (``images/{train,val}/``,
+- ``table``: tables (random rows/columns, a shaded header or not, short cell texts, all,
+  horizontal or no ruling lines; row/col spans and empty cells in the ruled ones, where they can
+  be seen) in PubTabNet's jsonl layout (``images/{train,val}/``,
   ``train.txt`` / ``val.txt`` with one json object per line), e.g.
   ``python tools/make_synthetic_data.py table --out DIR --num 2000 --max_rows 8 --max_cols 6``.
 

@@ -2,7 +2,8 @@
 
 ``generate_table_dataset`` draws tables of random rows and columns, with row and column spans,
 an optional header (``<thead>``), short cell texts (some cells empty) and all, only horizontal
-or no ruling lines::
+or no ruling lines. Every structure can be read off its picture: the header rows are shaded, and
+only ruled tables (all lines) have spans and empty cells (without the lines neither can be seen)::
 
     out_dir/images/train/00000000.png   out_dir/train.txt   (one PubTabNet json object per line)
     out_dir/images/val/00000000.png     out_dir/val.txt
@@ -29,6 +30,7 @@ from ppdist.registry import SYNTHETIC_DATA
 TEXT_CHARS = "ABCDEFGHKLMNPRSTXabcdefghkmnoprstuxyz0123456789.%-"
 LINE_STYLES = ("full", "horizontal", "none")
 MAX_SPAN = 3
+EMPTY_CELLS = 0.15  # of a ruled table's cells
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
@@ -80,7 +82,11 @@ def render_table(
     ink = tuple(int(v) for v in rng.integers(0, 60, size=3))
     lines = LINE_STYLES[int(rng.integers(len(LINE_STYLES)))]
     scale = float(rng.uniform(0.35, 0.45))
-    layout = _layout(rng, rows, cols, head, span_ratio)
+    ruled = lines == "full"
+    layout = _layout(rng, rows, cols, head, span_ratio if ruled else 0.0)
+    if head:  # a shaded header (lighter than the text threshold of the cell boxes, 200)
+        shade = tuple(int(v) for v in rng.integers(215, 240, size=3))
+        cv2.rectangle(img, (int(xs[0]), int(ys[0])), (int(xs[-1]), int(ys[head])), shade, -1)
     structure: List[str] = ["<thead>"] if head else ["<tbody>"]
     cells: List[Dict[str, Any]] = []
     for r in range(rows):
@@ -92,7 +98,7 @@ def render_table(
             x1, x2, y1, y2 = int(xs[c]), int(xs[c + cs]), int(ys[r]), int(ys[r + rs])
             if lines == "full":
                 cv2.rectangle(img, (x1, y1), (x2, y2), ink, 1)
-            cells.append(_draw_text(rng, img, (x1, y1, x2, y2), ink, scale))
+            cells.append(_draw_text(rng, img, (x1, y1, x2, y2), ink, scale, EMPTY_CELLS if ruled else 0.0))
         structure.append("</tr>")
     structure.append("</tbody>")
     if lines == "horizontal":
@@ -102,11 +108,16 @@ def render_table(
 
 
 def _draw_text(
-    rng: np.random.Generator, img: np.ndarray, box: Tuple[int, int, int, int], ink: tuple, scale: float
+    rng: np.random.Generator,
+    img: np.ndarray,
+    box: Tuple[int, int, int, int],
+    ink: tuple,
+    scale: float,
+    empty: float,
 ) -> Dict[str, Any]:
-    """Draw a short text inside ``box`` (or nothing: an empty cell); its cell entry."""
+    """Draw a short text inside ``box`` (or, with probability ``empty``, nothing); its cell entry."""
     x1, y1, x2, y2 = box
-    if rng.random() < 0.15:
+    if rng.random() < empty:
         return {"tokens": []}
     length = int(rng.integers(1, 8))
     while length > 1 and cv2.getTextSize("W" * length, FONT, scale, 1)[0][0] > x2 - x1 - 8:
