@@ -7,6 +7,7 @@ import json
 import os
 import re
 import struct
+import time
 from typing import Any, Dict, Iterator, List, Tuple
 
 BLOCK = 32768  # the LevelDB log format W&B's .wandb file uses: 32 KiB blocks of framed chunks
@@ -23,7 +24,7 @@ def _chunks(data: bytes) -> Iterator[Tuple[int, bytes]]:
             pos += left_in_block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos : pos + CHUNK_HEADER])
-        if kind == 0:
+        if kind == 0 or pos + CHUNK_HEADER + length > len(data):  # the end, or a chunk still being written
             break
         yield kind, data[pos + CHUNK_HEADER : pos + CHUNK_HEADER + length]
         pos += CHUNK_HEADER + length
@@ -37,13 +38,34 @@ def offline_wandb(monkeypatch: Any, folder: str) -> None:
         monkeypatch.setenv(name, os.path.join(folder, name.lower()))
 
 
-def wandb_records(run_dir: str) -> List[Any]:
-    """The protobuf records of the offline run in ``run_dir`` (``.../wandb/offline-run-*``)."""
+def wandb_records(run_dir: str, timeout: float = 60.0) -> List[Any]:
+    """The protobuf records of the offline run in ``run_dir`` (``.../wandb/offline-run-*``).
+
+    W&B's service writes the file on its own after ``run.finish()`` returns (a loaded machine can
+    still be writing it), so this waits up to ``timeout`` seconds for the run's final ``exit``
+    record before it returns the records.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        records = _read_wandb_records(run_dir)
+        kinds = [record.WhichOneof("record_type") for record in records]
+        if kinds and kinds[-1] == "exit":
+            return records
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the offline run in {run_dir} has no final exit record after {timeout} s: {kinds}"
+            )
+        time.sleep(0.2)
+
+
+def _read_wandb_records(run_dir: str) -> List[Any]:
     from wandb.proto import wandb_internal_pb2  # noqa: PLC0415
 
     (path,) = glob.glob(os.path.join(run_dir, "run-*.wandb"))
     with open(path, "rb") as handle:
         data = handle.read()
+    if len(data) < FILE_HEADER:
+        return []
     assert data[:4] == b":W&B", path
     records, pending = [], b""
     for kind, chunk in _chunks(data):
