@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -32,6 +32,8 @@ LINE_STYLES = ("full", "horizontal", "none")
 MAX_SPAN = 3
 EMPTY_CELLS = 0.15  # of a ruled table's cells
 FONT = cv2.FONT_HERSHEY_SIMPLEX
+CELL_HEIGHT = (20, 30)  # pixels, [low, high): PubTabNet-like short rows
+CELL_WIDTH = (36, 90)
 
 
 def _layout(
@@ -68,13 +70,19 @@ def _cell_tokens(rs: int, cs: int) -> List[str]:
 
 
 def render_table(
-    rng: np.random.Generator, max_rows: int, max_cols: int, span_ratio: float
+    rng: np.random.Generator,
+    max_rows: int,
+    max_cols: int,
+    span_ratio: float,
+    cell_height: Tuple[int, int] = CELL_HEIGHT,
+    cell_width: Tuple[int, int] = CELL_WIDTH,
 ) -> Tuple[np.ndarray, Dict[str, Any]]:
-    """One table picture (uint8 BGR) and its PubTabNet ``html`` entry."""
+    """One table picture (uint8 BGR) and its PubTabNet ``html`` entry; each row's height and each
+    column's width drawn from ``cell_height`` / ``cell_width`` ([low, high) pixels)."""
     rows, cols = int(rng.integers(2, max_rows + 1)), int(rng.integers(2, max_cols + 1))
     head = int(rng.random() < 0.5)
-    widths = rng.integers(36, 90, size=cols)
-    heights = rng.integers(20, 30, size=rows)
+    widths = rng.integers(cell_width[0], cell_width[1], size=cols)
+    heights = rng.integers(cell_height[0], cell_height[1], size=rows)
     margin = int(rng.integers(4, 16))
     xs = np.concatenate([[0], np.cumsum(widths)]) + margin
     ys = np.concatenate([[0], np.cumsum(heights)]) + margin
@@ -144,13 +152,15 @@ def _write_split(
     max_rows: int,
     max_cols: int,
     span_ratio: float,
+    cell_height: Tuple[int, int],
+    cell_width: Tuple[int, int],
 ) -> int:
     os.makedirs(os.path.join(root, "images", split))
     spans = 0
     with open(os.path.join(root, f"{split}.txt"), "w", encoding="utf-8", newline="\n") as handle:
         for i in range(count):
             rng = np.random.default_rng([seed & 0xFFFFFFFF, split_id, i])
-            img, html = render_table(rng, max_rows, max_cols, span_ratio)
+            img, html = render_table(rng, max_rows, max_cols, span_ratio, cell_height, cell_width)
             rel = f"images/{split}/{i:08d}.png"
             ok, buf = cv2.imencode(".png", img)
             if not ok:
@@ -162,6 +172,17 @@ def _write_split(
     return spans
 
 
+def _pixel_range(key: str, value: Sequence[int], smallest: int) -> Tuple[int, int]:
+    """``value`` as a (low, high) pair of integers with ``smallest <= low < high <= 400``."""
+    pair = tuple(value) if isinstance(value, (list, tuple)) else ()
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+        raise ValueError(f"{key} must be [low, high] in pixels, got {value!r}")
+    low, high = pair
+    if not smallest <= low < high <= 400:
+        raise ValueError(f"{key} must satisfy {smallest} <= low < high <= 400, got {value!r}")
+    return low, high
+
+
 @SYNTHETIC_DATA.register(name="table")
 def generate_table_dataset(
     out_dir: str,
@@ -171,16 +192,23 @@ def generate_table_dataset(
     max_rows: int = 8,
     max_cols: int = 6,
     span_ratio: float = 0.15,
+    cell_height: Sequence[int] = CELL_HEIGHT,
+    cell_width: Sequence[int] = CELL_WIDTH,
 ) -> dict:
     """Draw a table dataset into ``out_dir`` (skipped if ``out_dir/train.txt`` exists).
 
-    Deterministic for a seed; train and val use separate random streams. Built in a temporary
-    directory beside ``out_dir`` and renamed into place. Returns a summary dict.
+    ``cell_height`` / ``cell_width``: the [low, high) pixel ranges of the rows' heights and the
+    columns' widths (the defaults give PubTabNet-like wide tables of short rows; taller rows are
+    easier to tell apart at SLANet's stride-32 attention). Deterministic for a seed; train and val
+    use separate random streams. Built in a temporary directory beside ``out_dir`` and renamed into
+    place. Returns a summary dict.
     """
     if not (2 <= max_rows <= 30 and 2 <= max_cols <= 20):
         raise ValueError(f"max_rows must be in [2, 30] and max_cols in [2, 20], got {max_rows}, {max_cols}")
     if not 0.0 <= span_ratio <= 1.0:
         raise ValueError(f"span_ratio must be in [0, 1], got {span_ratio}")
+    cell_height = _pixel_range("cell_height", cell_height, 16)
+    cell_width = _pixel_range("cell_width", cell_width, 24)
     out_dir = os.path.abspath(out_dir)
     summary: Dict[str, object] = {
         "task": "table",
@@ -189,10 +217,12 @@ def generate_table_dataset(
         "max_rows": max_rows,
         "max_cols": max_cols,
         "span_ratio": span_ratio,
+        "cell_height": list(cell_height),
+        "cell_width": list(cell_width),
     }
 
     def write(tmp: str) -> dict:
-        args = (max_rows, max_cols, span_ratio)
+        args = (max_rows, max_cols, span_ratio, cell_height, cell_width)
         spans = _write_split(tmp, "train", num_train, seed, 0, *args)
         spans += _write_split(tmp, "val", num_val, seed, 1, *args)
         return {"spanning_cells": spans}
