@@ -86,6 +86,22 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     table.add_argument(
         "--span_ratio", type=float, default=0.15, help="share of cells that try a row/col span"
     )
+    table.add_argument(
+        "--cell_height",
+        type=int,
+        nargs=2,
+        default=[20, 30],
+        metavar=("LOW", "HIGH"),
+        help="row heights in pixels, [LOW, HIGH)",
+    )
+    table.add_argument(
+        "--cell_width",
+        type=int,
+        nargs=2,
+        default=[36, 90],
+        metavar=("LOW", "HIGH"),
+        help="column widths in pixels, [LOW, HIGH)",
+    )
     return parser.parse_args(argv)
 
 

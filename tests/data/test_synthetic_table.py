@@ -98,3 +98,27 @@ def test_same_seed_same_files_and_existing_data_is_kept(tables, tmp_path):
     with pytest.raises(ValueError, match=r"max_rows must be in \[2, 30\]"):
         generate_table_dataset(str(tmp_path / "bad"), num_train=1, num_val=1, max_rows=1)
     assert np.isfinite(again["seconds"])
+
+
+def test_cell_sizes_set_the_rows_and_columns_and_are_checked(tmp_path):
+    root = str(tmp_path / "tall")
+    tool.main(
+        ["table", "--out", root, "--num", "6", "--num_val", "1", "--cell_height", "40", "41"]
+        + ["--cell_width", "50", "51", "--max_rows", "4", "--max_cols", "3"]
+    )
+    for d in _lines(root, "train"):
+        height, width = cv2.imread(os.path.join(root, d["filename"])).shape[:2]
+        tokens = d["html"]["structure"]["tokens"]
+        rows = tokens.count("<tr>")
+        cols = (tokens.count("<td>") + sum(int(t.split('"')[1]) for t in tokens if "colspan" in t)) // rows
+        if not any("rowspan" in t for t in tokens):  # columns countable from the first row alone otherwise
+            margin = height - 40 * rows
+            assert width - 50 * cols == margin and 8 <= margin < 32
+    for key, value, message in (
+        ("cell_height", [30, 20], r"cell_height must satisfy 16 <= low < high <= 400"),
+        ("cell_width", [10, 90], r"cell_width must satisfy 24 <= low"),
+        ("cell_height", [20], r"cell_height must be \[low, high\] in pixels"),
+        ("cell_width", [36.0, 90], r"cell_width must be \[low, high\] in pixels"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            generate_table_dataset(str(tmp_path / "bad"), num_train=1, num_val=1, **{key: value})
