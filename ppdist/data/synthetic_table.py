@@ -32,6 +32,8 @@ LINE_STYLES = ("full", "horizontal", "none")
 MAX_SPAN = 3
 EMPTY_CELLS = 0.15  # of a ruled table's cells
 FONT = cv2.FONT_HERSHEY_SIMPLEX
+HEADER_SHADE = (150, 205)  # per channel, [low, high); the ink is 0-59
+TEXT_COVERAGE = 73  # of 255: a text pixel in the cell box (darker than 200 on white for any ink)
 CELL_HEIGHT = (20, 30)  # pixels, [low, high): PubTabNet-like short rows
 CELL_WIDTH = (36, 90)
 
@@ -92,8 +94,8 @@ def render_table(
     scale = float(rng.uniform(0.35, 0.45))
     ruled = lines == "full"
     layout = _layout(rng, rows, cols, head, span_ratio if ruled else 0.0)
-    if head:  # a shaded header (lighter than the text threshold of the cell boxes, 200)
-        shade = tuple(int(v) for v in rng.integers(215, 240, size=3))
+    if head:  # a shaded header, plainly darker than the body (the text stays darker still)
+        shade = tuple(int(v) for v in rng.integers(HEADER_SHADE[0], HEADER_SHADE[1], size=3))
         cv2.rectangle(img, (int(xs[0]), int(ys[0])), (int(xs[-1]), int(ys[head])), shade, -1)
     structure: List[str] = ["<thead>"] if head else ["<tbody>"]
     cells: List[Dict[str, Any]] = []
@@ -135,8 +137,9 @@ def _draw_text(
     left = x1 + 4 + int(rng.integers(0, max(1, x2 - x1 - 8 - w)))
     bottom = y1 + (y2 - y1 + h) // 2
     cv2.putText(img, text, (left, bottom), FONT, scale, ink, 1, cv2.LINE_AA)
-    dark = img[y1 + 2 : y2 - 1, x1 + 2 : x2 - 1].min(axis=2) < 200
-    yy, xx = np.nonzero(dark)
+    coverage = np.zeros(img.shape[:2], dtype=np.uint8)  # the text alone, whatever the background
+    cv2.putText(coverage, text, (left, bottom), FONT, scale, 255, 1, cv2.LINE_AA)
+    yy, xx = np.nonzero(coverage[y1 + 2 : y2 - 1, x1 + 2 : x2 - 1] >= TEXT_COVERAGE)
     if len(xx) == 0:
         return {"tokens": []}
     bbox = [x1 + 2 + int(xx.min()), y1 + 2 + int(yy.min()), x1 + 3 + int(xx.max()), y1 + 3 + int(yy.max())]
