@@ -120,17 +120,27 @@ def test_quickstart_trains_the_recipes_model_on_synthetic_tables():
     recipe = load_config(RECIPE)
     for section in ("Loss", "PostProcess"):
         assert config[section] == recipe[section], section
-    assert config["Architecture"]["Head"]["max_text_length"] == config["Global"]["max_text_length"] == 100
-    assert (config["Architecture"]["Backbone"]["pretrained"], config["Metric"]["teds"]) == (False, True)
+    assert config["Metric"] == {**recipe["Metric"], "teds": True}
+    head = {**recipe["Architecture"]["Head"], "max_text_length": 50}
+    backbone = {**recipe["Architecture"]["Backbone"], "pretrained": False, "use_ssld": False}
+    assert config["Architecture"] == {**recipe["Architecture"], "Head": head, "Backbone": backbone}
+    assert config["Global"]["max_text_length"] == 50
+    assert {k: v for k, v in config["Optimizer"].items() if k != "lr"} == {
+        k: v for k, v in recipe["Optimizer"].items() if k != "lr"
+    }
+    assert config["Optimizer"]["lr"] == {"name": "Cosine", "learning_rate": 0.002, "warmup_epoch": 0.5}
     spec = load_yaml_with_bases(QUICKSTART)["Global"]["synthetic_data"]
     assert spec["kind"] == "table"
     for section in ("Train", "Eval"):
         dataset = config[section]["dataset"]
         assert os.path.normpath(dataset["data_dir"]) == os.path.normpath(spec["data_dir"])
         ops = {next(iter(op)): op[next(iter(op))] for op in dataset["transforms"]}
-        assert ops["ResizeTableImage"] == {"max_len": 320} and ops["PaddingTableImage"] == {
-            "size": [320, 320]
-        }
+        recipe_ops = {next(iter(op)): op[next(iter(op))] for op in recipe[section]["dataset"]["transforms"]}
+        assert ops["ResizeTableImage"] == {"max_len": 160}
+        assert ops["PaddingTableImage"] == {"size": [160, 160]}
+        for name in ("DecodeImage", "TableBoxEncode", "NormalizeImage", "ToCHWImage"):
+            assert ops[name] == recipe_ops[name], (section, name)
+        # the recipe's keys and the structure length
         assert ops["KeepKeys"]["keep_keys"] == [
             "image",
             "structure",
@@ -139,6 +149,8 @@ def test_quickstart_trains_the_recipes_model_on_synthetic_tables():
             "length",
             "shape",
         ]
+        assert ops["TableLabelEncode"] == {**recipe_ops["TableLabelEncode"], "max_text_length": 50}
+        assert list(ops) == list(recipe_ops)
 
 
 def test_learning_rate_flag_keeps_piecewise_learning_rate_its_first_value():

@@ -28,7 +28,7 @@ QUICKSTARTS = {
     "ppocrv3": (config_path("rec", "PP-OCRv3", "quickstart_synth.yml"), 16, (48, 320)),
     "segformer": (config_path("seg", "quickstart_segformer_synth.yml"), 8, (128, 128)),
     "ocrnet": (config_path("seg", "quickstart_ocrnet_synth.yml"), 8, (96, 96)),
-    "slanet": (config_path("table", "quickstart_synth.yml"), 16, (320, 320)),
+    "slanet": (config_path("table", "quickstart_synth.yml"), 16, (160, 160)),
 }
 RECIPES = {  # the recipes' real training input sizes, a few samples per batch
     "crnn": (config_path("rec", "rec_mv3_none_bilstm_ctc.yml"), 256, (32, 100)),
