@@ -409,7 +409,13 @@ def tiny_table_config(path: str, data_dir: str, save_dir: str, epochs: int = 2, 
             "Head": {"hidden_size": 32, "max_text_length": 40},
         },
         "Optimizer": {
-            "lr": {"decay_epochs": [1], "values": [0.002, 0.001], "learning_rate": 0.002, "warmup_epoch": 0}
+            "lr": {
+                "name": "Piecewise",
+                "decay_epochs": [1],
+                "values": [0.002, 0.001],
+                "learning_rate": 0.002,
+                "warmup_epoch": 0,
+            }
         },
         "Train": {
             "dataset": {
