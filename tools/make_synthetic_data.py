@@ -32,6 +32,7 @@ from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from ppdist.data.synthetic_table import CELL_HEIGHT, CELL_WIDTH
 from ppdist.registry import SYNTHETIC_DATA
 
 COMMON_KEYS = ("out", "num", "num_val", "seed", "task")
@@ -86,22 +87,18 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     table.add_argument(
         "--span_ratio", type=float, default=0.15, help="share of cells that try a row/col span"
     )
-    table.add_argument(
-        "--cell_height",
-        type=int,
-        nargs=2,
-        default=[20, 30],
-        metavar=("LOW", "HIGH"),
-        help="row heights in pixels, [LOW, HIGH)",
-    )
-    table.add_argument(
-        "--cell_width",
-        type=int,
-        nargs=2,
-        default=[36, 90],
-        metavar=("LOW", "HIGH"),
-        help="column widths in pixels, [LOW, HIGH)",
-    )
+    for name, default, what in (
+        ("cell_height", CELL_HEIGHT, "row heights"),
+        ("cell_width", CELL_WIDTH, "column widths"),
+    ):
+        table.add_argument(
+            f"--{name}",
+            type=int,
+            nargs=2,
+            default=list(default),
+            metavar=("LOW", "HIGH"),
+            help=f"{what} in pixels, [LOW, HIGH) (default: {default[0]} {default[1]})",
+        )
     return parser.parse_args(argv)
 
 
