@@ -19,7 +19,9 @@ Tasks:
   ``train.txt`` / ``val.txt`` with one json object per line), e.g.
   ``python tools/make_synthetic_data.py table --out DIR --num 2000 --max_rows 8 --max_cols 6``.
 
-Skips generation when the output already holds a dataset; prints a JSON summary.
+Skips generation when the output already holds a dataset (the summary's ``differs`` then lists the
+settings it was drawn with that differ from the ones asked, from its ``synthetic_settings.json``);
+prints a JSON summary.
 """
 
 from __future__ import annotations

@@ -44,12 +44,12 @@ def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
             logger.info("generating the synthetic %s data set in %s ...", spec["kind"], out_dir)
         summary = generator(out_dir, **kwargs)
         logger.info("synthetic data: %s", describe_synthetic_data(summary))
-        differs = [k for k in ("num_train", "num_val") if k in kwargs and summary.get(k) != kwargs[k]]
-        if summary.get("skipped") and differs:
+        differs = summary.get("differs") or {}
+        if differs:
             logger.warning(
-                "%s already holds a data set with %s; it is used as is (delete the folder to "
+                "%s already holds a data set drawn with %s; it is used as is (delete the folder to "
                 "generate the requested one)",
                 out_dir,
-                ", ".join(f"{k}={summary[k]} (config asks {kwargs[k]})" for k in differs),
+                ", ".join(f"{k}={v['found']} (config asks {v['asked']})" for k, v in differs.items()),
             )
     barrier(env)

@@ -214,4 +214,7 @@ def generate_rec_dataset(
         _write_split(tmp, "train", train, seed, 0, fonts, upper_prob)
         _write_split(tmp, "val", val, seed, 1, fonts, upper_prob)
 
-    return build_atomically(out_dir, summary, num_train, num_val, write)
+    settings = dict(
+        seed=seed, min_len=min_len, max_len=max_len, charset=charset, upper_case_ratio=upper_case_ratio
+    )
+    return build_atomically(out_dir, summary, num_train, num_val, write, settings)

@@ -183,4 +183,11 @@ def generate_det_dataset(
             }
         }
 
-    return build_atomically(out_dir, summary, num_train, num_val, write)
+    settings = dict(
+        seed=seed,
+        image_size=[shape[1], shape[0]],
+        num_classes=num_classes,
+        max_objects=max_objects,
+        empty_ratio=empty_ratio,
+    )
+    return build_atomically(out_dir, summary, num_train, num_val, write, settings)

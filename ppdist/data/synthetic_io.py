@@ -3,16 +3,21 @@
 A generator describes its data set (``summary``) and writes it into a temporary directory
 (``write(tmp) -> extra summary entries``); ``build_atomically`` skips the work when
 ``out_dir/train.txt`` already exists, renames the temporary directory into place so a
-half-written data set is never visible, and falls back to a concurrent writer's result.
+half-written data set is never visible, and falls back to a concurrent writer's result. The
+generator's settings are recorded beside the data (``synthetic_settings.json``); a data set that
+is reused although it was drawn with other settings says so in its summary (``differs``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
+
+SETTINGS_FILE = "synthetic_settings.json"
 
 
 def count_lines(path: str) -> int:
@@ -36,13 +41,40 @@ def move_into_place(tmp: str, out_dir: str) -> None:
     os.rename(tmp, out_dir)
 
 
-def skipped_summary(summary: Dict[str, Any], out_dir: str) -> Dict[str, Any]:
+def _plain(value: Any) -> Any:
+    """A JSON value for a setting json cannot write (a numpy scalar or array, a path)."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def recorded_settings(out_dir: str) -> Optional[Dict[str, Any]]:
+    """The settings a data set was drawn with, or None for a folder without a readable record."""
+    try:
+        with open(os.path.join(out_dir, SETTINGS_FILE), encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def skipped_summary(summary: Dict[str, Any], out_dir: str, requested: Mapping[str, Any]) -> Dict[str, Any]:
+    """``summary`` for a reused data set: its counts, and ``differs`` (key -> {found, asked}) for
+    every requested setting it was not drawn with (only the counts where it has no record)."""
     val_txt = os.path.join(out_dir, "val.txt")
     summary.update(
         skipped=True,
         num_train=count_lines(os.path.join(out_dir, "train.txt")),
         num_val=count_lines(val_txt) if os.path.exists(val_txt) else 0,
     )
+    found = recorded_settings(out_dir)
+    if found is None:
+        found = {key: summary[key] for key in ("num_train", "num_val")}
+    differs = {
+        key: {"found": found[key], "asked": value}
+        for key, value in requested.items()
+        if key in found and found[key] != value
+    }
+    if differs:
+        summary["differs"] = differs
     return summary
 
 
@@ -52,25 +84,34 @@ def build_atomically(
     num_train: int,
     num_val: int,
     write: Callable[[str], Optional[Mapping[str, Any]]],
+    settings: Mapping[str, Any],
 ) -> Dict[str, Any]:
-    """Run ``write(tmp)`` unless ``out_dir`` holds a data set; return the completed summary."""
+    """Run ``write(tmp)`` unless ``out_dir`` holds a data set; return the completed summary.
+
+    ``settings``: the generator's options (all but ``out_dir`` and the counts), recorded with the
+    data and compared with the record when an existing data set is reused."""
     if num_train < 0 or num_val < 0:
         raise ValueError("num_train and num_val must be >= 0")
+    requested = json.loads(
+        json.dumps({**settings, "num_train": num_train, "num_val": num_val}, default=_plain)
+    )
     train_txt = os.path.join(out_dir, "train.txt")
     if os.path.exists(train_txt):
-        return skipped_summary(summary, out_dir)
+        return skipped_summary(summary, out_dir, requested)
     start = time.perf_counter()
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
     try:
         extra = write(tmp) or {}
+        with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as handle:
+            json.dump(requested, handle, indent=1, sort_keys=True)
         os.chmod(tmp, 0o755)
         move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if os.path.exists(train_txt):  # another process finished first: use its data
-            return skipped_summary(summary, out_dir)
+            return skipped_summary(summary, out_dir, requested)
         raise
     seconds = time.perf_counter() - start
     total = num_train + num_val

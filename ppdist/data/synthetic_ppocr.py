@@ -140,11 +140,19 @@ def generate_ppocrv3_rec_dataset(
     if not os.path.isfile(source_dict):
         raise FileNotFoundError(f"rec_ppocrv3 synthetic data: dictionary not found: {source_dict}")
     out_dir = os.path.abspath(out_dir)
+    settings = dict(
+        seed=seed,
+        min_len=min_len,
+        max_len=max_len,
+        max_chars=max_chars,
+        space_ratio=space_ratio,
+        source_dict=None if source_dict == BUNDLED_DICT else source_dict,
+    )
     if os.path.exists(
         os.path.join(out_dir, "train.txt")
     ):  # made before (or on another node): no fonts needed
         return build_atomically(
-            out_dir, existing_summary(out_dir, seed), num_train, num_val, lambda tmp: None
+            out_dir, existing_summary(out_dir, seed), num_train, num_val, lambda tmp: None, settings
         )
     fonts = find_fonts()
     if not fonts:
@@ -172,4 +180,4 @@ def generate_ppocrv3_rec_dataset(
         _write_split(tmp, "train", train, seed, 0, fonts, 0.0)
         _write_split(tmp, "val", val, seed, 1, fonts, 0.0)
 
-    return build_atomically(out_dir, summary, num_train, num_val, write)
+    return build_atomically(out_dir, summary, num_train, num_val, write, settings)

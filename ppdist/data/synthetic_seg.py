@@ -253,4 +253,11 @@ def generate_seg_dataset(
         with open(os.path.join(tmp, "labels.txt"), "w", encoding="utf-8", newline="\n") as handle:
             handle.write("".join(f"{n}\n" for n in names))
 
-    return build_atomically(out_dir, summary, num_train, num_val, write)
+    settings = dict(
+        seed=seed,
+        image_size=[shape[1], shape[0]],
+        num_classes=num_classes,
+        max_shapes=max_shapes,
+        ignore_border=ignore_border,
+    )
+    return build_atomically(out_dir, summary, num_train, num_val, write, settings)

@@ -230,4 +230,8 @@ def generate_table_dataset(
         spans += _write_split(tmp, "val", num_val, seed, 1, *args)
         return {"spanning_cells": spans}
 
-    return build_atomically(out_dir, summary, num_train, num_val, write)
+    settings = {
+        key: summary[key]
+        for key in ("seed", "max_rows", "max_cols", "span_ratio", "cell_height", "cell_width")
+    }
+    return build_atomically(out_dir, summary, num_train, num_val, write, settings)

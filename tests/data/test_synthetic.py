@@ -37,7 +37,7 @@ def test_summary_and_layout(dataset):
     assert SYNTHETIC_DATA.get("rec") is generate_rec_dataset
     assert summary["skipped"] is False and summary["num_train"] == 80 and summary["num_val"] == 30
     assert summary["fonts"]
-    assert sorted(os.listdir(root)) == ["images", "train.txt", "val.txt"]
+    assert sorted(os.listdir(root)) == ["images", "synthetic_settings.json", "train.txt", "val.txt"]
     leftovers = [n for n in os.listdir(os.path.dirname(root)) if n.startswith(".rec.tmp")]
     assert leftovers == []
 
@@ -80,6 +80,12 @@ def test_second_call_is_noop(dataset):
     stamp = os.stat(os.path.join(root, "train.txt")).st_mtime_ns
     summary = generate_rec_dataset(root, num_train=999, num_val=999, seed=5)
     assert summary["skipped"] is True and summary["num_train"] == 80 and summary["num_val"] == 30
+    assert summary["differs"] == {
+        "num_train": {"found": 80, "asked": 999},
+        "num_val": {"found": 30, "asked": 999},
+        "seed": {"found": 11, "asked": 5},
+    }
+    assert "differs" not in generate_rec_dataset(root, num_train=80, num_val=30, seed=11)
     assert os.stat(os.path.join(root, "train.txt")).st_mtime_ns == stamp
 
 

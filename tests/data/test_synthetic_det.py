@@ -36,7 +36,13 @@ def test_summary_and_layout(dataset):
     assert SYNTHETIC_DATA.get("det") is generate_det_dataset
     assert summary["skipped"] is False and summary["num_train"] == 30 and summary["num_val"] == 8
     assert summary["category_ids"] == [1, 3, 5, 7]
-    assert sorted(os.listdir(root)) == ["annotations", "images", "train.txt", "val.txt"]
+    assert sorted(os.listdir(root)) == [
+        "annotations",
+        "images",
+        "synthetic_settings.json",
+        "train.txt",
+        "val.txt",
+    ]
     assert sorted(os.listdir(os.path.join(root, "annotations"))) == [
         "instances_train.json",
         "instances_val.json",

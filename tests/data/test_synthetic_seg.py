@@ -28,7 +28,14 @@ def test_summary_and_layout(dataset):
     root, summary = dataset
     assert SYNTHETIC_DATA.get("seg") is generate_seg_dataset
     assert summary["skipped"] is False and summary["num_train"] == 24 and summary["num_val"] == 8
-    assert sorted(os.listdir(root)) == ["images", "labels", "labels.txt", "train.txt", "val.txt"]
+    assert sorted(os.listdir(root)) == [
+        "images",
+        "labels",
+        "labels.txt",
+        "synthetic_settings.json",
+        "train.txt",
+        "val.txt",
+    ]
     assert not [n for n in os.listdir(os.path.dirname(root)) if n.startswith(".seg.tmp")]
     with open(os.path.join(root, "labels.txt")) as handle:
         assert handle.read().splitlines() == summary["class_names"] and len(summary["class_names"]) == 6
