@@ -2,8 +2,10 @@
 
 ``generate_table_dataset`` draws tables of random rows and columns, with row and column spans,
 an optional header (``<thead>``), short cell texts (some cells empty) and all, only horizontal
-or no ruling lines. Every structure can be read off its picture: the header rows are shaded, and
-only ruled tables (all lines) have spans and empty cells (without the lines neither can be seen)::
+or no ruling lines. Every structure can be read off its picture: the header rows are shaded,
+only ruled tables (all lines) have spans and empty cells (without the lines neither can be seen),
+the lines are thick enough to survive the downscale to SLANet's input, and a spanning cell's text
+is centred across the lines it spans::
 
     out_dir/images/train/00000000.png   out_dir/train.txt   (one PubTabNet json object per line)
     out_dir/images/val/00000000.png     out_dir/val.txt
@@ -31,6 +33,7 @@ TEXT_CHARS = "ABCDEFGHKLMNPRSTXabcdefghkmnoprstuxyz0123456789.%-"
 LINE_STYLES = ("full", "horizontal", "none")
 MAX_SPAN = 3
 EMPTY_CELLS = 0.15  # of a ruled table's cells
+LINE_WIDTH = 2  # OpenCV thickness (3 px): ruling lines that survive a downscale to SLANet's input
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 HEADER_SHADE = (150, 205)  # per channel, [low, high); the ink is 0-59
 TEXT_COVERAGE = 73  # of 255: a text pixel in the cell box (darker than 200 on white for any ink)
@@ -107,13 +110,14 @@ def render_table(
             structure += _cell_tokens(rs, cs)
             x1, x2, y1, y2 = int(xs[c]), int(xs[c + cs]), int(ys[r]), int(ys[r + rs])
             if lines == "full":
-                cv2.rectangle(img, (x1, y1), (x2, y2), ink, 1)
-            cells.append(_draw_text(rng, img, (x1, y1, x2, y2), ink, scale, EMPTY_CELLS if ruled else 0.0))
+                cv2.rectangle(img, (x1, y1), (x2, y2), ink, LINE_WIDTH)
+            empty = EMPTY_CELLS if ruled else 0.0
+            cells.append(_draw_text(rng, img, (x1, y1, x2, y2), ink, scale, empty, centred=rs > 1 or cs > 1))
         structure.append("</tr>")
     structure.append("</tbody>")
     if lines == "horizontal":
         for y in ys[[0, head, rows]] if head else ys[[0, rows]]:
-            cv2.line(img, (int(xs[0]), int(y)), (int(xs[-1]), int(y)), ink, 1)
+            cv2.line(img, (int(xs[0]), int(y)), (int(xs[-1]), int(y)), ink, LINE_WIDTH)
     return img, {"structure": {"tokens": structure}, "cells": cells}
 
 
@@ -124,8 +128,11 @@ def _draw_text(
     ink: tuple,
     scale: float,
     empty: float,
+    centred: bool = False,
 ) -> Dict[str, Any]:
-    """Draw a short text inside ``box`` (or, with probability ``empty``, nothing); its cell entry."""
+    """Draw a short text inside ``box`` (or, with probability ``empty``, nothing); its cell entry.
+    The text starts at a random place in the row, or is centred (a spanning cell's, as tables set
+    them: across the lines it spans)."""
     x1, y1, x2, y2 = box
     if rng.random() < empty:
         return {"tokens": []}
@@ -134,7 +141,8 @@ def _draw_text(
         length -= 1
     text = "".join(TEXT_CHARS[i] for i in rng.integers(0, len(TEXT_CHARS), size=length))
     (w, h), base = cv2.getTextSize(text, FONT, scale, 1)
-    left = x1 + 4 + int(rng.integers(0, max(1, x2 - x1 - 8 - w)))
+    offset = int(rng.integers(0, max(1, x2 - x1 - 8 - w)))
+    left = x1 + max(4, (x2 - x1 - w) // 2) if centred else x1 + 4 + offset
     bottom = y1 + (y2 - y1 + h) // 2
     cv2.putText(img, text, (left, bottom), FONT, scale, ink, 1, cv2.LINE_AA)
     coverage = np.zeros(img.shape[:2], dtype=np.uint8)  # the text alone, whatever the background

@@ -11,7 +11,7 @@ from ppdist_testing import tree_digest
 
 from ppdist.data.base import BadSample
 from ppdist.data.build import build_dataset
-from ppdist.data.synthetic_table import generate_table_dataset
+from ppdist.data.synthetic_table import _draw_text, generate_table_dataset, render_table
 from ppdist.registry import SYNTHETIC_DATA
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,3 +122,28 @@ def test_cell_sizes_set_the_rows_and_columns_and_are_checked(tmp_path):
     ):
         with pytest.raises(ValueError, match=message):
             generate_table_dataset(str(tmp_path / "bad"), num_train=1, num_val=1, **{key: value})
+
+
+def test_ruling_lines_are_thick_and_spanning_text_is_centred():
+    """The cues a downscaled table keeps: ruling lines 3 px thick (OpenCV thickness 2; a 1 px line
+    can vanish in the resize to 160), and a spanning cell's text centred across the lines it
+    spans (a cell beside an empty one would otherwise look the same but for one missing line)."""
+    ruled = 0
+    for seed in range(12):
+        img, _ = render_table(np.random.default_rng(seed), 4, 4, 0.0)
+        dark = (img.min(axis=2) < 100).sum(axis=1)  # per image row
+        dark_rows = np.nonzero(dark > 0.9 * (img.shape[1] - 2 * 16))[0]  # lines span the table
+        if len(dark_rows):
+            ruled += 1
+            runs = np.split(dark_rows, np.nonzero(np.diff(dark_rows) > 1)[0] + 1)
+            assert {len(run) for run in runs} == {3}, (seed, runs)
+    assert ruled >= 4
+    canvas = np.full((60, 300, 3), 255, dtype=np.uint8)
+    rng = np.random.default_rng(0)
+    centres, starts = [], []
+    for _ in range(20):
+        cell = _draw_text(rng, canvas.copy(), (10, 5, 290, 55), (0, 0, 0), 0.4, 0.0, centred=True)
+        centres.append((cell["bbox"][0] + cell["bbox"][2]) / 2)
+        starts.append(_draw_text(rng, canvas.copy(), (10, 5, 290, 55), (0, 0, 0), 0.4, 0.0)["bbox"][0])
+    assert max(abs(c - 150) for c in centres) <= 3
+    assert max(starts) - min(starts) > 60
