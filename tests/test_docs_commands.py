@@ -150,7 +150,7 @@ SEG_FAMILY_QUICK_START = (
     "and trainer (run here); tests/test_seg_configs.py checks its config, test_step_host_syncs.py its step"
 )
 TABLE_QUICK_START = (
-    "the table quick start: SLANet on 2,000 synthetic tables, about 25 minutes on 2 CPU cores "
+    "the table quick start: SLANet on 48,000 synthetic tables, about 23 minutes on 2 CPU cores "
     "(tests/engine/test_table_training.py trains a tiny SLANet through the same trainer)"
 )
 

@@ -128,7 +128,7 @@ def test_quickstart_trains_the_recipes_model_on_synthetic_tables():
     assert {k: v for k, v in config["Optimizer"].items() if k != "lr"} == {
         k: v for k, v in recipe["Optimizer"].items() if k != "lr"
     }
-    assert config["Optimizer"]["lr"] == {"name": "Cosine", "learning_rate": 0.002, "warmup_epoch": 0.5}
+    assert config["Optimizer"]["lr"] == {"name": "Cosine", "learning_rate": 0.003, "warmup_epoch": 0.02}
     spec = load_yaml_with_bases(QUICKSTART)["Global"]["synthetic_data"]
     assert spec["kind"] == "table"
     for section in ("Train", "Eval"):
