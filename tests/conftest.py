@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Iterator
 
 import pytest
+import torch
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: the workers share the cores, one thread each
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+# pytest -n: the workers share the cores, one thread each (and the processes they start, through
+# OMP_NUM_THREADS). Two workers of two threads each on 2 cores spin-wait on each other: the same
+# tests took 3x the CPU time.
+WORKER_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else None
+if WORKER_THREADS:
+    os.environ.setdefault("OMP_NUM_THREADS", str(WORKER_THREADS))
+    torch.set_num_threads(WORKER_THREADS)
 
 # Under pytest -n (the README's command, with --dist loadfile: a file goes to one worker, so its
 # module-scoped fixtures, some minutes of training, run once) the longest files start first, so
@@ -37,6 +44,17 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 for _path in (REPO_ROOT, os.path.dirname(os.path.abspath(__file__))):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+
+@pytest.fixture(autouse=True)
+def worker_threads() -> Iterator[None]:
+    """Under pytest -n every test starts and ends with the worker's one thread, whatever a test (or
+    the module-scoped fixture before it) set."""
+    if WORKER_THREADS:
+        torch.set_num_threads(WORKER_THREADS)
+    yield
+    if WORKER_THREADS:
+        torch.set_num_threads(WORKER_THREADS)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -36,8 +36,6 @@ from ppdist.export.deploy_modules import DetDeploy
 from ppdist.modeling.backbones.cspresnet import RepVggBlock
 from ppdist.modeling.deploy import convert_to_deploy
 
-torch.set_num_threads(2)
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = paddle_fixture_dir("det")
 CONFIGS = {

@@ -29,8 +29,6 @@ from ppdist.errors import CheckpointError
 from ppdist.modeling.backbones.mobilenet_v1_enhance import SEGate
 from ppdist.modeling.necks.svtr import Attention
 
-torch.set_num_threads(2)
-
 FIXTURES = paddle_fixture_dir("ppocrv3")
 DISTILL = os.path.join(FIXTURES, "distill_small.pdparams")
 STUDENT = os.path.join(FIXTURES, "student_small.pdparams")

@@ -27,8 +27,6 @@ from ppdist.convert.weights.naming import paddle_candidates, stage_renames
 from ppdist.convert.weights.pdparams import load_pdparams
 from ppdist.modeling.layers import SEModule
 
-torch.set_num_threads(2)
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = paddle_fixture_dir("rec")
 CONFIG = os.path.join(ROOT, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")

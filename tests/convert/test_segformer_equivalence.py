@@ -24,8 +24,6 @@ from ppdist.convert.weights import convert_state_dict
 from ppdist.modeling.architectures import BaseModel
 from ppdist.modeling.layers import DropPath
 
-torch.set_num_threads(2)
-
 FX = paddle_fixture_script("segformer")
 TOLERANCE = 1e-4
 

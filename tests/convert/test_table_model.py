@@ -28,8 +28,6 @@ from ppdist.components import build_model
 from ppdist.convert.weights import convert_state_dict, load_pdparams
 from ppdist.engine.checkpoint.weights import load_pretrained, load_stage_pretrained
 
-torch.set_num_threads(2)
-
 FIXTURES = paddle_fixture_dir("table")
 TOLERANCE = 1e-4
 with open(os.path.join(FIXTURES, "param_counts.json")) as f:

@@ -12,8 +12,6 @@ from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.layers import SEModule, hard_sigmoid_paddle, make_divisible
 from ppdist.modeling.necks.rnn import SequenceEncoder
 
-torch.set_num_threads(2)
-
 
 def mv3_arch(num_classes=37):
     """rec_mv3_none_bilstm_ctc.yml's Architecture, with Head.out_channels injected."""

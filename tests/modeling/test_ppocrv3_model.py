@@ -34,8 +34,6 @@ from ppdist.modeling.necks.svtr import EncoderWithSVTR
 from ppdist.registry import HEADS, NECKS
 from ppdist.utils.host_sync import count_host_syncs
 
-torch.set_num_threads(2)
-
 FIXTURES = paddle_fixture_dir("ppocrv3")
 FX = paddle_fixture_script("ppocrv3")
 TOLERANCE = 1e-4

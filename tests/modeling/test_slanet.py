@@ -12,8 +12,6 @@ from ppdist.errors import ConfigError
 from ppdist.modeling.architectures import BaseModel
 from ppdist.utils.host_sync import count_host_syncs
 
-torch.set_num_threads(2)
-
 CLASSES = 9
 STEPS = 5  # max_text_length 4 (+1)
 
