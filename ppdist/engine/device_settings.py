@@ -36,7 +36,9 @@ def apply_backend_settings(glob: Mapping[str, Any], device: torch.device) -> Non
     deterministic = bool(glob.get("deterministic", False))
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    if deterministic or torch.are_deterministic_algorithms_enabled():
+        # only when the flag changes: the call imports torch._inductor (~2 s of every start-up)
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = deterministic
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = bool(glob["cudnn_benchmark"]) and not deterministic

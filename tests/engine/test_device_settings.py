@@ -1,5 +1,8 @@
 """Per-device defaults of the GPU switches, and the recompile limit for multi-scale training."""
 
+import subprocess
+import sys
+
 import torch
 
 from ppdist.engine.device_settings import apply_backend_settings, broadcast_buffers, channels_last
@@ -45,6 +48,18 @@ def test_deterministic_switches_the_reproducible_kernels_on_and_off_again():
     finally:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
+
+
+def test_the_default_settings_leave_the_compiler_unloaded():
+    """torch.use_deterministic_algorithms imports torch._inductor (~2 s of every tool's start-up): it
+    is called only to switch determinism on, or off again."""
+    code = (
+        "import sys, torch; from ppdist.engine.device_settings import apply_backend_settings; "
+        "apply_backend_settings({'float32_matmul_precision': 'highest', 'cudnn_benchmark': False}, "
+        "torch.device('cpu')); print('torch._inductor' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
 
 
 def test_compile_fits_every_training_size_and_never_falls_back_silently(caplog):
