@@ -235,9 +235,14 @@ def tiny_det_config(
     epochs: int = 8,
     num_train: int = 256,
     num_val: int = 37,
+    image_size: int = 96,
     **global_extra,
 ) -> str:
-    """A narrow PP-YOLOE (width 0.25, depth 0.33) on 96x96 synthetic shapes, 2 classes."""
+    """A narrow PP-YOLOE (width 0.25, depth 0.33) on ``image_size`` squared synthetic shapes, 2 classes.
+
+    Its learning rate, 0.002, learns at every seed tried (2 processes, SyncBN, 64 px, 12 epochs:
+    ap50 0.17-0.27 over seeds 0-3); the recipe's 0.01 is too much for this narrow model (at 12
+    epochs 3 of 4 seeds learned nothing, and whether one did depended on the float rounding)."""
     config = {
         "_BASE_": [DET_QUICKSTART],
         "Global": dict(
@@ -256,7 +261,7 @@ def tiny_det_config(
                     "num_train": num_train,
                     "num_val": num_val,
                     "seed": 5,
-                    "image_size": 96,
+                    "image_size": image_size,
                     "num_classes": 2,
                     "max_objects": 3,
                 },
@@ -267,7 +272,7 @@ def tiny_det_config(
         "Optimizer": {
             "lr": {
                 "name": "CosineDecay",
-                "learning_rate": 0.01,
+                "learning_rate": 0.002,
                 "max_epochs": epochs + 2,
                 "warmup_epoch": 1,
                 "warmup_start_lr": 0.0,
@@ -280,7 +285,7 @@ def tiny_det_config(
                 "batch_transforms": [
                     {
                         "BatchRandomResize": {
-                            "target_size": [96],
+                            "target_size": [image_size],
                             "random_size": True,
                             "random_interp": False,
                             "keep_ratio": False,
@@ -298,7 +303,7 @@ def tiny_det_config(
                 "dataset_dir": data_dir,
                 "transforms": [
                     {"Decode": {}},
-                    {"Resize": {"target_size": [96, 96], "keep_ratio": False, "interp": 2}},
+                    {"Resize": {"target_size": [image_size, image_size], "keep_ratio": False, "interp": 2}},
                     {"NormalizeImage": {}},
                     {"Permute": {}},
                 ],
