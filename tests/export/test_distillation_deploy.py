@@ -362,7 +362,9 @@ def test_exported_models_of_a_paddleocr_distillation_file_equal_paddleocr(tmp_pa
     model computed in float64 (the fixture of tests/convert/test_ppocrv3_weights.py). Measured with
     ONNX Runtime's basic graph optimisations (constant folding, BatchNorm folded): Student 2.9e-5,
     Teacher 9.2e-6; with its default extended fusions, which tools/infer.py uses: 1.4e-4, 2.2e-5
-    (float32 rounding of the fused kernels; ONNX Runtime vs PyTorch on the same weights, --check: 4e-5)."""
+    (float32 rounding of the fused kernels; ONNX Runtime vs PyTorch on the same weights, --check: 4e-5,
+    1.2e-4 with PyTorch's non-vector kernels, ATEN_CPU_CAPABILITY=default). The bounds leave 3x over
+    these for the kernels another CPU picks: float32 rounding, not this machine's figures."""
     import onnxruntime as ort
 
     fixture = paddle_fixture_dir("ppocrv3")
@@ -380,7 +382,7 @@ def test_exported_models_of_a_paddleocr_distillation_file_equal_paddleocr(tmp_pa
     )
     checkpoint = os.path.join(fixture, "distill_small.pdparams")
     config = load_config(path, [f"Global.checkpoints={checkpoint}", "Global.max_text_length=25"])
-    report = export_model(config, str(tmp_path / "inference"), ("onnx",), check=True, tolerance=1e-4)
+    report = export_model(config, str(tmp_path / "inference"), ("onnx",), check=True, tolerance=4e-4)
     assert report["deployed"] == "Student"
     basic = ort.SessionOptions()
     basic.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -389,5 +391,5 @@ def test_exported_models_of_a_paddleocr_distillation_file_equal_paddleocr(tmp_pa
         graph = ort.InferenceSession(path, basic, providers=["CPUExecutionProvider"])
         assert np.abs(graph.run(None, {"image": expected["image"]})[0] - expected[name]).max() <= 1e-4, name
         default = OnnxBackend(path).run({"image": expected["image"]})["probs"]  # tools/infer.py's session
-        assert np.abs(default - expected[name]).max() <= 3e-4, name
+        assert np.abs(default - expected[name]).max() <= 5e-4, name
     assert np.abs(expected["Student"] - expected["Teacher"]).max() > 0.1  # a swap of the folders fails
