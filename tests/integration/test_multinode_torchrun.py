@@ -13,14 +13,14 @@ from typing import List, Optional
 
 import pytest
 import torch
-from ppdist_testing import REPO, check_ok, child_env, tiny_config
+from ppdist_testing import HANG_TIMEOUT_S, REPO, check_ok, child_env, tiny_config
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="uses /proc to find the worker pids"
 )
 TRAIN = os.path.join(REPO, "tools", "train.py")
 EXTRA = dict(
-    epochs=4, num_train=512, save_iter_step=4, checkpoints="auto", print_batch_step=2, dist_timeout=60
+    epochs=4, num_train=256, save_iter_step=4, checkpoints="auto", print_batch_step=2, dist_timeout=60
 )
 
 
@@ -55,7 +55,7 @@ def start_node(cfg: str, rdzv: List[str], log_path: str, restarts: int = 0) -> s
     return subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
-def finish(procs: List[subprocess.Popen], timeout: int = 300) -> List[int]:
+def finish(procs: List[subprocess.Popen], timeout: int = HANG_TIMEOUT_S) -> List[int]:
     deadline = time.monotonic() + timeout
     codes = []
     for proc in procs:
@@ -129,7 +129,7 @@ def single_node(tmp_path_factory):
             env=child_env(),
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_TIMEOUT_S,
         )
     )
     return {
@@ -147,7 +147,7 @@ def test_launcher_prints_the_torchrun_command_and_writes_worker_logs(single_node
         "ppdist.launch: node 0/1: torchrun --nnodes 1 --node_rank 0 --master_addr 127.0.0.1 --master_port "
     )
     assert "--nproc_per_node 2" in command[0] and command[0].endswith(f"-c {root / 'out.yml'}")
-    assert "training finished: 64 steps" in (root / "log" / "workerlog.0").read_text()
+    assert "training finished: 32 steps" in (root / "log" / "workerlog.0").read_text()
     assert (root / "log" / "workerlog.1").exists()
 
 
@@ -182,13 +182,13 @@ def test_killed_worker_is_restarted_and_the_run_ends_with_the_same_weights(singl
         start_node(node_config(tmp_path, f"node{r}", f"data{r}"), rdzv, logs[r], restarts=2) for r in (0, 1)
     ]
     train_logs = [tmp_path / f"node{r}" / "train.log" for r in (0, 1)]
-    deadline = time.monotonic() + 240
-    while not any(path.exists() and "global_step: 22," in path.read_text() for path in train_logs):
+    deadline = time.monotonic() + HANG_TIMEOUT_S
+    while not any(path.exists() and "global_step: 14," in path.read_text() for path in train_logs):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
-            "training did not reach step 22"
+            "training did not reach step 14"
         )
         time.sleep(0.05)
-    victim = next(pid for pid in (worker_pid(p, 0) for p in procs) if pid)  # epoch 2 of 4, 16 steps per epoch
+    victim = next(pid for pid in (worker_pid(p, 0) for p in procs) if pid)  # epoch 2 of 4, 8 steps per epoch
     os.kill(victim, 9)
     codes = finish(procs)
     seconds = time.monotonic() - start
@@ -202,7 +202,7 @@ def test_killed_worker_is_restarted_and_the_run_ends_with_the_same_weights(singl
     ]
     newest = max(finals, key=lambda state: state["position"]["global_step"])
     assert_same_weights(single_node["latest"], newest)
-    assert newest["position"]["global_step"] == 64
+    assert newest["position"]["global_step"] == 32
     for r in (0, 1):  # whatever a kill interrupted, every checkpoint on disk is complete
         folder = tmp_path / f"node{r}"
         for name in os.listdir(folder) if folder.exists() else []:
@@ -242,7 +242,7 @@ def test_srun_style_launch_without_torchrun(tmp_path, digits_dir):
         )
         for r in (0, 1)
     ]
-    codes = finish(procs, timeout=240)
+    codes = finish(procs)
     outputs = [p.stdout.read() for p in procs]
     assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     log = (tmp_path / "out" / "train.log").read_text()
@@ -261,7 +261,7 @@ def test_srun_peer_that_never_joins_fails_in_time_naming_the_endpoint(tmp_path, 
         env=slurm_env(0, 2, port),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_TIMEOUT_S,
     )
     assert result.returncode == 1
     assert time.monotonic() - start < 60
@@ -301,7 +301,7 @@ def test_hung_peer_ends_the_job_within_the_timeout_with_a_clear_message(tmp_path
             stderr=subprocess.STDOUT,
         )
     train_log = tmp_path / "out" / "train.log"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + HANG_TIMEOUT_S
     while not (train_log.exists() and "global_step: 10," in train_log.read_text()):
         assert time.monotonic() < deadline and agent.poll() is None, open(log_path).read()[-3000:]
         time.sleep(0.05)
@@ -309,7 +309,7 @@ def test_hung_peer_ends_the_job_within_the_timeout_with_a_clear_message(tmp_path
     os.kill(frozen, 19)  # SIGSTOP
     stopped_at = time.monotonic()
     try:
-        code = agent.wait(120)
+        code = agent.wait(HANG_TIMEOUT_S)
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -368,7 +368,7 @@ def test_resume_on_more_processes_with_auto_scale_lr_continues_the_epoch(tmp_pat
             env=child_env(),
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_TIMEOUT_S,
         )
     )
     # 512 samples: 12 x 16 = 192 used; the other 320 are 10 steps of 2 x 16 in epoch 1 (16 steps at 2 x 16)
