@@ -19,7 +19,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 from docs_commands_testing import DocCommand, extract_commands, fresh_copy, with_overrides
-from ppdist_testing import REPO
+from ppdist_testing import HANG_TIMEOUT_S, REPO
 
 # tiny versions of the quick starts: a few samples, a few steps, no loader workers
 TINY: Dict[str, List[str]] = {
@@ -375,7 +375,7 @@ def run_command(
     text = with_overrides(command.text, tiny_overrides(command.text) + extra)
     start = time.perf_counter()
     result = subprocess.run(
-        ["bash", "-c", text], cwd=copy, env=env, capture_output=True, text=True, timeout=300
+        ["bash", "-c", text], cwd=copy, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT_S
     )
     return result, time.perf_counter() - start
 

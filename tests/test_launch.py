@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from ppdist_testing import REPO, child_env
+from ppdist_testing import HANG_TIMEOUT_S, REPO, child_env
 
 from ppdist import launch
 
@@ -281,7 +281,12 @@ def test_stderr_merged_into_stdout_in_order():
     )
     env = dict(child_env(), PPDIST_STDERR_TO_STDOUT="1")
     result = subprocess.run(
-        [sys.executable, "-u", "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-u", "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stderr
     assert (result.stdout, result.stderr) == ("one\ntwo\nthree\n", "")
@@ -305,7 +310,7 @@ def test_rendezvous_error_messages():
     assert message.startswith("node 0: cannot open the rendezvous at 10.0.0.1:6000: port 6000 is in use")
 
 
-def run_launch(args, timeout=60) -> subprocess.CompletedProcess:
+def run_launch(args, timeout=HANG_TIMEOUT_S) -> subprocess.CompletedProcess:
     env = child_env()
     env.pop("CUDA_VISIBLE_DEVICES", None)  # --gpus must be a subset of it
     return subprocess.run(

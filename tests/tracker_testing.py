@@ -38,7 +38,7 @@ def offline_wandb(monkeypatch: Any, folder: str) -> None:
         monkeypatch.setenv(name, os.path.join(folder, name.lower()))
 
 
-def wandb_records(run_dir: str, timeout: float = 60.0) -> List[Any]:
+def wandb_records(run_dir: str, timeout: float = 300.0) -> List[Any]:
     """The protobuf records of the offline run in ``run_dir`` (``.../wandb/offline-run-*``).
 
     W&B's service writes the file on its own after ``run.finish()`` returns (a loaded machine can

@@ -3,7 +3,7 @@
 import json
 import os
 
-from ppdist_testing import check_ok, run_tool, tiny_config
+from ppdist_testing import HANG_TIMEOUT_S, check_ok, run_tool, tiny_config
 
 
 def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
@@ -37,7 +37,7 @@ def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
                 "--json",
                 str(out),
             ],
-            timeout=600,
+            timeout=HANG_TIMEOUT_S,
         )
     )
     data = json.loads(out.read_text())

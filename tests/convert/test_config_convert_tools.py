@@ -3,7 +3,7 @@
 import os
 
 import yaml
-from ppdist_testing import REPO, check_ok, run_tool
+from ppdist_testing import HANG_TIMEOUT_S, REPO, check_ok, run_tool
 
 from ppdist import load_config
 
@@ -105,7 +105,7 @@ loss:
             "Eval.loader.num_workers=0",
             "Global.print_batch_step=1",
         ],
-        timeout=300,
+        timeout=HANG_TIMEOUT_S,
     )
     _check_run(result, save, "model.backbone.pretrained")
     assert load_config(os.path.join(save, "config.yml"))["Global"]["max_iters"] == 2
@@ -164,6 +164,6 @@ EvalReader:
             f"Global.save_model_dir={save}",
             "Global.use_sync_bn=false",
         ],
-        timeout=300,
+        timeout=HANG_TIMEOUT_S,
     )
     _check_run(result, save, "TrainReader.sample_transforms[2].Mosaic")

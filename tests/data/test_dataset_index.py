@@ -15,6 +15,7 @@ from collections import namedtuple
 import numpy as np
 import pytest
 import yaml
+from ppdist_testing import HANG_TIMEOUT_S as HANG_S
 from torch.utils.data import DataLoader, Dataset
 
 import ppdist.data.rec as rec_module
@@ -215,16 +216,16 @@ def test_ranks_of_a_node_parse_once_and_a_restart_maps_the_file(tmp_path, monkey
     ranks = [context.Process(target=_rank, args=(data_dir, path, cache, queue)) for _ in range(3)]
     for process in ranks:
         process.start()
-    results = [queue.get(timeout=60) for _ in ranks]
+    results = [queue.get(timeout=HANG_S) for _ in ranks]
     for process in ranks:
-        process.join(timeout=60)
+        process.join(timeout=HANG_S)
         assert process.exitcode == 0
     assert sorted(r[0]["built"] for r in results) == [0, 0, 1]  # one parse; the others waited and mapped
     assert len({(r[1], r[2]) for r in results}) == 1
     restart = context.Process(target=_rank, args=(data_dir, path, cache, queue))
     restart.start()
-    counts, origin, mapped = queue.get(timeout=60)
-    restart.join(timeout=60)
+    counts, origin, mapped = queue.get(timeout=HANG_S)
+    restart.join(timeout=HANG_S)
     assert counts == {"built": 0, "mapped": 1} and (origin, mapped) == results[0][1:]
 
 

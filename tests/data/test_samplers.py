@@ -166,7 +166,7 @@ def test_an_absurd_accumulate_steps_yields_micro_batches_without_building_the_st
     elapsed = time.perf_counter() - start
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert indices(first) == order[:3] and elapsed < 1.0 and peak < 1_000_000, (elapsed, peak)
+    assert indices(first) == order[:3] and elapsed < 5.0 and peak < 1_000_000, (elapsed, peak)
     assert sampler.steps_per_epoch == 1 and len(sampler) == 10**12
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-from ppdist_testing import tree_digest
+from ppdist_testing import HANG_TIMEOUT_S, tree_digest
 
 from ppdist.data.seg import SegDataSet
 from ppdist.data.synthetic_seg import generate_seg_dataset
@@ -123,7 +123,7 @@ def test_cli(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_TIMEOUT_S,
     )
     assert proc.returncode == 0, proc.stderr
     assert '"task": "seg"' in proc.stdout

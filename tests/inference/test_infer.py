@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from ppdist_testing import REPO, tiny_config, tiny_det_config, tiny_seg_config
+from ppdist_testing import HANG_TIMEOUT_S, REPO, tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.components import build_model
 from ppdist.config import load_config
@@ -248,7 +248,7 @@ def test_exported_model_runs_in_a_fresh_process_without_the_config(tmp_path):
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "4 image(s) predicted, 0 skipped" in result.stdout
