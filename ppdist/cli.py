@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Sequence
 
 from ppdist.engine.dist import peer_failure_message
 from ppdist.errors import ConfigError, PPDistError
+from ppdist.utils.memory import keep_freed_memory
 
 EXIT_CONFIG_ERROR = 2
 EXIT_RUNTIME_ERROR = 1
@@ -100,9 +101,12 @@ def report_error(message: str, shared: bool, prefix: str = "error") -> None:
 
 
 def run_main(main: Callable[[], Any]) -> None:
-    """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback."""
+    """Run ``main``; a ``PPDistError`` becomes one message on stderr and an exit code, no traceback.
+    The tools' processes train, evaluate and predict batch after batch: glibc keeps the memory each
+    batch frees for the next (``keep_freed_memory``)."""
     if os.environ.get("PPDIST_STDERR_TO_STDOUT") == "1":
         merge_stderr_into_stdout()
+    keep_freed_memory()
     try:
         result = main()
     except ConfigError as exc:

@@ -58,6 +58,7 @@ from ppdist.engine.trainer import Trainer
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.modeling.sync_batch_norm import convert_sync_batchnorm
 from ppdist.registry import HOOKS
+from ppdist.utils.memory import keep_freed_memory
 from ppdist.utils.rng import seed_everything
 
 logger = logging.getLogger("ppdist")
@@ -257,6 +258,7 @@ def build_trainer(
     steps_per_epoch = sampler.steps_per_epoch  # optimizer steps (micro-batches / Global.accumulate_steps)
     seed_everything(glob["seed"])  # identical initial weights on every rank
     apply_backend_settings(glob, env.device)
+    keep_freed_memory()  # each step frees and re-allocates its activations: reuse the pages
     model = place_model(build_model(config), glob, env)
     loss_fn = build_loss(config)
     if isinstance(loss_fn, nn.Module):
