@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 import re
@@ -375,8 +376,15 @@ def cleanup(env: DistEnv, wait_for_peers: bool = False) -> None:
     """Destroy the process group. ``wait_for_peers`` (the work ended normally on every process):
     after a barrier, so that no process tears its connections down while another still uses
     them (rank 0 writing the last checkpoint); never after an error, where a failed peer would
-    keep the others waiting for the timeout."""
+    keep the others waiting for the timeout.
+
+    The groups' objects are then let go and collected while the interpreter is whole: a gloo
+    group still referenced at exit (here, or by a model's DDP wrapper or SyncBN layers in a
+    reference cycle) is destroyed during interpreter finalization, where its worker threads can
+    abort the process ("terminate called without an active exception") after a finished run."""
     if env.distributed and dist.is_initialized():
         if wait_for_peers:
             dist.barrier(group=env.object_group)
         dist.destroy_process_group()
+        env.object_group = env.heartbeat_group = None
+        gc.collect()
