@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import math
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Polygon, Rectangle
 
 from ppdist.visualize.dataset_browser import Browse, BrowsedSample
 from ppdist.visualize.figures import new_figure, save_png
 from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours, class_name
 from ppdist.visualize.table_browse import caption
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PANEL_PX = {"det": (320, 320), "seg": (520, 280), "rec": (400, 140), "table": (400, 440)}
 COLUMNS = {"det": 4, "seg": 3, "rec": 3, "table": 3}
@@ -60,6 +61,8 @@ def _title(sample: BrowsedSample) -> str:
 
 
 def _draw_panel(axes, sample: BrowsedSample, browse: Browse) -> None:
+    from matplotlib.patches import Rectangle  # noqa: PLC0415  (heavy; loaded by the first figure)
+
     axes.set_axis_off()
     image = sample.image
     if sample.label_map is not None:
@@ -88,6 +91,8 @@ def cell_colour(k: int) -> Tuple[float, float, float]:
 
 def draw_cells(axes, boxes: np.ndarray) -> None:
     """A table's cell boxes: xyxy rectangles, or (N, 8) polygons."""
+    from matplotlib.patches import Polygon, Rectangle  # noqa: PLC0415  (heavy; loaded by the first figure)
+
     for k, box in enumerate(boxes):
         colour = cell_colour(k)
         if len(box) == 8:
@@ -101,6 +106,8 @@ def draw_cells(axes, boxes: np.ndarray) -> None:
 
 def _seg_legend(figure: Figure, samples: Sequence[BrowsedSample], browse: Browse) -> None:
     """The classes on the page, each in its colour with its name (``class i`` without names)."""
+    from matplotlib.patches import Patch  # noqa: PLC0415  (heavy; loaded by the first figure)
+
     ignore_index = browse.ignore_index
     values = sorted({int(v) for s in samples for v in np.unique(s.label_map)} - {ignore_index})
     colours = class_colours(max(values) + 1) if values else np.zeros((0, 3), np.uint8)

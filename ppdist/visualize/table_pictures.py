@@ -7,7 +7,6 @@ import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
-from matplotlib.patches import Polygon, Rectangle
 
 from ppdist.visualize.figures import new_figure, save_png
 
@@ -73,6 +72,8 @@ def accuracy_picture(rows: Sequence[Mapping[str, Any]], out_path: str) -> None:
 
 def draw_boxes(axes: Any, boxes: Sequence[Any], colour: Sequence[float], style: str = "-") -> None:
     """Cell boxes (x1, y1, x2, y2, or 8-value polygons) on ``axes`` in ``colour``."""
+    from matplotlib.patches import Polygon, Rectangle  # noqa: PLC0415  (heavy; loaded by the first figure)
+
     for box in boxes:
         box = np.asarray(box, dtype=np.float64).reshape(-1)
         if box.size == 8:
