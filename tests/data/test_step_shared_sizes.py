@@ -1,5 +1,5 @@
-"""One multi-scale size per optimizer step for the whole job (DESIGN.md: no rank waits for another's
-larger image): BatchRandomResize draws from (seed, epoch, step), so every rank and micro-batch of a
+"""One multi-scale size per optimizer step for the whole job (docs/architecture.md, "Every rank
+does the same work": no rank waits for another's larger image): BatchRandomResize draws from (seed, epoch, step), so every rank and micro-batch of a
 step gets the same size, whatever the layout, and a resumed run draws the sizes it would have."""
 
 import pytest

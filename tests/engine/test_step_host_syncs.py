@@ -1,4 +1,5 @@
-"""A training step never makes the host wait for the device (DESIGN.md, "The GPU never waits").
+"""A training step never makes the host wait for the device (docs/architecture.md, "The GPU never
+waits").
 
 One full step (forward, loss, backward, gradient clipping, optimizer, LR schedule, EMA) of each
 recipe and quick start, counted with ``HostSyncCounter`` after two warm-up steps run under the
