@@ -49,6 +49,7 @@ def test_build_trainer_takes_the_process_from_the_environment(tmp_path, digits_d
     ]
 
 
+@pytest.mark.slow
 def test_the_api_refuses_to_overwrite_a_run_and_logs_like_the_cli(tmp_path, digits_dir):
     """``build_trainer(...).train()`` claims save_model_dir as tools/train.py does: a second run
     into a folder holding the first one's checkpoints is refused (unless it resumes or overwrites),

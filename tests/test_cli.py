@@ -33,6 +33,7 @@ def test_plain_errors_are_unchanged():
     assert error_message(DataError("missing file x.png")) == "missing file x.png"
 
 
+@pytest.mark.slow
 def test_infer_refuses_a_batch_size_below_one_and_tools_explain_their_options(tmp_path):
     refused = run_tool(["infer.py", "--input", str(tmp_path), "--batch_size", "-5"])
     assert refused.returncode == 2

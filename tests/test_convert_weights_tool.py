@@ -5,6 +5,7 @@ import pickle
 
 import cv2
 import numpy as np
+import pytest
 import torch
 from ppdist_testing import REPO, check_ok, run_tool
 
@@ -96,6 +97,7 @@ def test_a_pickle_that_calls_a_function_is_refused(tmp_path):
     assert not os.path.exists(tmp_path / "pwned") and not os.path.exists(tmp_path / "x.pt")
 
 
+@pytest.mark.slow
 def test_train_starts_from_paddle_weights(tmp_path, digits_dir):
     """tools/train.py with Global.pretrained_model=<.pdparams>: converted on load, the head of the other
     dictionary (37 -> 11 classes) skipped and listed, the rest taken from the file."""

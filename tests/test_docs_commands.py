@@ -380,6 +380,7 @@ def run_command(
     return result, time.perf_counter() - start
 
 
+@pytest.mark.slow
 def test_docs_commands_run_in_order_in_a_fresh_copy(tmp_path):
     commands = unique_commands(extract_commands(REPO))
     chosen = classify(commands)

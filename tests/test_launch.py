@@ -330,6 +330,7 @@ def worker_script(tmp_path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_launch_two_workers_with_log_dir(tmp_path, worker_script):
     log_dir = tmp_path / "log"
     result = run_launch(
@@ -360,6 +361,7 @@ def test_launch_two_workers_with_log_dir(tmp_path, worker_script):
 
 
 @pytest.mark.parametrize("elastic", [False, True], ids=["static", "c10d"])
+@pytest.mark.slow
 def test_peer_that_never_joins_is_explained(worker_script, elastic):
     """Node 0 of two, node 1 never starts. Static: the TCPStore gives up after --join_timeout
     (about 10 s for 8 s here); c10d: its join_timeout is honoured as well (about 10 s)."""
@@ -388,6 +390,7 @@ def test_peer_that_never_joins_is_explained(worker_script, elastic):
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_busy_port_and_failing_workers(tmp_path, worker_script):
     with socket.socket() as busy:
         busy.bind(("", 0))

@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from ppdist_testing import run_tool, tiny_config
 
 
@@ -52,6 +53,7 @@ def test_eval_without_weights_is_a_config_error(tmp_path, digits_dir):
     assert result.returncode == 2 and "Global.checkpoints" in result.stderr
 
 
+@pytest.mark.slow
 def test_an_error_every_rank_meets_is_printed_once_under_torchrun(tmp_path, digits_dir):
     """2 processes used to print a missing checkpoint 4 times (each rank: console log + stderr)."""
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "o"))

@@ -5,12 +5,15 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ppdist.benchmark.data_scale import format_tables, measure_eval
 from ppdist.benchmark.scale_data import write_coco_json
 
 TOOL = "tools/benchmark_data.py"
 
 
+@pytest.mark.slow
 def test_scale_benchmark_reports_builds_off_cold_and_warm(tmp_path, repo_root):
     out = tmp_path / "report.json"
     subprocess.run(

@@ -3,9 +3,11 @@
 import json
 import os
 
+import pytest
 from ppdist_testing import HANG_TIMEOUT_S, check_ok, run_tool, tiny_config
 
 
+@pytest.mark.slow
 def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "o"), epochs=1)
     out = tmp_path / "bench.json"
@@ -73,6 +75,7 @@ def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
     assert "global_step" not in result.stdout
 
 
+@pytest.mark.slow
 def test_benchmark_rejects_a_bad_compile_setting(tmp_path, digits_dir):
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(tmp_path / "o"), epochs=1)
     result = run_tool(["benchmark.py", "-c", cfg, "-o", "Global.compile={modes: max-autotune}"])
@@ -83,6 +86,7 @@ def test_benchmark_rejects_a_bad_compile_setting(tmp_path, digits_dir):
 REC_RECIPE = os.path.join("configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
 
 
+@pytest.mark.slow
 def test_synthetic_measures_the_recipe_on_a_set_at_its_size(tmp_path):
     """--synthetic outside --input_pipeline: the recipe (whose data set is not here) reads a
     synthetic set of --images lines per split, drawn under --output_dir's parent."""
@@ -122,6 +126,7 @@ def test_synthetic_measures_the_recipe_on_a_set_at_its_size(tmp_path):
     assert (tmp_path / "bench" / "synthetic" / f"rec_{images}").is_dir()
 
 
+@pytest.mark.slow
 def test_synthetic_refuses_the_scaling_runs(tmp_path):
     result = run_tool(
         ["benchmark.py", "-c", REC_RECIPE, "--synthetic", "--nproc", "2", "--output_dir", str(tmp_path / "b")]

@@ -78,6 +78,7 @@ def test_each_step_gets_its_own_time(monkeypatch):
     assert "best of 2 passes" in table
 
 
+@pytest.mark.slow
 def test_the_tool_reports_both_splits(tmp_path):
     data = str(tmp_path / "det")
     cfg = tiny_det_config(str(tmp_path / "t.yml"), data, str(tmp_path / "o"), num_train=12, num_val=8)

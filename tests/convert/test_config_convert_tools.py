@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 import yaml
 from ppdist_testing import HANG_TIMEOUT_S, REPO, check_ok, run_tool
 
@@ -12,6 +13,7 @@ DET_S = os.path.join(FIXTURES, "PaddleDetection", "configs", "ppyoloe", "ppyoloe
 PPYOLOE_CRN = os.path.join(FIXTURES, "PaddleDetection", "configs", "ppyoloe", "_base_", "ppyoloe_crn.yml")
 
 
+@pytest.mark.slow
 def test_tool_prints_the_config_and_lists_unmapped_keys(tmp_path):
     result = check_ok(run_tool(["convert_paddle_config.py", "-c", DET_S]))
     assert result.stdout.startswith("# Converted from the PaddleDetection config")
@@ -44,6 +46,7 @@ def _check_run(result, save_dir, unmapped):
     load_config(converted)  # the saved file is a ppdist config
 
 
+@pytest.mark.slow
 def test_train_on_a_paddleseg_config(tmp_path):
     from ppdist.data.synthetic_seg import generate_seg_dataset
 
@@ -111,6 +114,7 @@ loss:
     assert load_config(os.path.join(save, "config.yml"))["Global"]["max_iters"] == 2
 
 
+@pytest.mark.slow
 def test_train_on_a_paddledetection_config(tmp_path):
     from ppdist.data.synthetic_det import generate_det_dataset
 

@@ -255,6 +255,7 @@ Line = namedtuple("Line", "file line_no path label ok")
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux smaps_rollup")
+@pytest.mark.slow
 def test_forked_workers_share_the_index_instead_of_copying_it(tmp_path):
     count = 300_000
     data_dir, path = _labels(tmp_path, lines=count)

@@ -111,6 +111,7 @@ def _run(ops, batch_op, seed: int, batch: int = 4):
 
 
 @pytest.mark.parametrize("interp", ["random"] + list(BATCH_INTERPS))
+@pytest.mark.slow
 def test_training_pipeline_drawn_once_equals_step_by_step(interp):
     """PP-YOLOE's training transforms: boxes and labels identical (not only within 1 px), images
     bitwise equal, for every interpolation of BatchRandomResize, over many seeds."""

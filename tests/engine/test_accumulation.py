@@ -108,6 +108,7 @@ class _CrashOnCall:
         return self.loss_fn(preds, batch)
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_accumulation_resumes_to_the_same_weights(tmp_path, digits_dir):
     setup_logger(None)
     common = ["Global.accumulate_steps=2", "Global.max_iters=10", "Global.save_iter_step=4"]

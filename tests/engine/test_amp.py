@@ -52,6 +52,7 @@ def test_static_loss_scaling_keeps_its_scale_through_an_overflow():
 
 
 @pytest.mark.parametrize("task", sorted(QUICKSTARTS))
+@pytest.mark.slow
 def test_every_task_trains_under_amp_with_the_loss_in_fp32_close_to_fp32(task):
     losses = {}
     for setting in SETTINGS:
@@ -73,6 +74,7 @@ def test_every_task_trains_under_amp_with_the_loss_in_fp32_close_to_fp32(task):
 
 @pytest.mark.parametrize("saved", sorted(SETTINGS))
 @pytest.mark.parametrize("resumed", sorted(SETTINGS))
+@pytest.mark.slow
 def test_every_amp_setting_resumes_from_every_other(saved, resumed):
     first = quickstart_trainer("crnn", saved, "Global.scale_loss=256")
     for batch, _ in zip(first.train_loader, range(2)):

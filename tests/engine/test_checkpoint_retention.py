@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 import torch
 from ppdist_testing import tiny_run_config
 
@@ -14,6 +15,7 @@ def checkpoints(folder) -> set:
     return {name for name in os.listdir(folder) if name.endswith(".pt")}
 
 
+@pytest.mark.slow
 def test_oldest_snapshots_are_deleted_and_the_list_is_rebuilt_on_resume(tmp_path, digits_dir):
     setup_logger(None)
     common = ["Global.save_iter_step=2", "Global.keep_checkpoint_max=2", "Global.eval_batch_epoch=null"]

@@ -12,6 +12,7 @@ from ppdist.errors import ConfigError
 EVERY_2 = ["Global.max_iters=40", "Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,2]"]
 
 
+@pytest.mark.slow
 def test_stops_after_patience_evaluations_without_improvement_and_resumes_stopped(tmp_path, digits_dir):
     setup_logger(None)
     stop = "Global.early_stop={patience: 2, min_delta: 1.0}"  # acc cannot rise by more than 1

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -68,6 +69,7 @@ class Doubler(nn.Module):
         return batch["image"] * 2
 
 
+@pytest.mark.slow
 def test_metric_is_computed_on_rank_0_only_and_broadcast(tmp_path):
     out = tmp_path / "ranks.pt"
     mp.spawn(worker, args=(str(tmp_path / "store"), str(out)), nprocs=WORLD)

@@ -94,6 +94,7 @@ def run(trainer, batches, poison=None):
 
 @pytest.mark.parametrize("poison", sorted(POISONS))
 @pytest.mark.parametrize("task", sorted(CONFIGS))
+@pytest.mark.slow
 def test_a_skipped_step_is_left_out_exactly_without_a_host_read(task, poison):
     trainer, batches = trainer_and_batches(task)
     before, after_skip, counter = run(trainer, batches, poison)

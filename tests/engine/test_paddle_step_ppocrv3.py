@@ -188,6 +188,7 @@ def test_the_shipped_recipe_is_the_one_paddleocr_ran(manifest):
     assert ours["Optimizer"] == theirs["Optimizer"]
 
 
+@pytest.mark.slow
 def test_head_outputs_and_every_loss_term_equal_paddles(fixture, run):
     for name in MODELS:
         head = run["preds"][name]["head_out"]

@@ -189,6 +189,7 @@ def ddp_worker(rank: int, store: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_process_ddp_step_equals_paddles_data_parallel_step(tmp_path):
     """CTC's per-process batch mean, DDP's gradient average and per-process BatchNorm statistics
     are PaddleOCR's under paddle.DataParallel (fixture: 2 CPU processes, gloo)."""

@@ -60,6 +60,7 @@ def test_another_runs_checkpoints_are_not_replaced_unless_resuming_or_told(tmp_p
         claim_run_dir({"Global": dict(glob, **allowed)}, DistEnv()).release()
 
 
+@pytest.mark.slow
 def test_a_second_train_in_the_same_folder_exits_2_and_leaves_the_first_intact(tmp_path, digits_dir):
     out = tmp_path / "out"
     cfg = tiny_config(str(tmp_path / "t.yml"), digits_dir, str(out), epochs=1, num_train=64)

@@ -4,6 +4,7 @@ result or its error, and fail fast when rank 0 is gone."""
 import os
 import time
 
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -45,6 +46,7 @@ def outcomes(tmp_path, cases):
     return [path.read_text() if path.exists() else None for path in files]
 
 
+@pytest.mark.slow
 def test_others_wait_while_rank_0_works_and_get_its_result_or_its_error(tmp_path):
     slow0, slow1, fail0, fail1 = outcomes(tmp_path, "slow,fail")
     assert slow0 == slow1 == "{'ap': 0.5}"  # waited 2.5 s with a 1 s beat timeout
@@ -52,6 +54,7 @@ def test_others_wait_while_rank_0_works_and_get_its_result_or_its_error(tmp_path
     assert fail1 == "DistributedError: rank 0 failed during the test: ValueError: no ground truth"
 
 
+@pytest.mark.slow
 def test_a_vanished_rank_0_is_reported_not_waited_for(tmp_path):
     start = time.monotonic()
     rank0, rank1 = outcomes(tmp_path, "vanish")

@@ -158,6 +158,7 @@ def test_eval_during_train_false_builds_no_evaluation(tmp_path, digits_dir, eval
     assert ("evaluation" in names) == evaluate, names
 
 
+@pytest.mark.slow
 def test_compiled_detector_over_the_multi_scale_sizes_compiles_once_or_twice(repo_root):
     """PP-YOLOE's recipe model (narrowed) through ``compile_for_training`` over 60 random draws of
     15 sizes: one graph for the first size and one with dynamic sizes for the others, where the

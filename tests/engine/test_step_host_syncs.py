@@ -70,6 +70,7 @@ def counted_step(path, batch_size, size, overrides=(), epoch=1, nan_policy=None,
 
 
 @pytest.mark.parametrize("task", sorted(RECIPES))
+@pytest.mark.slow
 def test_recipe_steps_read_nothing_on_the_host(task):
     counter, values = counted_step(*RECIPES[task])
     assert counter.count == 0, counter.report()
@@ -94,6 +95,7 @@ PRECISIONS = [
 
 
 @pytest.mark.parametrize("task, amp", PRECISIONS)
+@pytest.mark.slow
 def test_quickstart_steps_read_nothing_on_the_host_at_every_precision(task, amp):
     counter, values = counted_step(*QUICKSTARTS[task], overrides=AMP[amp])
     assert counter.count == EXPECTED[amp], counter.report()
@@ -101,6 +103,7 @@ def test_quickstart_steps_read_nothing_on_the_host_at_every_precision(task, amp)
 
 
 @pytest.mark.parametrize("task", sorted(QUICKSTARTS))
+@pytest.mark.slow
 def test_accumulated_steps_watched_for_non_finite_values_read_nothing_on_the_host(task):
     """Global.accumulate_steps (PP-YOLOE's step normaliser included) and nan_policy stop's
     device-side record add no host read."""

@@ -79,6 +79,7 @@ def counts(tmp_path_factory):
     return [torch.load(f"{folder / 'out'}.{rank}", weights_only=False) for rank in range(WORLD)]
 
 
+@pytest.mark.slow
 def test_a_two_process_det_step_with_sync_bn_reads_nothing_on_the_host(counts):
     for per_rank in counts:
         reads, report, synced = per_rank["ppdist"]

@@ -1,6 +1,7 @@
 """With EMA and no SyncBatchNorm every rank evaluates the model rank 0 saves (BN buffers synced,
 one broadcast per dtype)."""
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -82,6 +83,7 @@ class _Indexed(list):
         return list.__getitem__(self, item[0] if isinstance(item, tuple) else item)
 
 
+@pytest.mark.slow
 def test_sync_buffers_covers_the_ema_model(tmp_path):
     out = tmp_path / "buffers.pt"
     mp.spawn(worker, args=(str(tmp_path / "store"), str(out)), nprocs=WORLD)

@@ -49,6 +49,7 @@ def test_tiny_slanet_trains_and_evaluates_accuracy_and_teds(full, tables):
     assert (tables / "full" / "best_accuracy.pt").is_file()
 
 
+@pytest.mark.slow
 def test_resumed_run_ends_as_the_uninterrupted_one(full, tables):
     first = trained(tables, "first", ["Global.epoch_num=1"])
     assert first.position.global_step == 4

@@ -33,6 +33,7 @@ def snapshot_first_best(trainer):
     return snapshot
 
 
+@pytest.mark.slow
 def test_mid_epoch_resume_matches_uninterrupted_run(tmp_path, digits_dir):
     setup_logger(None)
     # 512 samples / 16 = 32 batches per epoch; eval (and best_accuracy) at step 12, mid-epoch 1
@@ -64,6 +65,7 @@ def test_mid_epoch_resume_matches_uninterrupted_run(tmp_path, digits_dir):
     assert resumed.hook("evaluation").best == full.hook("evaluation").best
 
 
+@pytest.mark.slow
 def test_auto_checkpoint_ema_and_tensorboard(tmp_path, digits_dir):
     setup_logger(None)
     extra = dict(checkpoints="auto", use_ema=True, ema_decay=0.9, use_tensorboard=True)
@@ -86,6 +88,7 @@ def test_auto_checkpoint_ema_and_tensorboard(tmp_path, digits_dir):
     assert again.position.global_step == 32
 
 
+@pytest.mark.slow
 def test_bad_samples_are_named_counted_and_limited(tmp_path, digits_dir, caplog):
     data = tmp_path / "bad"
     shutil.copytree(digits_dir, data)
@@ -158,6 +161,7 @@ def record_saves(trainer):
     return saves
 
 
+@pytest.mark.slow
 def test_save_iter_step_writes_latest_mid_epoch(tmp_path, digits_dir):
     setup_logger(None)
     cfg = config_for(
@@ -182,6 +186,7 @@ def test_save_iter_step_writes_latest_mid_epoch(tmp_path, digits_dir):
     assert (stored["dataset_len"], stored["batch_size_per_card"], stored["epoch_consumed"]) == (512, 16, 0)
 
 
+@pytest.mark.slow
 def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_epoch(tmp_path, digits_dir):
     from ppdist.errors import CheckpointError
 
@@ -242,6 +247,7 @@ def test_auto_scale_lr_scales_every_learning_rate_of_the_schedule():
     assert scale_learning_rates(0.001, 4) == 0.004
 
 
+@pytest.mark.slow
 def test_compile_trains_like_eager_and_saves_plain_weights(tmp_path, digits_dir):
     """Global.compile wraps the training forward only: same losses and weights as eager, and
     checkpoints keep the model's own names. (aot_eager traces like inductor, minus code

@@ -58,6 +58,7 @@ def _largest_difference(want: torch.Tensor, got: torch.Tensor) -> float:
     "case,exclude_nms",
     [("rec", False), ("seg", False), ("det", False), ("det", True), ("segformer", False), ("ocrnet", False)],
 )
+@pytest.mark.slow
 def test_export_matches_pytorch_at_two_sizes(tmp_path, case, exclude_nms):
     task = TASKS.get(case, case)
     cfg = MAKERS[case](str(tmp_path / "c.yml"), str(tmp_path / "data"), str(tmp_path / "out"))

@@ -223,6 +223,7 @@ def test_mismatching_inference_yml_is_refused(tmp_path):
         from_exported(model_dir)
 
 
+@pytest.mark.slow
 def test_exported_model_runs_in_a_fresh_process_without_the_config(tmp_path):
     """--model alone: nothing but inference.yml tells the process which components to build."""
     import subprocess

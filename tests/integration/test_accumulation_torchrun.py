@@ -16,6 +16,8 @@ import pytest
 import torch
 from ppdist_testing import check_ok, run_tool, tiny_config, tiny_det_config
 
+pytestmark = pytest.mark.slow  # a torchrun training or launch: outside the edit loop (README)
+
 RUNS = {
     "crnn": (tiny_config, ["Global.max_iters=6", "Global.eval_batch_epoch=null"]),
     "ppyoloe": (

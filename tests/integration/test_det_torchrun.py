@@ -12,6 +12,8 @@ import pytest
 import torch
 from ppdist_testing import check_ok, run_tool, tiny_det_config
 
+pytestmark = pytest.mark.slow  # a torchrun training or launch: outside the edit loop (README)
+
 # 224 steps of 2 x 8 images at 64 px (SyncBN's two collectives per BatchNorm set the pace). Measured
 # best ap50 over 6 runs (seeds 0-3; AVX2 and non-vector kernels at seed 0): 0.17-0.28; at 12 epochs
 # 0.07-0.27 (which run learns sooner depends on the float rounding)

@@ -15,9 +15,10 @@ import pytest
 import torch
 from ppdist_testing import HANG_TIMEOUT_S, REPO, check_ok, child_env, tiny_config
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="uses /proc to find the worker pids"
-)
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc to find the worker pids"),
+    pytest.mark.slow,  # torchrun launches: outside the edit loop (README)
+]
 TRAIN = os.path.join(REPO, "tools", "train.py")
 EXTRA = dict(
     epochs=4, num_train=256, save_iter_step=4, checkpoints="auto", print_batch_step=2, dist_timeout=60

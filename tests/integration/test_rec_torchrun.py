@@ -10,6 +10,8 @@ import pytest
 import torch
 from ppdist_testing import check_ok, run_tool, tiny_config
 
+pytestmark = pytest.mark.slow  # a torchrun training or launch: outside the edit loop (README)
+
 EPOCHS = 8
 
 

@@ -16,6 +16,8 @@ from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
 from ppdist.eval_runner import evaluate_checkpoint
 
+pytestmark = pytest.mark.slow  # a torchrun training or launch: outside the edit loop (README)
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):

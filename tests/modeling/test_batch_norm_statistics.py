@@ -145,6 +145,7 @@ def sync_count_worker(rank: int, store: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_sync_batch_norm_scales_by_the_count_over_all_processes(tmp_path):
     out = tmp_path / "out.pt"
     mp.spawn(sync_count_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2)

@@ -3,6 +3,7 @@ so no step waits for their gradients (find_unused_parameters off, static_graph o
 
 import warnings
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -63,6 +64,7 @@ def worker(rank: int, store_path: str, out_path: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_ddp_trains_around_frozen_stages(tmp_path):
     out = tmp_path / "states.pt"
     mp.spawn(worker, args=(str(tmp_path / "store"), str(out)), nprocs=WORLD)

@@ -97,6 +97,7 @@ def max_error(a, b):
 
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_equals_one_batch_norm_over_both_processes_batches(results, case, rule):
     for per_rank in results:
         got, want = per_rank[(case, rule)]["ours"], per_rank[(case, rule)]["reference"]

@@ -40,6 +40,7 @@ def _page_faults(mode: str) -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.slow
 def test_freed_memory_is_reused():
     pages = 20 * 8 * (1 << 20) // 4096
     assert _page_faults("default") > pages // 2  # glibc hands each batch back and faults it in again

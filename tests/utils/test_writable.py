@@ -23,6 +23,7 @@ def test_output_folder_and_file_checks(tmp_path):
     assert OutputPathError.exit_code == 2
 
 
+@pytest.mark.slow
 def test_tools_refuse_an_output_they_cannot_write_before_the_work(tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("x")

@@ -55,6 +55,7 @@ def runs(tmp_path_factory, digits_dir):
     return out
 
 
+@pytest.mark.slow
 def test_the_log_gives_what_tensorboard_and_the_hook_got(runs):
     for name in ("slow", "fast"):
         run_dir = runs[name]
@@ -75,6 +76,7 @@ def test_the_log_gives_what_tensorboard_and_the_hook_got(runs):
                 assert in_memory[name][step] == pytest.approx(value, rel=1e-6), (name, step)
 
 
+@pytest.mark.slow
 def test_plot_logs_overlays_runs_and_names_unknown_keys(runs, tmp_path):
     out = str(tmp_path / "both.png")
     result = check_ok(
@@ -233,6 +235,7 @@ def test_an_evaluation_lands_at_the_step_its_line_names(tmp_path):
     assert "eval/global_step" not in series and "eval/fps" not in series
 
 
+@pytest.mark.slow
 def test_curves_png_follows_the_evaluations_and_a_resume(runs, tmp_path, digits_dir):
     curves = os.path.join(runs["slow"], "curves.png")
     assert_picture(curves, (1500, 640))  # loss, lr, acc, norm_edit_dis

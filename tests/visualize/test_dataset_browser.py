@@ -156,6 +156,7 @@ def test_choosing_samples_is_the_first_n_or_a_seeded_random_choice():
     assert len(set(chosen)) == 8 and chosen == sorted(chosen)
 
 
+@pytest.mark.slow
 def test_the_tool_draws_the_split_and_lists_a_missing_image_with_its_line(tmp_path):
     path, _ = loaded("rec", tmp_path)
     train_list = tmp_path / "data" / "train.txt"

@@ -255,6 +255,7 @@ def mistake_rows(path):
     return rows
 
 
+@pytest.mark.slow
 def test_eval_tool_and_training_write_the_pictures_with_1_and_2_processes(tmp_path, digits_dir):
     setup_logger(None)
     config = tiny_run_config(

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from ppdist_testing import REPO
 
 from ppdist.visualize.figures import new_figure, save_png
@@ -21,6 +22,7 @@ print(sorted(name for name in sys.modules if name.split(".")[0] == "matplotlib")
 """
 
 
+@pytest.mark.slow
 def test_importing_ppdist_and_the_tools_leaves_matplotlib_unloaded():
     result = subprocess.run(
         [sys.executable, "-c", LOADS_NOTHING_TO_DRAW],

@@ -28,6 +28,7 @@ def profiled_steps(trace_path: str) -> list:
     return sorted(int(m.group(1)) for m in map(re.compile(r"ProfilerStep#(\d+)$").match, names) if m)
 
 
+@pytest.mark.slow
 def test_the_window_is_traced_and_the_run_ends_with_it(tmp_path, digits_dir):
     setup_logger(None)
     folder = tmp_path / "prof"
