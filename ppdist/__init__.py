@@ -13,6 +13,9 @@ or the parts, run by the loop without a config file of their own (docs/architect
     steps = loader.batch_sampler.steps_per_epoch   # optimizer steps (len(loader) / Global.accumulate_steps)
     optimizer, scheduler = ppdist.build_optimizer(config, model, steps_per_epoch=steps)
     ppdist.Trainer(model, ppdist.build_loss(config), optimizer, scheduler, loader, epochs=2).train()
+
+A ``ppdist.WeightUpdate(model, optimizer, scheduler, scaler=..., ema=..., clip_gradients=...,
+nan_policy=...)`` passed as ``Trainer(..., update=...)`` sets how gradients become weights.
 """
 
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
@@ -21,12 +24,14 @@ from ppdist.data.build import build_dataloader
 from ppdist.engine.hooks import Hook
 from ppdist.engine.setup import build_optimizer, build_trainer
 from ppdist.engine.trainer import Trainer
+from ppdist.engine.update import WeightUpdate
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Hook",
     "Trainer",
+    "WeightUpdate",
     "__version__",
     "build_dataloader",
     "build_loss",

@@ -13,10 +13,10 @@ from typing import Any, Callable, Dict, List, Mapping, MutableMapping
 from torch import nn
 
 import ppdist.data  # noqa: F401  (datasets and transforms)
-import ppdist.engine.optim  # noqa: F401  (optimizers, LR schedules, regularizers)
 import ppdist.losses  # noqa: F401
 import ppdist.metrics  # noqa: F401
 import ppdist.modeling  # noqa: F401  (architectures, backbones, necks, heads)
+import ppdist.optim  # noqa: F401  (optimizers, LR schedules, regularizers)
 import ppdist.postprocess  # noqa: F401
 from ppdist.builder import build_component, component_kwargs
 from ppdist.config import STAGE_PRETRAINED_KEY

@@ -20,6 +20,7 @@ from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.setup import build_ema, build_optimizer, gradient_clipper, place_model
 from ppdist.engine.trainer import EPOCH_KEY, Trainer
+from ppdist.engine.update import WeightUpdate
 
 
 def synthetic_sample(config: Mapping[str, Any], size: Tuple[int, int], index: int) -> Dict[str, torch.Tensor]:
@@ -121,11 +122,17 @@ def step_trainer(
         total_steps=steps,
         env=env,
         autocast=autocast,
-        scaler=make_grad_scaler(glob, use_scaler, env.device),
-        ema=build_ema(model, glob),
-        clip_gradients=gradient_clipper(config),
+        update=WeightUpdate(
+            model,
+            optimizer,
+            scheduler,
+            env=env,
+            scaler=make_grad_scaler(glob, use_scaler, env.device),
+            ema=build_ema(model, glob),
+            clip_gradients=gradient_clipper(config),
+            nan_policy=nan_policy,
+        ),
         channels_last=channels_last(glob, env.device),
-        nan_policy=nan_policy,
     )
 
 

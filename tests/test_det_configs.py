@@ -7,7 +7,7 @@ import pytest
 
 from ppdist import build_model, load_config
 from ppdist.components import build_loss, build_postprocess
-from ppdist.engine.optim import build_optimizer
+from ppdist.optim import build_optimizer
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 DET = os.path.join(REPO, "configs", "det")

@@ -161,6 +161,10 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("python -m venv", "creates an environment: the test runs in the installed environment"),
     ("= python -m pytest tests -q -n auto --dist loadfile", "the test suite itself"),
     ("= python -m pytest tests -q -m cuda", "the CUDA test suite: needs a GPU"),
+    (
+        '= python -m pytest tests -q -n auto --dist loadfile -m "not slow"',
+        "the edit loop: the test suite itself",
+    ),
     ("[./train_data/train.txt]", "your own PaddleOCR label files"),
     ("eval.py -c configs/det/ppyoloe_crn_s_300e_coco.yml", PADDLE),
     ("--out rec_mv3.pt --strict", PADDLE),

@@ -153,3 +153,46 @@ def test_the_checker_sees_function_local_imports_and_cycles():
     assert cycles(graph) == [["a", "b", "c"]]
     names = list(imported_names("ppdist.x", os.path.join(ROOT, "tests", "test_import_graph.py")))
     assert "ast" in names and "typing.Set" in names
+
+
+def folder_graph(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
+    """The import graph between the package's folders and top-level modules (``ppdist.engine``,
+    ``ppdist.metrics``, ``ppdist.cli``, ...): an edge when any module of one imports one of the other."""
+
+    def folder(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    folders: Dict[str, Set[str]] = {}
+    for module, targets in graph.items():
+        edges = folders.setdefault(folder(module), set())
+        edges.update(folder(t) for t in targets if folder(t) != folder(module))
+    return folders
+
+
+def test_the_package_folders_form_no_import_circle():
+    """One layer per folder: metrics hand picture data to visualize (which imports metrics.report),
+    the optimizers live in ppdist.optim (not in the engine that uses them), the browser sits above
+    the components it builds; a new import that closes a circle between folders fails here."""
+    graph = import_graph()
+    folders = folder_graph(graph)
+    found = cycles(folders)
+    witnesses = [
+        f"{module} -> {target}"
+        for component in found
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if ".".join(module.split(".")[:2]) in component
+        and ".".join(target.split(".")[:2]) in component
+        and ".".join(module.split(".")[:2]) != ".".join(target.split(".")[:2])
+    ]
+    assert not found, (
+        "folders importing one another in a circle:\n"
+        + "\n".join(" <-> ".join(component) for component in found)
+        + "\nthrough:\n"
+        + "\n".join(witnesses)
+    )
+
+
+def test_the_folder_check_sees_a_circle_between_folders():
+    graph = {"ppdist.a.x": {"ppdist.b.y"}, "ppdist.b.y": set(), "ppdist.b.z": {"ppdist.a"}, "ppdist.a": set()}
+    assert cycles(folder_graph(graph)) == [["ppdist.a", "ppdist.b"]]

@@ -6,8 +6,8 @@ import pytest
 
 from ppdist import build_model, load_config
 from ppdist.components import build_loss, build_postprocess
-from ppdist.engine.optim import build_optimizer
 from ppdist.errors import ConfigError
+from ppdist.optim import build_optimizer
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 T_CFG = os.path.join(REPO, "configs", "seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml")

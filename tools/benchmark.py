@@ -32,10 +32,10 @@ from ppdist.benchmark.report import best_run, format_report
 from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
 from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
 from ppdist.convert.configs import load_config
-from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.checkpoint import weights_source
 from ppdist.engine.dist import DistEnv, cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
+from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.errors import ConfigError
 from ppdist.inference.runners import list_images
 from ppdist.utils.atomic import write_text_atomic

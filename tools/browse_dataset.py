@@ -17,13 +17,13 @@ import time
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
+from ppdist.browse.browse import BrowseOptions, NothingToDraw, browse_dataset, check_options
+from ppdist.browse.dataset_browser import summary_markdown
 from ppdist.cli import flat_overrides, run_main
 from ppdist.convert.configs import load_config
-from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
+from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.utils.writable import check_output_dir
-from ppdist.visualize.browse import BrowseOptions, NothingToDraw, browse_dataset, check_options
-from ppdist.visualize.dataset_browser import summary_markdown
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -18,9 +18,9 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.cli_seg_eval import add_seg_eval_arguments, override_items, seg_eval_overrides
 from ppdist.convert.configs import conversion_of, load_config, report_conversion
-from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
+from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.errors import ConfigError, OutputPathError
 from ppdist.eval_runner import evaluate_checkpoint, set_picture_options
 from ppdist.utils.atomic import write_text_atomic

@@ -14,9 +14,9 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from ppdist.cli import run_main
 from ppdist.cli_compat import parse_train_args, train_command
 from ppdist.convert.configs import report_conversion
-from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
 from ppdist.engine.logger import setup_logger
+from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.run_dir import claim_run_dir
 from ppdist.engine.setup import build_trainer
 from ppdist.errors import ConfigError

@@ -12,7 +12,7 @@ import torch
 from ppdist.config import compile_options
 from ppdist.data.build import loader_options
 from ppdist.engine.device_settings import channels_last
-from ppdist.engine.optim import use_fused
+from ppdist.optim import use_fused
 
 
 def git_commit(path: str) -> str:

@@ -27,7 +27,6 @@ from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.evaluator import Evaluator
-from ppdist.engine.optim import build_optimizer, clip_gradients, needs_clipping
 from ppdist.engine.setup import build_trainer
 from ppdist.engine.trainer import EPOCH_KEY
 from ppdist.export.deploy_modules import build_deploy
@@ -36,6 +35,7 @@ from ppdist.inference.infer import infer
 from ppdist.inference.runners import build_runner, inference_info_from_config
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.modeling.deploy import convert_to_deploy
+from ppdist.optim import build_optimizer, clip_gradients, needs_clipping
 from ppdist.utils.rng import seed_everything
 
 

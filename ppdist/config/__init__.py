@@ -28,12 +28,12 @@ from ppdist.config.schema import (
     GlobalKey,
 )
 from ppdist.config.trackers import mlflow_settings, wandb_settings
-from ppdist.config.validate import (
+from ppdist.config.validate import validate
+from ppdist.config.validate_global import (
     auto_scale_lr_base,
     compile_options,
     early_stop_settings,
     synthetic_generator,
-    validate,
     validate_synthetic_spec,
 )
 from ppdist.config.yaml_io import (

@@ -20,6 +20,7 @@ from ppdist.engine.finite_state import any_nonfinite
 from ppdist.engine.logger import format_eta
 from ppdist.errors import EmptyEvaluationError
 from ppdist.metrics.base import Metric
+from ppdist.visualize.eval_pictures import write_report
 
 logger = logging.getLogger("ppdist")
 
@@ -92,7 +93,7 @@ class Evaluator:
         on the others (not collective)."""
         if not self.env.is_main:
             return []
-        written = self.metric.pictures(out_dir)
+        written = write_report(self.metric.report(), out_dir)
         for path in written:
             logger.info("wrote %s", path)
         return written

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+import ppdist.optim as optim
 from ppdist.builder import build_component
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
 from ppdist.config import (
@@ -30,7 +31,6 @@ from ppdist.config import (
     wandb_settings,
 )
 from ppdist.data.build import build_dataloader, input_size_count
-from ppdist.engine import optim
 from ppdist.engine.amp import make_autocast, make_grad_scaler
 from ppdist.engine.device_settings import apply_backend_settings, broadcast_buffers, channels_last
 from ppdist.engine.dist import DistEnv, init_distributed, warn_cpu_fallback
@@ -55,6 +55,7 @@ from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
 from ppdist.engine.run_dir import claim_run_dir
 from ppdist.engine.trainer import Trainer
+from ppdist.engine.update import WeightUpdate
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.modeling.sync_batch_norm import convert_sync_batchnorm
 from ppdist.registry import HOOKS
@@ -298,15 +299,21 @@ def build_trainer(
             *hooks,
         ],
         autocast=autocast,
-        scaler=make_grad_scaler(glob, use_scaler, env.device),
-        ema=ema,
-        clip_gradients=gradient_clipper(config),
+        update=WeightUpdate(
+            model,
+            optimizer,
+            scheduler,
+            env=env,
+            scaler=make_grad_scaler(glob, use_scaler, env.device),
+            ema=ema,
+            clip_gradients=gradient_clipper(config),
+            nan_policy=glob["nan_policy"],
+        ),
         channels_last=channels_last(glob, env.device),
         train_metric=train_metric,
         writer=writer,
         save_dir=glob["save_model_dir"],
         config=config,
-        nan_policy=glob["nan_policy"],
     )
     log_lr_scaling(glob, trainer, sampler)
     seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own

@@ -39,20 +39,10 @@ from ppdist.engine.ema import ModelEMA
 from ppdist.engine.finite_state import describe, model_state, nonfinite_tensors
 from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import ScalarWriter
-from ppdist.engine.nonfinite import (
-    BufferRollback,
-    NonFiniteError,
-    NonFiniteWatch,
-    buffers_finite,
-    float_buffers,
-    gradients_finite,
-    last_good_text,
-    skip_in_scaler,
-    step_unless,
-    takes_found_inf,
-)
+from ppdist.engine.nonfinite import NonFiniteError, NonFiniteWatch, last_good_text
 from ppdist.engine.position import Layout, RunPosition, run_length
 from ppdist.engine.prefetch import DevicePrefetcher
+from ppdist.engine.update import WeightUpdate
 from ppdist.errors import CheckpointError, ConfigError, DataError
 from ppdist.losses.normalizer import NORMALIZER_KEY
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
@@ -90,16 +80,16 @@ class Trainer:
 
     ``train_model`` is what the forward pass calls (the DDP and/or compiled wrapper of ``model``;
     ``model`` itself is what is saved and evaluated). ``autocast`` is a zero-argument context
-    factory for the forward pass (the loss always runs outside it, in fp32), ``scaler`` a
-    ``GradScaler``, ``clip_gradients(model)`` clips in place. ``train_metric`` = (post-process,
+    factory for the forward pass (the loss always runs outside it, in fp32); ``update`` is the
+    update policy (``WeightUpdate``: loss scaler, clipping, non-finite watch, optimizer and LR
+    steps, EMA; a plain optimizer step by default). ``train_metric`` = (post-process,
     metric) computes the metric of a training batch for the log lines (``train_metric_values``).
     Batch entries named in the loss's ``host_keys`` (e.g. CTC's label lengths) stay on the host.
 
     With a sampler that accumulates (``TrainBatchSampler(accumulate_steps=K)``) each optimizer
     step is ``K`` micro-batches: DDP syncs gradients on the last only, and the gradient is that
-    of the ``N * K`` processes the step stands for (``ppdist.losses.normalizer``). ``nan_policy``
-    (``stop`` / ``skip``; None: not watched) keeps the non-finite record of ``ppdist.engine.nonfinite``:
-    ``save`` refuses to write over a good checkpoint after a non-finite step, and ``save`` and the
+    of the ``N * K`` processes the step stands for (``ppdist.losses.normalizer``). The update's
+    ``nan_policy`` keeps the non-finite record of ``ppdist.engine.nonfinite``: ``save`` refuses to write over a good checkpoint after a non-finite step, and ``save`` and the
     evaluation refuse a model with a NaN/Inf weight or buffer whatever the policy (``check_state_finite``).
 
     A step reads no value on the host (the GPU never waits): loss terms stay tensors until a hook
@@ -120,15 +110,12 @@ class Trainer:
         train_model: Optional[nn.Module] = None,
         hooks: Sequence[Hook] = (),
         autocast: Callable[[], Any] = contextlib.nullcontext,
-        scaler: Optional[torch.amp.GradScaler] = None,
-        ema: Optional[ModelEMA] = None,
-        clip_gradients: Optional[Callable[[nn.Module], Any]] = None,
+        update: Optional[WeightUpdate] = None,
         channels_last: bool = False,
         train_metric: Optional[Sequence[Any]] = None,
         writer: Optional[ScalarWriter] = None,
         save_dir: Optional[str] = None,
         config: Optional[Mapping[str, Any]] = None,
-        nan_policy: Optional[str] = None,
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_loader = train_loader
@@ -143,15 +130,21 @@ class Trainer:
             )
         self.env = env or DistEnv()
         self.train_model = train_model if train_model is not None else model
-        self.autocast, self.ema, self.clip_gradients = autocast, ema, clip_gradients
-        self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu", enabled=False)
+        self.autocast = autocast
+        if update is None:  # a plain optimizer step: no scaler, clipping, EMA or non-finite watch
+            update = WeightUpdate(model, optimizer, scheduler, env=self.env)
+        if (
+            update.model is not model
+            or update.optimizer is not optimizer
+            or update.scheduler is not scheduler
+        ):
+            raise ValueError(
+                "update (WeightUpdate) must be built for the trainer's model, optimizer and scheduler"
+            )
+        update.normalizer_floor = float(getattr(loss_fn, "normalizer_floor", 0.0))  # ppdist.losses.normalizer
+        self.update = update
         self.channels_last, self.train_metric = channels_last, train_metric
         self.host_keys = tuple(getattr(loss_fn, "host_keys", ()))
-        self.normalizer_floor = float(getattr(loss_fn, "normalizer_floor", 0.0))  # ppdist.losses.normalizer
-        self.nonfinite = NonFiniteWatch(nan_policy) if nan_policy else None
-        # the model's buffers before each forward, put back when nan_policy skip leaves a step out
-        self.rollback = BufferRollback(model) if nan_policy == "skip" else None
-        self.stat_buffers = float_buffers(model)  # checked after each forward (nan_policy)
         self.last_good: Optional[Tuple[str, int]] = None  # the last checkpoint written: (path, global_step)
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
@@ -277,11 +270,9 @@ class Trainer:
     def _optimizer_step(
         self, micro_batches: Iterator[Dict[str, Any]], count: int
     ) -> Tuple[Dict[str, Any], Any]:
-        """Forward and backward of each micro-batch (DDP syncs gradients on the last only),
-        the gradient of their average, then optimizer and LR schedule, EMA."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.rollback is not None:
-            self.rollback.save()
+        """Forward and backward of each micro-batch (DDP syncs gradients on the last only), then
+        the update (``WeightUpdate``: the gradient of their average, optimizer, LR schedule, EMA)."""
+        self.update.begin()
         terms: List[Dict[str, torch.Tensor]] = []
         normalizers: List[torch.Tensor] = []
         preds: Any = None
@@ -290,15 +281,9 @@ class Trainer:
                 with self.autocast():
                     preds = self.train_model(batch)
                 losses = self.loss_fn(preds, batch)
-                loss = losses["loss"]
-                if count > 1:  # the step's gradient is that of all micro-batches together
-                    normalizer = losses.get(NORMALIZER_KEY)
-                    if normalizer is None:
-                        loss = loss / count
-                    else:  # undo the micro-batch's own normaliser; the step's is applied below
-                        loss = loss * normalizer.clamp(min=self.normalizer_floor)
-                        normalizers.append(normalizer)
-                self.scaler.scale(loss).backward()
+                normalizer = self.update.backward(losses, count)
+            if normalizer is not None:
+                normalizers.append(normalizer)
             terms.append(
                 {
                     k: v.detach()
@@ -306,56 +291,9 @@ class Trainer:
                     if k != NORMALIZER_KEY and isinstance(v, torch.Tensor) and v.numel() == 1
                 }
             )
-        if normalizers:
-            step_normalizer = torch.stack(normalizers).mean().clamp(min=self.normalizer_floor)
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            torch._foreach_mul_(grads, 1.0 / (count * step_normalizer))
         values = terms[0] if count == 1 else {k: torch.stack([t[k] for t in terms]).mean() for k in terms[0]}
-        if self.clip_gradients is not None:
-            self.scaler.unscale_(self.optimizer)
-        skip = self._watch_step(values) if self.nonfinite is not None else None
-        if self.clip_gradients is not None:
-            self.clip_gradients(self.model)
-        skip = self._update_weights(skip)
-        self.scheduler.step()  # a skipped step counts too (the schedule follows global_step)
-        if self.ema is not None and skip is not True:
-            self.ema.update(self.model, skip=skip if isinstance(skip, torch.Tensor) else None)
+        self.update.apply(values, normalizers, count, self.position.global_step + 1)
         return values, detach(preds)
-
-    def _watch_step(self, values: Dict[str, torch.Tensor]) -> Optional[torch.Tensor]:
-        """Record whether the step's loss terms and gradients are finite (on the device; under an
-        fp16 GradScaler the gradients are its business: it skips overflowing steps itself); with
-        ``nan_policy: skip``, the device flag "leave this step out", the same on every process."""
-        grads_finite = None if self.scaler.is_enabled() else gradients_finite(self.model.parameters())
-        stats_finite = buffers_finite(self.stat_buffers)  # the forward's BatchNorm statistics
-        if stats_finite is not None:
-            grads_finite = stats_finite if grads_finite is None else grads_finite & stats_finite
-        bad = self.nonfinite.observe(values, grads_finite, self.position.global_step + 1)
-        return self.nonfinite.skip_flag(bad, self.env) if self.nonfinite.policy == "skip" else None
-
-    def _update_weights(self, skip: Optional[torch.Tensor]) -> Any:
-        """The optimizer step (through the loss scaler), left out where ``skip`` is set: on the device
-        when the optimizer or the fp16 scaler takes the flag (then the model's buffers are put back
-        on the device too), else by reading it on the host. Returns the flag as the EMA needs it:
-        None (no skip policy), a device flag, or the host's decision (True: left out)."""
-        if skip is None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            return None
-        if self.scaler.is_enabled():
-            skip_in_scaler(self.scaler, self.optimizer, skip)  # as an overflow: no step, the scale backs off
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        elif takes_found_inf(self.optimizer):
-            step_unless(self.optimizer, skip)
-        else:  # a non-fused optimizer cannot take the flag: read it (one host read per step)
-            if bool(skip.item()):
-                self.rollback.restore_where(skip)
-                return True
-            self.optimizer.step()
-            return False
-        self.rollback.restore_where(skip)
-        return skip
 
     def _gradient_sync(self, enabled: bool) -> ContextManager[Any]:
         """DDP's ``no_sync`` while accumulating (gradients are all-reduced with the last micro-batch)."""
@@ -374,6 +312,18 @@ class Trainer:
         metric.reset()
         metric.update(postprocess(record.preds, record.batch), record.batch)
         return dict(metric.compute())
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler:
+        return self.update.scaler
+
+    @property
+    def ema(self) -> Optional[ModelEMA]:
+        return self.update.ema
+
+    @property
+    def nonfinite(self) -> Optional[NonFiniteWatch]:
+        return self.update.nonfinite
 
     @property
     def finished(self) -> bool:

@@ -14,7 +14,8 @@ import numpy as np
 from PIL import Image
 
 from ppdist.utils.atomic import temporary_path, write_text_atomic
-from ppdist.visualize.palette import class_colour, class_name, flat_palette
+from ppdist.utils.display import class_name
+from ppdist.visualize.palette import class_colour, flat_palette
 
 Result = Dict[str, Any]
 

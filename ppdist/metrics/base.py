@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
+from ppdist.metrics.report import ReportItem
+
 
 class Metric:
     """Accumulates per-batch results; its state is picklable and mergeable across ranks.
@@ -37,7 +39,8 @@ class Metric:
     def compute(self) -> Dict[str, float]:
         raise NotImplementedError
 
-    def pictures(self, out_dir: str) -> List[str]:
-        """Draw what the last ``compute`` saw into ``out_dir`` (called on the process holding
-        the merged state); returns the files written. None by default."""
+    def report(self) -> List[ReportItem]:
+        """What the last ``compute`` saw, as text files and picture data
+        (``ppdist.metrics.report``; ``ppdist.visualize.eval_pictures.write_report`` writes them),
+        on the process holding the merged state. Nothing by default."""
         return []

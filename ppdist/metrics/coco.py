@@ -23,9 +23,10 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from ppdist.metrics.base import Metric
+from ppdist.metrics.det_confusion import detection_confusion
+from ppdist.metrics.report import ConfusionMatrix, PRCurves, ReportItem, TextFile, markdown_table
 from ppdist.registry import METRICS
-from ppdist.utils.atomic import atomic_file, write_text_atomic
-from ppdist.visualize.eval_pictures import confusion_picture, detection_confusion, markdown_table, pr_curves
+from ppdist.utils.atomic import atomic_file
 
 try:  # a dependency of ppdist, optional here: without it COCOMetric evaluates with pycocotools
     from faster_coco_eval import COCO as FasterCOCO
@@ -342,30 +343,26 @@ class COCOMetric(Metric):
         )
         return out
 
-    def pictures(
-        self, out_dir: str, iou_threshold: Optional[float] = None, score_threshold: Optional[float] = None
-    ) -> List[str]:
-        """``pr_curves.png`` (COCOeval's precision array), ``confusion_matrix.png`` (at
-        ``iou_threshold`` / ``score_threshold``; default ``confusion_iou`` / ``confusion_score``)
-        and ``class_ap.md`` of the last ``compute``."""
+    def report(
+        self, iou_threshold: Optional[float] = None, score_threshold: Optional[float] = None
+    ) -> List[ReportItem]:
+        """``pr_curves.png`` (COCOeval's precision array) and ``class_ap.md`` of the last ``compute``,
+        ``confusion_matrix.png`` (at ``iou_threshold`` / ``score_threshold``; default
+        ``confusion_iou`` / ``confusion_score``)."""
         iou_threshold = self.confusion_iou if iou_threshold is None else iou_threshold
         score_threshold = self.confusion_score if score_threshold is None else score_threshold
         names = self.label_list or [str(c) for c in sorted(self.clsid2catid.values())]
-        written: List[str] = []
-        os.makedirs(out_dir, exist_ok=True)
+        items: List[ReportItem] = []
         precision = getattr(self, "last_eval", {}).get("precision")
         if precision is not None:
-            path = os.path.join(out_dir, "pr_curves.png")
-            pr_curves(precision, self.last_eval["recall_thresholds"], names, path)
             rows = [(name, f"{ap:.4f}") for name, ap in zip(names, class_average_precision(precision))]
-            table = os.path.join(out_dir, "class_ap.md")
-            write_text_atomic(table, markdown_table(["class", "AP (IoU 0.5:0.95)"], rows, "Per-class AP"))
-            written += [path, table]
-        matrix = self.confusion(iou_threshold, score_threshold)
-        path = os.path.join(out_dir, "confusion_matrix.png")
+            items += [
+                PRCurves("pr_curves.png", precision, self.last_eval["recall_thresholds"], names),
+                TextFile("class_ap.md", markdown_table(["class", "AP (IoU 0.5:0.95)"], rows, "Per-class AP")),
+            ]
         title = f"boxes at IoU >= {iou_threshold:g}, score >= {score_threshold:g} (counts)"
-        confusion_picture(matrix, list(names) + ["background"], path, title)
-        return written + [path]
+        matrix = self.confusion(iou_threshold, score_threshold)
+        return items + [ConfusionMatrix("confusion_matrix.png", matrix, list(names) + ["background"], title)]
 
     def confusion(self, iou_threshold: float = 0.5, score_threshold: float = 0.25) -> np.ndarray:
         """The detection confusion matrix of the evaluated images (``detection_confusion``; crowd

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional
 
 from ppdist.metrics.base import Metric
+from ppdist.metrics.report import ReportItem
 from ppdist.registry import METRICS
 
 
@@ -103,5 +104,5 @@ class DistillationMetric(Metric):
                 out.update({f"{name}_{k}": v for k, v in metric.compute().items()})
         return out
 
-    def pictures(self, out_dir: str) -> List[str]:
-        return self._key_metric().pictures(out_dir)
+    def report(self) -> List[ReportItem]:
+        return self._key_metric().report()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -12,18 +11,19 @@ from rapidfuzz.distance import Levenshtein
 
 from ppdist.data.base import SAMPLE_INDEX_KEY
 from ppdist.metrics.base import Metric
-from ppdist.registry import METRICS
-from ppdist.utils.atomic import write_text_atomic
-from ppdist.visualize.eval_pictures import (
+from ppdist.metrics.report import (
+    MistakesGallery,
+    ReportItem,
+    TextFile,
     character_confusion,
     dataset_image,
     markdown_table,
-    mistakes_gallery,
     sample_origin,
 )
+from ppdist.registry import METRICS
 
 EPS = 1e-5
-GALLERY_SIZE = 16  # mistakes shown by ``pictures`` (their images read again from the dataset)
+GALLERY_SIZE = 16  # mistakes shown by ``report`` (their images read again from the dataset)
 INDICATORS = ("acc", "norm_edit_dis")
 _NOT_ALNUM = re.compile(r"[^0-9a-zA-Z]+")
 
@@ -125,12 +125,11 @@ class RecMetric(Metric):
             "norm_edit_dis": 1.0 - math.fsum(self.edit_distances) / (self.all_num + EPS),
         }
 
-    def pictures(self, out_dir: str) -> List[str]:
+    def report(self) -> List[ReportItem]:
         """``worst_mistakes.png`` (image, label, prediction, score of the ``GALLERY_SIZE`` worst
         mistakes, their images read again from the bound dataset) and ``worst_mistakes.md`` (the
         same with each sample's origin), when there is a mistake; ``character_confusion.md``."""
-        os.makedirs(out_dir, exist_ok=True)
-        written = []
+        items: List[ReportItem] = []
         worst = [
             dict(
                 m._asdict(),
@@ -140,9 +139,6 @@ class RecMetric(Metric):
             for m in self.worst_mistakes()
         ]
         if worst:
-            gallery = os.path.join(out_dir, "worst_mistakes.png")
-            mistakes_gallery(worst, gallery)
-            listing = os.path.join(out_dir, "worst_mistakes.md")
             header = ["#", "label", "prediction", "score", "normalised edit distance", "sample"]
             rows = [
                 (
@@ -156,11 +152,12 @@ class RecMetric(Metric):
                 for n, m in enumerate(worst)
             ]
             title = f"The {len(worst)} worst of {len(self.mistakes)} mistake(s) in {self.all_num} sample(s)"
-            write_text_atomic(listing, markdown_table(header, rows, title))
-            written += [gallery, listing]
-        table = os.path.join(out_dir, "character_confusion.md")
-        write_text_atomic(table, character_confusion([(m.label, m.pred) for m in self.mistakes]))
-        return written + [table]
+            items += [
+                MistakesGallery("worst_mistakes.png", worst),
+                TextFile("worst_mistakes.md", markdown_table(header, rows, title)),
+            ]
+        confusions = character_confusion([(m.label, m.pred) for m in self.mistakes])
+        return items + [TextFile("character_confusion.md", confusions)]
 
 
 def _code(text: str) -> str:

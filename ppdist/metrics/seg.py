@@ -7,16 +7,15 @@ summing them over ranks gives exactly the single-process numbers.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Mapping
 
 import numpy as np
 import torch
 
 from ppdist.metrics.base import Metric
+from ppdist.metrics.report import ClassBars, ConfusionMatrix, ReportItem
 from ppdist.registry import METRICS
-from ppdist.visualize.eval_pictures import class_bars, confusion_picture
-from ppdist.visualize.palette import class_name
+from ppdist.utils.display import class_name
 
 INDICATORS = ("miou", "acc", "kappa", "mdice")
 
@@ -121,16 +120,22 @@ class SegMetric(Metric):
             out.update({name: float("nan") for name in INDICATORS})
         return out
 
-    def pictures(self, out_dir: str) -> List[str]:
+    def report(self) -> List[ReportItem]:
         """``confusion_matrix.png`` (normalised per label row) and ``class_iou.png``."""
-        os.makedirs(out_dir, exist_ok=True)
         names = [class_name(c, self.class_names) for c in range(self.num_classes)]
-        matrix = os.path.join(out_dir, "confusion_matrix.png")
-        confusion_picture(self.confusion, names, matrix, "pixels, normalised per label", normalize_rows=True)
-        bars = os.path.join(out_dir, "class_iou.png")
         scores = metrics_from_areas(*self.areas)
-        class_bars(scores["class_iou"], names, bars, f"IoU per class (mIoU {scores['miou']:.4f})")
-        return [matrix, bars]
+        return [
+            ConfusionMatrix(
+                "confusion_matrix.png",
+                self.confusion,
+                names,
+                "pixels, normalised per label",
+                normalize_rows=True,
+            ),
+            ClassBars(
+                "class_iou.png", scores["class_iou"], names, f"IoU per class (mIoU {scores['miou']:.4f})"
+            ),
+        ]
 
 
 def confusion_counts(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -15,17 +14,24 @@ from ppdist.data.base import SAMPLE_INDEX_KEY
 from ppdist.errors import ConfigError
 from ppdist.metrics.base import Metric
 from ppdist.metrics.polygon_match import MatchCounts, Point, match_counts
+from ppdist.metrics.report import (
+    AccuracyByLength,
+    ReportItem,
+    TablesGallery,
+    TextFile,
+    dataset_image,
+    markdown_table,
+    sample_origin,
+)
 from ppdist.metrics.teds import TEDS, structure_html
 from ppdist.registry import METRICS
-from ppdist.utils.atomic import write_text_atomic
-from ppdist.visualize.eval_pictures import dataset_image, markdown_table, sample_origin
-from ppdist.visualize.table_pictures import accuracy_by_length, accuracy_picture, tables_gallery
 
 EPS = 1e-6
 BOX_WIDTHS = {"xyxy": 4, "xywh": 4, "xyxyxyxy": 8}
 BOX_FORMATS = tuple(BOX_WIDTHS)
 SECTION_TAGS = ("<thead>", "</thead>", "<tbody>", "</tbody>")
-GALLERY_SIZE = 9  # wrong tables kept (per process, then merged) and drawn by ``pictures``
+GALLERY_SIZE = 9  # wrong tables kept (per process, then merged) and drawn by ``report``
+LENGTH_BIN = 10  # structure lengths are grouped in bins of this width (wider for long tables)
 
 
 class TableMistake(NamedTuple):
@@ -240,22 +246,21 @@ class TableMetric(Metric):
             )
         return out
 
-    def pictures(self, out_dir: str) -> List[str]:
+    def report(self) -> List[ReportItem]:
         """``worst_tables.png`` (the ``GALLERY_SIZE`` wrong tables of lowest similarity, their images
         read again from the bound dataset, with predicted and labelled cell boxes) and
         ``worst_tables.md`` (their tokens and origins) when a structure is wrong;
         ``accuracy_by_length.png`` / ``.md`` (accuracy and mean TEDS per bin of labelled length)."""
-        os.makedirs(out_dir, exist_ok=True)
-        written = []
+        items: List[ReportItem] = []
         name = "TEDS" if self.teds is not None else "token similarity"
         if self.mistakes:
-            items = []
+            tables = []
             for n, m in enumerate(self.mistakes):
                 title = (
                     f"{n + 1}. {name} {m.similarity:.3f}, label {len(m.label)} / predicted {len(m.pred)} tokens\n"
                     f"{_short(sample_origin(self.dataset, m.index))}"
                 )
-                items.append(
+                tables.append(
                     dict(
                         image=dataset_image(self.dataset, m.index),
                         pred_boxes=m.pred_boxes,
@@ -263,8 +268,6 @@ class TableMetric(Metric):
                         title=title,
                     )
                 )
-            gallery = os.path.join(out_dir, "worst_tables.png")
-            tables_gallery(items, gallery)
             rows = [
                 (
                     n + 1,
@@ -280,16 +283,10 @@ class TableMetric(Metric):
                 f"The {len(rows)} worst of {wrong} wrong structure(s) in {self.all_num} table(s) "
                 "(red: predicted cells, green dashed: labelled cells in worst_tables.png)"
             )
-            listing = os.path.join(out_dir, "worst_tables.md")
-            write_text_atomic(
-                listing, markdown_table(["#", name, "label", "prediction", "sample"], rows, title)
-            )
-            written += [gallery, listing]
+            listing = markdown_table(["#", name, "label", "prediction", "sample"], rows, title)
+            items += [TablesGallery("worst_tables.png", tables), TextFile("worst_tables.md", listing)]
         by_length = accuracy_by_length(self.records)
         if by_length:
-            picture = os.path.join(out_dir, "accuracy_by_length.png")
-            accuracy_picture(by_length, picture)
-            table = os.path.join(out_dir, "accuracy_by_length.md")
             header = ["labelled length", "tables", "correct", "acc", "mean TEDS"]
             rows = [
                 (
@@ -301,11 +298,45 @@ class TableMetric(Metric):
                 )
                 for r in by_length
             ]
-            write_text_atomic(
-                table, markdown_table(header, rows, "Structure accuracy by labelled structure length")
-            )
-            written += [picture, table]
-        return written
+            text = markdown_table(header, rows, "Structure accuracy by labelled structure length")
+            items += [
+                AccuracyByLength("accuracy_by_length.png", by_length),
+                TextFile("accuracy_by_length.md", text),
+            ]
+        return items
+
+
+def length_bin_width(longest: int, bins: int = 25) -> int:
+    """The width of the length bins: ``LENGTH_BIN``, or a multiple of it so at most ``bins`` bins
+    cover the ``longest`` structure (PubTabNet's reach 500 tokens)."""
+    return LENGTH_BIN * max(1, math.ceil((longest + 1) / (LENGTH_BIN * bins)))
+
+
+def accuracy_by_length(records: Sequence[Sequence[Any]]) -> List[Dict[str, Any]]:
+    """Per bin of labelled structure length: ``[{"lengths": "a-b", "tables", "correct", "acc",
+    "teds"}]`` from records ``(index, length, correct, teds or None)`` (``teds`` None when not
+    computed); only the bins holding tables, in increasing length."""
+    if not records:
+        return []
+    width = length_bin_width(max(int(r[1]) for r in records))
+    groups: Dict[int, List[Sequence[Any]]] = {}
+    for record in records:
+        groups.setdefault(int(record[1]) // width, []).append(record)
+    rows = []
+    for key in sorted(groups):
+        group = groups[key]
+        correct = sum(int(r[2]) for r in group)
+        teds = [float(r[3]) for r in group if r[3] is not None]
+        rows.append(
+            {
+                "lengths": f"{key * width}-{key * width + width - 1}",
+                "tables": len(group),
+                "correct": correct,
+                "acc": correct / len(group),
+                "teds": math.fsum(teds) / len(teds) if teds else None,
+            }
+        )
+    return rows
 
 
 def _box_list(boxes: Any) -> List[List[float]]:

@@ -12,7 +12,7 @@ import torch
 
 from ppdist.data.transforms import DecodeImage, Normalize, NormalizeImage, RecResizeImg
 from ppdist.data.transforms.rec import RESIZE_NORM_MEAN, RESIZE_NORM_STD
-from ppdist.visualize.figures import display_image
+from ppdist.utils.display import display_image
 
 
 @dataclass

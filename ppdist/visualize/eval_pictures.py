@@ -1,19 +1,30 @@
 """Evaluation pictures drawn from what the metrics computed (``tools/eval.py --output_dir``, and the
 final evaluation of a training): detection precision/recall curves from COCOeval's precision array,
-confusion matrices, per-class IoU bars, and a gallery of the worst recognition mistakes."""
+confusion matrices, per-class IoU bars, and a gallery of the worst recognition mistakes.
+``write_report`` writes a metric's ``report()`` (``ppdist.metrics.report``: text files and picture
+data) into a folder; the metrics themselves draw nothing."""
 
 from __future__ import annotations
 
-import io
 import math
-from collections import Counter
-from typing import Any, Dict, Optional, Sequence, Tuple
+import os
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
-from PIL import Image
-from rapidfuzz.distance import Levenshtein
 
-from ppdist.visualize.figures import display_image, new_figure, save_png
+from ppdist.metrics.report import (
+    AccuracyByLength,
+    ClassBars,
+    ConfusionMatrix,
+    MistakesGallery,
+    PRCurves,
+    ReportItem,
+    TablesGallery,
+    TextFile,
+)
+from ppdist.utils.atomic import write_text_atomic
+from ppdist.visualize.figures import new_figure, save_png
+from ppdist.visualize.table_pictures import accuracy_picture, tables_gallery
 
 MAX_LEGEND_CLASSES = 20  # more classes: their PR curves drawn unnamed, thin and grey
 
@@ -67,54 +78,6 @@ def _mean_defined(values: np.ndarray, axis: int) -> np.ndarray:
     total = np.where(defined, values, 0.0).sum(axis=axis)
     count = defined.sum(axis=axis)
     return np.where(count > 0, total / np.maximum(count, 1), -1.0)
-
-
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of xyxy boxes ``a [N, 4]`` and ``b [M, 4]``."""
-    if not len(a) or not len(b):
-        return np.zeros((len(a), len(b)))
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.clip(rb - lt, 0, None).prod(-1)
-    area_a = (a[:, 2:] - a[:, :2]).clip(0).prod(-1)
-    area_b = (b[:, 2:] - b[:, :2]).clip(0).prod(-1)
-    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-12)
-
-
-def detection_confusion(
-    ground_truth: Dict[int, Tuple[np.ndarray, np.ndarray]],
-    detections: Dict[int, Tuple[np.ndarray, np.ndarray, np.ndarray]],
-    num_classes: int,
-    iou_threshold: float = 0.5,
-    score_threshold: float = 0.25,
-) -> np.ndarray:
-    """``[K + 1, K + 1]`` counts, rows the ground-truth class (last: background), columns the
-    predicted class (last: background). Per image, the predictions at or above
-    ``score_threshold`` in descending score each take the unmatched ground-truth box of highest
-    IoU >= ``iou_threshold`` (any class); unmatched predictions count as background rows,
-    unmatched ground truth as background columns. The total is the ground-truth boxes plus the
-    unmatched predictions. ``ground_truth[image] = (boxes xyxy, classes)``,
-    ``detections[image] = (boxes xyxy, classes, scores)``."""
-    matrix = np.zeros((num_classes + 1, num_classes + 1), dtype=np.int64)
-    for image in set(ground_truth) | set(detections):
-        gt_boxes, gt_classes = ground_truth.get(image, (np.zeros((0, 4)), np.zeros(0, int)))
-        boxes, classes, scores = detections.get(image, (np.zeros((0, 4)), np.zeros(0, int), np.zeros(0)))
-        keep = scores >= score_threshold
-        boxes, classes, scores = boxes[keep], classes[keep], scores[keep]
-        order = np.argsort(-scores, kind="stable")
-        ious = box_iou(boxes[order], gt_boxes)
-        taken = np.zeros(len(gt_boxes), bool)
-        for row, index in enumerate(order):
-            candidates = np.where(~taken & (ious[row] >= iou_threshold), ious[row], -1.0)
-            best = int(candidates.argmax()) if len(candidates) else -1
-            if best >= 0 and candidates[best] >= 0:
-                taken[best] = True
-                matrix[int(gt_classes[best]), int(classes[index])] += 1
-            else:
-                matrix[num_classes, int(classes[index])] += 1
-        for cls in gt_classes[~taken]:
-            matrix[int(cls), num_classes] += 1
-    return matrix
 
 
 def confusion_picture(
@@ -181,64 +144,26 @@ def mistakes_gallery(mistakes: Sequence[Dict[str, Any]], out_path: str, columns:
     save_png(figure, out_path)
 
 
-def dataset_image(dataset: Any, index: int) -> Optional[np.ndarray]:
-    """Sample ``index`` of ``dataset`` as stored (its ``read(index)["image"]``: encoded bytes or
-    an array) as HxWx3 uint8 RGB; None when there is no dataset, no index or it cannot be read."""
-    if dataset is None or index < 0 or not hasattr(dataset, "read"):
-        return None
-    try:
-        image = dataset.read(index)["image"]
-        if isinstance(image, (bytes, bytearray, memoryview)):
-            with Image.open(io.BytesIO(bytes(image))) as decoded:
-                return np.asarray(decoded.convert("RGB"))
-        return display_image(image, bgr=False)
-    except Exception:  # a picture of the mistakes never fails the evaluation
-        return None
+DRAWERS: Dict[type, Callable[[Any, str], Any]] = {
+    PRCurves: lambda item, path: pr_curves(item.precision, item.recall_thresholds, item.class_names, path),
+    ConfusionMatrix: lambda item, path: confusion_picture(
+        item.matrix, item.names, path, item.title, normalize_rows=item.normalize_rows
+    ),
+    ClassBars: lambda item, path: class_bars(item.values, item.names, path, item.title),
+    MistakesGallery: lambda item, path: mistakes_gallery(item.mistakes, path),
+    TablesGallery: lambda item, path: tables_gallery(item.items, path),
+    AccuracyByLength: lambda item, path: accuracy_picture(item.rows, path),
+    TextFile: lambda item, path: write_text_atomic(path, item.text),
+}
 
 
-def sample_origin(dataset: Any, index: int) -> str:
-    """Where sample ``index`` comes from (the dataset's ``origin``, e.g. ``val.txt:12 (img.png)``)."""
-    if dataset is None or index < 0:
-        return "?" if index < 0 else f"sample {index}"
-    origin = getattr(dataset, "origin", None)
-    return str(origin(index)) if origin is not None else f"sample {index}"
-
-
-def character_confusion(pairs: Sequence[Tuple[str, str]], top: int = 20) -> str:
-    """Markdown: the most frequent character substitutions, deletions and insertions that turn
-    each label into its (wrong) prediction (Levenshtein edit operations)."""
-    replaced: Counter = Counter()
-    deleted: Counter = Counter()
-    inserted: Counter = Counter()
-    for label, pred in pairs:
-        for op in Levenshtein.editops(label, pred):
-            if op.tag == "replace":
-                replaced[(label[op.src_pos], pred[op.dest_pos])] += 1
-            elif op.tag == "delete":
-                deleted[label[op.src_pos]] += 1
-            else:
-                inserted[pred[op.dest_pos]] += 1
-    lines = [f"# Character confusions of {len(pairs)} wrong prediction(s)", ""]
-    lines += ["| label char | predicted | count |", "|---|---|---|"]
-    lines += [f"| {_char(a)} | {_char(b)} | {n} |" for (a, b), n in replaced.most_common(top)]
-    lines += ["", "| missed (deleted) | count |", "|---|---|"] + [
-        f"| {_char(c)} | {n} |" for c, n in deleted.most_common(top)
-    ]
-    lines += ["", "| extra (inserted) | count |", "|---|---|"] + [
-        f"| {_char(c)} | {n} |" for c, n in inserted.most_common(top)
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _char(char: str) -> str:
-    """One character as a markdown table cell (a space, ``|`` and a backtick stay readable)."""
-    return {" ": "(space)", "|": "`\\|`", "`": "(backtick)"}.get(char, f"`{char}`")
-
-
-def markdown_table(
-    header: Sequence[str], rows: Sequence[Sequence[object]], title: Optional[str] = None
-) -> str:
-    lines = [f"# {title}", ""] if title else []
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+def write_report(items: Sequence[ReportItem], out_dir: str) -> List[str]:
+    """Write a metric's report into ``out_dir``, in its order: each picture drawn, each text file
+    written (atomically). Returns the paths written."""
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for item in items:
+        path = os.path.join(out_dir, item.file)
+        DRAWERS[type(item)](item, path)
+        written.append(path)
+    return written

@@ -9,7 +9,7 @@ A class is named by the dataset's names when it has them, else ``class i``.
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Tuple
 
 import numpy as np
 
@@ -35,8 +35,3 @@ def class_colour(cls: int) -> Tuple[int, int, int]:
 def flat_palette(size: int = 256) -> List[int]:
     """``[r, g, b, ...]`` of classes ``0 .. size-1`` for a PIL palette ("P" mode) image."""
     return class_colours(size).reshape(-1).tolist()
-
-
-def class_name(cls: int, names: Sequence[str]) -> str:
-    """The dataset's name of class ``cls``, else ``class <cls>``."""
-    return str(names[cls]) if 0 <= cls < len(names) else f"class {cls}"

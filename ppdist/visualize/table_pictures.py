@@ -1,10 +1,10 @@
-"""Table evaluation pictures (``TableMetric.pictures``): the tables predicted worst, drawn with the
+"""Table evaluation pictures (``TableMetric.report``): the tables predicted worst, drawn with the
 predicted and the labelled cell boxes, and structure accuracy (with mean TEDS) by structure length."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -12,40 +12,6 @@ from ppdist.visualize.figures import new_figure, save_png
 
 PRED_RGB = (0.85, 0.1, 0.1)  # predicted cell boxes: red
 LABEL_RGB = (0.1, 0.65, 0.1)  # labelled cell boxes: green
-LENGTH_BIN = 10  # structure lengths are grouped in bins of this width (wider for long tables)
-
-
-def length_bin_width(longest: int, bins: int = 25) -> int:
-    """The width of the length bins: ``LENGTH_BIN``, or a multiple of it so at most ``bins`` bins
-    cover the ``longest`` structure (PubTabNet's reach 500 tokens)."""
-    return LENGTH_BIN * max(1, math.ceil((longest + 1) / (LENGTH_BIN * bins)))
-
-
-def accuracy_by_length(records: Sequence[Sequence[Any]]) -> List[Dict[str, Any]]:
-    """Per bin of labelled structure length: ``[{"lengths": "a-b", "tables", "correct", "acc",
-    "teds"}]`` from records ``(index, length, correct, teds or None)`` (``teds`` None when not
-    computed); only the bins holding tables, in increasing length."""
-    if not records:
-        return []
-    width = length_bin_width(max(int(r[1]) for r in records))
-    groups: Dict[int, List[Sequence[Any]]] = {}
-    for record in records:
-        groups.setdefault(int(record[1]) // width, []).append(record)
-    rows = []
-    for key in sorted(groups):
-        group = groups[key]
-        correct = sum(int(r[2]) for r in group)
-        teds = [float(r[3]) for r in group if r[3] is not None]
-        rows.append(
-            {
-                "lengths": f"{key * width}-{key * width + width - 1}",
-                "tables": len(group),
-                "correct": correct,
-                "acc": correct / len(group),
-                "teds": math.fsum(teds) / len(teds) if teds else None,
-            }
-        )
-    return rows
 
 
 def accuracy_picture(rows: Sequence[Mapping[str, Any]], out_path: str) -> None:

@@ -16,8 +16,8 @@ from ppdist.components import build_postprocess
 from ppdist.config import load_yaml_with_bases, validate
 from ppdist.convert.configs import PPDIST, convert_config, detect_suite
 from ppdist.engine.checkpoint.weights import load_initial_weights
-from ppdist.engine.optim import build_lr_schedule
 from ppdist.errors import ConfigError
+from ppdist.optim import build_lr_schedule
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 UPSTREAM = os.path.join(REPO, "tests", "fixtures", "paddle_configs", "PaddleOCR", "configs", "table")

@@ -199,7 +199,7 @@ def test_converted_configs_build_the_original_models_and_decay_every_parameter(
 ):
     _needs(*names)
     from ppdist import build_model, load_config
-    from ppdist.engine.optim import build_optimizer
+    from ppdist.optim import build_optimizer
 
     config = load_config(path)
     model = build_model(config)

@@ -13,9 +13,9 @@ import torch.multiprocessing as mp
 from ppdist_testing import check_ok, run_tool, tiny_det_config, tiny_seg_config
 
 from ppdist.config import load_config
-from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv, cleanup, init_distributed
 from ppdist.engine.hooks import Hook
+from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.setup import build_trainer
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -7,8 +7,8 @@ from ppdist_testing import tiny_det_config
 
 from ppdist.config import load_config
 from ppdist.data.build import build_dataloader
-from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
+from ppdist.engine.prepare import ensure_synthetic_data
 
 SIZES = [64, 80, 96, 112, 128]
 BATCH = 3

@@ -13,9 +13,9 @@ from torch.utils.data import DataLoader, Dataset
 from ppdist.data.build import Collate
 from ppdist.data.samplers import TrainBatchSampler
 from ppdist.engine.hooks import Checkpointer, Hook
-from ppdist.engine.optim import ConstLR, IterScheduler
 from ppdist.engine.trainer import Trainer
 from ppdist.errors import ConfigError
+from ppdist.optim import ConstLR, IterScheduler
 
 
 class Line(Dataset):

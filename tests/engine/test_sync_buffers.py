@@ -12,6 +12,7 @@ from ppdist.data.samplers import TrainBatchSampler
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.trainer import Trainer
+from ppdist.engine.update import WeightUpdate
 
 WORLD = 2
 
@@ -48,7 +49,10 @@ def worker(rank: int, store_path: str, out_path: str) -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         env = DistEnv(rank=rank, world_size=WORLD)
-        trainer = Trainer(model, mean_loss, optimizer, scheduler, loader, total_steps=2, env=env, ema=ema)
+        update = WeightUpdate(model, optimizer, scheduler, env=env, ema=ema)
+        trainer = Trainer(
+            model, mean_loss, optimizer, scheduler, loader, total_steps=2, env=env, update=update
+        )
         with torch.no_grad():  # each rank's statistics differ, as without SyncBatchNorm
             model(({"image": torch.randn(4, 3, 8, 8) + rank}))
         ema.update(model)

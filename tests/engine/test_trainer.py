@@ -225,7 +225,7 @@ def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_
 
 
 def test_auto_scale_lr_scales_every_learning_rate_of_the_schedule():
-    from ppdist.engine.optim import scale_learning_rates
+    from ppdist.optim import scale_learning_rates
 
     cfg = {
         "name": "PolynomialDecay",

@@ -14,6 +14,7 @@ from ppdist.errors import ConfigError
 from ppdist.metrics import DistillationMetric, RecMetric
 from ppdist.postprocess import DistillationCTCLabelDecode
 from ppdist.registry import METRICS
+from ppdist.visualize.eval_pictures import write_report
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "paddle_ppocrv3")
 DICT = os.path.join(FIXTURES, "loss_dict.txt")
@@ -72,10 +73,10 @@ def test_delegates_to_the_key_model(batches, tmp_path):
         metric.update(results, batch)
     assert all(m.dataset == "the dataset" for m in metric.metrics.values())
     assert set(metric.compute()) == {"acc", "norm_edit_dis", "Student_acc", "Student_norm_edit_dis"}
-    written = metric.pictures(str(tmp_path))
+    written = write_report(metric.report(), str(tmp_path))
     teacher = metric.metrics["Teacher"]
     assert [os.path.basename(p) for p in written] == [
-        os.path.basename(p) for p in teacher.pictures(str(tmp_path / "t"))
+        os.path.basename(p) for p in write_report(teacher.report(), str(tmp_path / "t"))
     ]
     metric.reset()
     assert metric.compute()["acc"] == 0.0

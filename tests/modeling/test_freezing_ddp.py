@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import ppdist.optim as optim
 from ppdist.config.schema import GLOBAL_SCHEMA
-from ppdist.engine import optim
 from ppdist.engine.device_settings import broadcast_buffers
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.setup import uses_sync_bn, wrap_for_training

@@ -24,10 +24,12 @@ from ppdist.engine.dist import DistEnv
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.setup import build_trainer
 from ppdist.metrics.coco import COCOMetric, class_average_precision, coco_bbox_eval, load_ground_truth
+from ppdist.metrics.det_confusion import detection_confusion
 from ppdist.metrics.rec import GALLERY_SIZE, RecMetric
+from ppdist.metrics.report import dataset_image
 from ppdist.metrics.seg import SegMetric
 from ppdist.visualize import eval_pictures
-from ppdist.visualize.eval_pictures import confusion_picture, dataset_image, detection_confusion, pr_curves
+from ppdist.visualize.eval_pictures import confusion_picture, pr_curves, write_report
 
 
 def coco_case(tmp_path, seed=0):
@@ -168,7 +170,7 @@ def test_segmentation_confusion_matches_the_metric_and_merges(tmp_path, drawn_fi
     np.testing.assert_array_equal(whole.confusion.sum(axis=1), whole.areas[2])  # label areas
     np.testing.assert_array_equal(whole.confusion.sum(axis=0), whole.areas[1])  # prediction areas
     assert whole.confusion.sum() == int((label != 255).sum())
-    written = whole.pictures(str(tmp_path))
+    written = write_report(whole.report(), str(tmp_path))
     assert [os.path.basename(p) for p in written] == ["confusion_matrix.png", "class_iou.png"]
     miou = whole.compute()["miou"]
     assert drawn_figures[-1].axes[0].get_title() == f"IoU per class (mIoU {miou:.4f})"
@@ -219,7 +221,7 @@ def test_recognition_gallery_shows_the_worst_mistakes_first(tmp_path):
     expected = [index for _, _, index in sorted(wrong)[:GALLERY_SIZE]]  # worst distance, then score
     assert [m.index for m in metric.worst_mistakes()] == expected
     assert len(metric.mistakes) == len(wrong) and len(wrong) > GALLERY_SIZE
-    written = metric.pictures(str(tmp_path))
+    written = write_report(metric.report(), str(tmp_path))
     names = [os.path.basename(p) for p in written]
     assert names == ["worst_mistakes.png", "worst_mistakes.md", "character_confusion.md"]
     assert sorted(dataset.reads) == sorted(expected)  # only the shown images are read, afterwards
@@ -298,7 +300,7 @@ def test_coco_metric_draws_pr_curves_confusion_and_the_ap_table(tmp_path, backen
     )
     metric.load_states([{"detections": table, "image_ids": np.arange(1, 13)}])
     metrics = metric.compute()
-    written = metric.pictures(str(tmp_path / "out"), iou_threshold=0.5, score_threshold=0.0)
+    written = write_report(metric.report(iou_threshold=0.5, score_threshold=0.0), str(tmp_path / "out"))
     assert [os.path.basename(p) for p in written] == ["pr_curves.png", "class_ap.md", "confusion_matrix.png"]
     if backend == "faster_coco_eval":  # its own precision array, equal to pycocotools'
         keep = {}

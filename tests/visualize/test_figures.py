@@ -17,7 +17,7 @@ sys.argv = [sys.argv[0]]
 import ppdist
 for tool in ("train", "eval", "infer", "export_model", "benchmark"):
     runpy.run_path("tools/%s.py" % tool, run_name="not_main")  # the tool's imports, not its main()
-import ppdist.visualize.sample_grid
+import ppdist.browse.sample_grid
 print(sorted(name for name in sys.modules if name.split(".")[0] == "matplotlib"))
 """
 

@@ -17,9 +17,10 @@ from ppdist.data.build import build_dataloader, build_dataset
 from ppdist.data.synthetic_table import generate_table_dataset
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.evaluator import Evaluator
-from ppdist.metrics.table import GALLERY_SIZE, TableMetric
+from ppdist.metrics.table import GALLERY_SIZE, TableMetric, accuracy_by_length
 from ppdist.visualize import table_pictures
-from ppdist.visualize.table_pictures import LABEL_RGB, PRED_RGB, accuracy_by_length
+from ppdist.visualize.eval_pictures import write_report
+from ppdist.visualize.table_pictures import LABEL_RGB, PRED_RGB
 
 ROW = ["<tr>", "<td></td>", "<td></td>", "</tr>"]
 
@@ -79,7 +80,7 @@ def test_worst_tables_and_accuracy_by_length_merge_exactly(tmp_path, tables, mon
     dataset = build_dataset(config, "Eval", "eval")
     merged.bind_dataset(dataset)
     figures = keep_saved_figures(monkeypatch, table_pictures)
-    written = merged.pictures(str(tmp_path))
+    written = write_report(merged.report(), str(tmp_path))
     names = ["worst_tables.png", "worst_tables.md", "accuracy_by_length.png", "accuracy_by_length.md"]
     assert [p.split("/")[-1] for p in written] == names
     listing = open(written[1], encoding="utf-8").read()

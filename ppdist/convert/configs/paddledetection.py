@@ -1,4 +1,4 @@
-"""PaddleDetection (PP-YOLOE) config -> ppdist config.
+"""PaddleDetection config -> ppdist config (the model sections of each family: ``det_<family>.py``).
 
 Reads a PaddleDetection YAML with its ``_BASE_`` chain (PaddleDetection's rules: bases are
 relative to the file naming them, later bases override earlier ones, the file overrides its
@@ -10,7 +10,7 @@ defaults, so the ppdist run matches even where ppdist's own defaults differ.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ppdist.config import BASE_KEY, STAGE_PRETRAINED_KEY, merge_dicts
 from ppdist.convert.configs.common import (
@@ -26,43 +26,19 @@ from ppdist.convert.configs.common import (
     read_paddle_yaml,
     same_value,
 )
+from ppdist.convert.configs.det_ppyoloe import convert_ppyoloe
+from ppdist.convert.configs.det_schedule import convert_det_optimizer
 from ppdist.convert.configs.transforms import convert_det_transforms
 from ppdist.errors import ConfigError
-from ppdist.registry import BACKBONES, HEADS, LOSSES, NECKS, POSTPROCESSES
 
-ARCHITECTURES = ("YOLOv3", "PPYOLOE")
+# architecture name -> the converter of that family's model sections (Architecture, Loss, PostProcess)
+FAMILIES: Dict[
+    str, Callable[["DetConverter", str], Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]]
+] = {
+    "YOLOv3": convert_ppyoloe,
+    "PPYOLOE": convert_ppyoloe,
+}
 # PaddleDetection constructor defaults of the components ppdist implements (facts of its API).
-CSPRESNET_DEFAULTS = {
-    "layers": [3, 6, 6, 3],
-    "channels": [64, 128, 256, 512, 1024],
-    "act": "swish",
-    "return_idx": [1, 2, 3],
-    "use_large_stem": False,
-    "use_alpha": False,
-}
-FREEZE_KEYS = ("freeze_at", "frozen_stages", "freeze_norm")  # PaddleDetection's ResNet keys, mmdetection's
-CSPPAN_DEFAULTS = {
-    "out_channels": [1024, 512, 256],
-    "act": "leaky",
-    "stage_num": 1,
-    "block_num": 3,
-    "spp": False,
-    "use_alpha": False,
-}
-HEAD_DEFAULTS = {
-    "act": "swish",
-    "fpn_strides": [32, 16, 8],
-    "grid_cell_scale": 5.0,
-    "grid_cell_offset": 0.5,
-    "reg_max": 16,
-}
-LOSS_DEFAULTS = {
-    "static_assigner_epoch": 4,
-    "use_varifocal_loss": True,
-    "loss_weight": {"class": 1.0, "iou": 2.5, "dfl": 0.5},
-}
-ATSS_DEFAULTS = {"topk": 9}
-TAL_DEFAULTS = {"topk": 13, "alpha": 1.0, "beta": 6.0}
 NMS_DEFAULTS = {"score_threshold": 0.05, "nms_top_k": -1, "keep_top_k": 100, "nms_threshold": 0.5}
 COCO_DEFAULT_FIELDS = ["image", "gt_bbox", "gt_class", "is_crowd"]
 
@@ -88,13 +64,16 @@ def convert_det_mapping(data: Dict[str, Any], path: str) -> Conversion:
     with its bases (and changed, e.g. by ``tools/train.py -o key=value`` in PaddleDetection's keys)."""
     report = Report()
     top = Keys(data, "", report)
-    converter = _DetConverter(top, report, path)
+    converter = DetConverter(top, report, path)
     config = converter.run()
     return Conversion(PADDLEDET, path, config, report.unmapped, report.notes)
 
 
 # --------------------------------------------------------------------------- the converter
-class _DetConverter:
+class DetConverter:
+    """A PaddleDetection config -> ppdist sections: the run-wide keys, schedule, readers and metric
+    here; the model sections by the family of ``architecture`` (``FAMILIES``)."""
+
     def __init__(self, top: Keys, report: Report, path: str) -> None:
         self.top = top
         self.report = report
@@ -245,189 +224,16 @@ class _DetConverter:
         return default
 
     def architecture(self) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
-        top, report = self.top, self.report
-        name = top.get("architecture")
-        if name not in ARCHITECTURES:
+        """``(Architecture, Loss, PostProcess)`` by the config's ``architecture``: each family's
+        model sections are converted by its own module (``FAMILIES``)."""
+        name = self.top.get("architecture")
+        if name not in FAMILIES:
             raise ConfigError(
                 f"{self.path}: architecture {name!r} is not supported: ppdist converts PP-YOLOE "
-                f"(architecture {' or '.join(ARCHITECTURES)} with CSPResNet, CustomCSPPAN and "
+                f"(architecture {' or '.join(FAMILIES)} with CSPResNet, CustomCSPPAN and "
                 f"PPYOLOEHead)"
             )
-        meta = top.sub(name)
-        parts = {"backbone": "CSPResNet", "neck": "CustomCSPPAN", "yolo_head": "PPYOLOEHead"}
-        for key, expected in parts.items():
-            value = meta.get(key)
-            if value != expected:
-                raise ConfigError(
-                    f"{self.path}: {name}.{key} {value!r} is not supported: ppdist converts PP-YOLOE "
-                    f"({', '.join(f'{k}: {v}' for k, v in parts.items())})"
-                )
-        if meta.get("post_process") is not None:
-            report.unmapped_key(
-                f"{name}.post_process",
-                "ppdist uses the head's MultiClassNMS post-process",
-                meta.get("post_process"),
-            )
-        meta.expect("data_format", "NCHW", "ppdist runs NCHW (see Global.channels_last)")
-        meta.expect("for_mot", False, "no tracking in ppdist")
-        meta.finish()
-
-        width = {k: self.shared(top.sub(k), "width_mult", 1.0) for k in ("CSPResNet", "CustomCSPPAN")}
-        depth = {k: self.shared(top.sub(k), "depth_mult", 1.0) for k in ("CSPResNet", "CustomCSPPAN")}
-        top.get("width_mult")
-        top.get("depth_mult")
-        per_component = len(set(width.values())) > 1 or len(set(depth.values())) > 1
-        if not per_component:
-            self.glob["width_mult"] = float(width["CSPResNet"])
-            self.glob["depth_mult"] = float(depth["CSPResNet"])
-        backbone = self.backbone(BACKBONES, per_component)
-        neck = self.neck(NECKS, per_component)
-        head, loss, post = self.head(HEADS, LOSSES, POSTPROCESSES)
-        arch = {"model_type": "det", "algorithm": "PPYOLOE", "Backbone": backbone, "Neck": neck, "Head": head}
-        return arch, loss, post
-
-    def section_values(
-        self, sec: Any, defaults: Dict[str, Any], per_component: bool
-    ) -> Tuple[Dict[str, Any], List[str]]:
-        """Paddle's defaults overridden by the section's keys (the explicit ones listed), plus the
-        width/depth multipliers when backbone and neck have their own."""
-        values = dict(defaults)
-        explicit = [k for k in defaults if k in sec]
-        values.update({k: sec.get(k) for k in explicit})
-        if per_component:
-            values.update(
-                width_mult=self.shared(sec, "width_mult", 1.0), depth_mult=self.shared(sec, "depth_mult", 1.0)
-            )
-            explicit += ["width_mult", "depth_mult"]
-        sec.get("width_mult")  # read (as global values) either way: not "unconverted"
-        sec.get("depth_mult")
-        return values, explicit
-
-    def backbone(self, registry: Any, per_component: bool) -> Dict[str, Any]:
-        sec = self.top.sub("CSPResNet")
-        values, explicit = self.section_values(sec, CSPRESNET_DEFAULTS, per_component)
-        sec.expect("depth_wise", False, "ppdist's CSPResNet has no depth-wise variant")
-        sec.expect("trt", False, "TensorRT-specific activation")
-        sec.expect("use_checkpoint", False, "no gradient checkpointing in ppdist")
-        for key in FREEZE_KEYS:  # fine-tuning settings a user adds (ppdist.modeling.freezing)
-            if key in sec:
-                values[key] = sec.get(key)
-                explicit.append(key)
-        sec.finish()
-        return component(registry, "CSPResNet", values, explicit)
-
-    def neck(self, registry: Any, per_component: bool) -> Dict[str, Any]:
-        sec = self.top.sub("CustomCSPPAN")
-        values, explicit = self.section_values(sec, CSPPAN_DEFAULTS, per_component)
-        if "in_channels" in sec:
-            sec.get("in_channels")
-            self.report.note(
-                "CustomCSPPAN.in_channels: taken from the backbone's outputs (as PaddleDetection's "
-                "from_config does)"
-            )
-        norm = self.shared(sec, "norm_type", "bn")
-        sec.get("norm_type")
-        if norm not in ("bn", "sync_bn"):
-            self.report.unmapped_key("CustomCSPPAN.norm_type", "ppdist's neck uses BatchNorm", norm)
-        sec.expect("stage_fn", "CSPStage", "ppdist's neck has CSPStage stages only")
-        sec.expect("block_fn", "BasicBlock", "ppdist's neck has BasicBlock blocks only")
-        sec.expect("drop_block", False, "no DropBlock in ppdist")
-        for key in ("block_size", "keep_prob"):  # DropBlock settings: listed through drop_block when it is on
-            sec.get(key)
-        sec.expect("data_format", "NCHW", "ppdist runs NCHW (see Global.channels_last)")
-        sec.expect("trt", False, "TensorRT-specific activation")
-        sec.expect("use_trans", False, "no transformer encoder in ppdist's CustomCSPPAN")
-        for key in (
-            "dim_feedforward",
-            "dropout",
-            "activation",
-            "nhead",
-            "num_layers",
-            "attn_dropout",
-            "act_dropout",
-            "normalize_before",
-            "eval_size",
-        ):
-            if key in sec and not sec.data.get("use_trans"):
-                sec.get(key)  # only used by the transformer encoder, which is off
-        sec.finish()
-        return component(registry, "CustomCSPPAN", values, explicit)
-
-    def head(
-        self, heads: Any, losses: Any, posts: Any
-    ) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
-        top, report = self.top, self.report
-        sec = top.sub("PPYOLOEHead")
-        num_classes = self.shared(sec, "num_classes", 80)
-        top.get("num_classes")
-        sec.get("num_classes")
-        self.glob["num_classes"] = int(num_classes)
-        values = dict(HEAD_DEFAULTS)
-        explicit = [k for k in HEAD_DEFAULTS if k in sec]
-        values.update({k: sec.get(k) for k in explicit})
-        eval_size = self.shared(sec, "eval_size", None)
-        sec.get("eval_size")
-        if eval_size is not None:
-            values["eval_size"] = list(eval_size)
-            explicit.append("eval_size")
-            for key in ("eval_height", "eval_width", "eval_size"):
-                if key in top:
-                    top.get(key)
-        if "in_channels" in sec:
-            sec.get("in_channels")
-            report.note(
-                "PPYOLOEHead.in_channels: taken from the neck's outputs (as PaddleDetection's "
-                "from_config does)"
-            )
-        head = component(heads, "PPYOLOEHead", values, explicit)
-
-        loss_values = dict(LOSS_DEFAULTS)
-        loss_explicit = [k for k in LOSS_DEFAULTS if k in sec]
-        loss_values.update({k: sec.get(k) for k in loss_explicit})
-        loss_values["reg_max"] = values["reg_max"]
-        loss_values["static_assigner"] = self.assigner(sec, "static_assigner", "ATSSAssigner", ATSS_DEFAULTS)
-        loss_values["assigner"] = self.assigner(sec, "assigner", "TaskAlignedAssigner", TAL_DEFAULTS)
-        loss = component(losses, "PPYOLOELoss", loss_values, loss_explicit + ["static_assigner", "assigner"])
-        post = self.nms(sec, posts)
-        sec.expect("reg_range", None, "PP-YOLOE-SOD's reg_range is not implemented")
-        sec.expect("trt", False, "TensorRT-specific")
-        sec.expect("attn_conv", "convbn", "ppdist's ESE attention uses a ConvBN")
-        sec.expect("use_shared_conv", True, "ppdist decodes with the shared DFL projection")
-        sec.expect("for_distill", False, "no distillation in ppdist")
-        for key in ("exclude_nms", "exclude_post_process"):
-            sec.expect(key, False, "export option; see tools/export_model.py")
-            top.expect(key, False, "export option; see tools/export_model.py")
-        top.expect("trt", False, "TensorRT-specific")
-        top.expect("for_distill", False, "no distillation in ppdist")
-        top.expect("use_shared_conv", True, "ppdist decodes with the shared DFL projection")
-        sec.finish()
-        return head, loss, post
-
-    def assigner(self, head: Keys, key: str, expected: str, defaults: Dict[str, Any]) -> Dict[str, Any]:
-        """``static_assigner``/``assigner``: a class name (its top-level section) or ``{name, **kwargs}``."""
-        value = head.get(key, expected)
-        name = value.get("name") if isinstance(value, dict) else value
-        if name != expected:
-            raise ConfigError(
-                f"{self.path}: PPYOLOEHead.{key} {name!r} is not supported (ppdist has {expected})"
-            )
-        section = self.top.sub(expected) if expected in self.top else Keys({}, expected, self.report)
-        params = dict(defaults)
-        for k in list(section.data):
-            params[k] = section.get(k)
-        if isinstance(value, dict):
-            params.update({k: v for k, v in value.items() if k != "name"})
-        out = {"name": expected}
-        for k, v in params.items():
-            if k in defaults or k == "eps":
-                out[k] = v
-            elif k == "num_classes" or (k in ("force_gt_matching", "sm_use", "is_close_gt") and not v):
-                continue  # num_classes: Global.num_classes; the others are off, as in ppdist
-            else:
-                self.report.unmapped_key(
-                    f"PPYOLOEHead.{key}.{k}", f"no such option in ppdist's {expected}", v
-                )
-        return out
+        return FAMILIES[name](self, name)
 
     def nms(self, head: Keys, registry: Any) -> Dict[str, Any]:
         value = head.get("nms", "MultiClassNMS")
@@ -485,142 +291,8 @@ class _DetConverter:
 
     # ------------------------------------------------------------------ optimizer
     def optimizer(self) -> Dict[str, Any]:
-        top, report = self.top, self.report
-        builder = top.sub("OptimizerBuilder")
-        opt_cfg = Keys(
-            builder.get("optimizer", {"type": "Momentum", "momentum": 0.9}),
-            "OptimizerBuilder.optimizer",
-            report,
-        )
-        kind = opt_cfg.get("type")
-        out: Dict[str, Any]
-        if kind in ("Momentum", "SGD"):
-            out = {"name": kind}
-            if kind == "Momentum":
-                out["momentum"] = float(opt_cfg.get("momentum", 0.9))
-            if opt_cfg.get("use_nesterov"):
-                out["use_nesterov"] = True
-        elif kind in ("Adam", "AdamW"):
-            out = {"name": kind}
-            for key in ("beta1", "beta2", "epsilon"):
-                if key in opt_cfg:
-                    out[key] = float(opt_cfg.get(key))
-            if kind == "AdamW":
-                out["weight_decay"] = float(opt_cfg.get("weight_decay", 0.01))
-        else:
-            raise ConfigError(
-                f"{self.path}: OptimizerBuilder.optimizer.type {kind!r} is not supported "
-                f"(Momentum, SGD, Adam, AdamW)"
-            )
-        opt_cfg.skip("param_groups", "per-group optimizer settings are not supported")
-        opt_cfg.expect("multi_precision", False, "master weights are handled by AMP's GradScaler")
-        opt_cfg.finish()
-        reg = builder.get("regularizer", {"type": "L2", "factor": 0.0001})
-        if reg and reg != "None":
-            reg_keys = Keys(reg, "OptimizerBuilder.regularizer", report)
-            if kind == "AdamW":
-                report.unmapped_key(
-                    "OptimizerBuilder.regularizer",
-                    "ignored for AdamW by PaddleDetection too (AdamW uses its weight_decay)",
-                    reg,
-                    show_value=True,
-                )
-                reg_keys.used.update(reg_keys.data)
-            elif reg_keys.get("type") != "L2":
-                report.unmapped_key(
-                    "OptimizerBuilder.regularizer.type", "ppdist has L2 only", reg_keys.get("type")
-                )
-            else:
-                out["regularizer"] = {"name": "L2", "factor": float(reg_keys.get("factor", 0.0001))}
-            reg_keys.finish()
-        if builder.get("clip_grad_by_norm") is not None:
-            out["clip_norm_global"] = float(builder.get("clip_grad_by_norm"))
-        builder.skip("clip_grad_by_value", "ppdist clips by norm only")
-        builder.finish()
-        out["lr"] = self.learning_rate()
-        return out
+        return convert_det_optimizer(self.top, self.report, self.path)
 
-    def learning_rate(self) -> Dict[str, Any]:
-        sec = self.top.sub("LearningRate")
-        base_lr = float(sec.get("base_lr", 0.01))
-        schedulers = sec.get("schedulers")
-        if schedulers is None:
-            schedulers = [{"name": "PiecewiseDecay"}, {"name": "LinearWarmup"}]
-        sec.finish()
-        if not isinstance(schedulers, list) or not schedulers:
-            raise ConfigError(f"{self.path}: LearningRate.schedulers must be a non-empty list")
-        decay = Keys(schedulers[0], "LearningRate.schedulers[0]", self.report)
-        name = decay.get("name")
-        use_warmup = decay.get("use_warmup", True)
-        if name == "CosineDecay":
-            out: Dict[str, Any] = {
-                "name": "CosineDecay",
-                "learning_rate": base_lr,
-                "max_epochs": int(decay.get("max_epochs", 1000)),
-            }
-            decay.expect("min_lr_ratio", 0.0, "ppdist's CosineDecay anneals to 0")
-            decay.expect("last_plateau_epochs", 0, "no final plateau in ppdist's CosineDecay")
-        elif name == "PiecewiseDecay":
-            milestones = list(decay.get("milestones", [8, 11]))
-            values = decay.get("values")
-            if values is None:
-                gamma = decay.get("gamma", [0.1, 0.01])
-                gammas = gamma if isinstance(gamma, list) else [gamma / 10**i for i in range(len(milestones))]
-                values = [base_lr] + [base_lr * g for g in gammas]
-            out = {"name": "Piecewise", "decay_epochs": milestones, "values": [float(v) for v in values]}
-        else:
-            raise ConfigError(
-                f"{self.path}: LearningRate scheduler {name!r} is not supported (CosineDecay, "
-                f"PiecewiseDecay, with LinearWarmup)"
-            )
-        decay.finish()
-        if use_warmup and len(schedulers) > 1:
-            self.warmup(Keys(schedulers[1], "LearningRate.schedulers[1]", self.report), out, base_lr)
-        for i, extra in enumerate(schedulers[2:], start=2):
-            self.report.unmapped_key(
-                f"LearningRate.schedulers[{i}]",
-                "PaddleDetection uses only the first two schedulers (decay, warmup)",
-                extra,
-            )
-        return out
-
-    def warmup(self, sec: Keys, out: Dict[str, Any], base_lr: float) -> None:
-        name = sec.get("name")
-        if name != "LinearWarmup":
-            self.report.unmapped_key(
-                "LearningRate.schedulers[1]",
-                "ppdist warms up linearly only (LinearWarmup); no warmup converted",
-                sec.data,
-            )
-            sec.used.update(sec.data)
-            return
-        epochs = sec.get("epochs")
-        steps = int(sec.get("steps", 500))
-        start = float(sec.get("start_factor", 1.0 / 3))
-        sec.expect("epochs_first", True, "warmup epochs always take priority over steps in ppdist")
-        sec.finish()
-        if out["name"] == "Piecewise":
-            if epochs is None and steps:
-                self.report.unmapped_key(
-                    "LearningRate.schedulers[1].steps",
-                    "ppdist's Piecewise warms up over whole epochs only (use epochs)",
-                    steps,
-                )
-            elif epochs:
-                out["warmup_epoch"] = epochs
-                out["boundaries_after_warmup"] = False  # PaddleDetection's milestones count from step 0
-                if start:
-                    self.report.unmapped_key(
-                        "LearningRate.schedulers[1].start_factor", "ppdist's Piecewise warms up from 0", start
-                    )
-            return
-        if epochs is not None:
-            out["warmup_epoch"] = epochs
-        elif steps:
-            out["warmup_iters"] = steps
-        out["warmup_start_lr"] = base_lr * start
-
-    # ------------------------------------------------------------------ data
     def data(self) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
         top = self.top
         workers = top.get("worker_num")

@@ -1,13 +1,11 @@
 """Data transforms ("ops"); importing this package registers all of them in ``TRANSFORMS``."""
 
 from ppdist.data.transforms import common, det, rec, rec_concat, rec_labels, seg, table  # noqa: F401  (registration)
-from ppdist.data.transforms.common import DecodeImage, KeepKeys
+from ppdist.data.transforms.common import DecodeImage, KeepKeys, NormalizeImage, Permute
 from ppdist.data.transforms.det import (
     BatchRandomResize,
     Decode,
-    NormalizeImage,
     PadGT,
-    Permute,
     RandomCrop,
     RandomExpand,
     RandomFlip,

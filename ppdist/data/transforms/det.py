@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 
 from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
-from ppdist.data.pending_image import PendingImage, materialize, pending
+from ppdist.data.pending_image import PendingImage, pending
 from ppdist.errors import ConfigError
 from ppdist.registry import TRANSFORMS
 
@@ -87,14 +87,6 @@ def _range(value: Any, where: str, low: float = 0.0) -> Tuple[float, float]:
     ):
         raise ConfigError(f"{where} must be [min, max] with {low} <= min <= max, got {value!r}")
     return float(value[0]), float(value[1])
-
-
-def _image(data: Sample, op: str) -> np.ndarray:
-    """The sample's pixels (pending geometry materialised: see ``ppdist.data.pending_image``)."""
-    img = materialize(data).get("image")
-    if not isinstance(img, np.ndarray) or img.ndim != 3:
-        raise TypeError(f"{op} expects a decoded (H, W, C) image in data['image'] (put Decode first)")
-    return img
 
 
 def _geometry(data: Sample, op: str) -> PendingImage:
@@ -223,7 +215,6 @@ class Decode:
         return data
 
 
-# ----------------------------------------------------------------------------- geometry
 @TRANSFORMS.register
 class RandomExpand:
     """With probability ``prob`` place the image at a random offset on a canvas ``r`` times
@@ -402,101 +393,6 @@ class RandomFlip:
 
 
 # ----------------------------------------------------------------------------- normalise / layout
-def _scale_value(scale: Union[float, str]) -> float:
-    """A number, or text such as ``1./255.`` (a number or a quotient of two), as PaddleOCR writes it."""
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
-        value = float(scale)
-    else:
-        try:
-            parts = [float(p) for p in str(scale).split("/")]
-            value = parts[0] / parts[1] if len(parts) == 2 else parts[0] if len(parts) == 1 else float("nan")
-        except (ValueError, ZeroDivisionError):
-            value = float("nan")
-    if not np.isfinite(value) or value <= 0:
-        raise ConfigError(
-            f"NormalizeImage.scale must be a positive number or text like '1./255.', got {scale!r}"
-        )
-    return value
-
-
-@TRANSFORMS.register
-class NormalizeImage:
-    """float32; ``is_scale`` multiplies by ``scale`` (1/255 unless given: a number or PaddleOCR's
-    text such as ``1./255.``); ``norm_type`` "mean_std" then subtracts ``mean`` and divides by
-    ``std`` per channel ("none": no mean/std). Layout unchanged: HWC, or CHW with PaddleOCR's
-    ``order: chw``."""
-
-    def __init__(
-        self,
-        mean: Sequence[float] = (0.485, 0.456, 0.406),
-        std: Sequence[float] = (0.229, 0.224, 0.225),
-        is_scale: bool = True,
-        norm_type: str = "mean_std",
-        scale: Union[float, str, None] = None,
-        order: str = "hwc",
-    ) -> None:
-        if order not in ("hwc", "chw"):
-            raise ConfigError(f"NormalizeImage.order must be 'hwc' or 'chw', got {order!r}")
-        if norm_type not in ("mean_std", "none"):
-            raise ConfigError(f"NormalizeImage.norm_type must be 'mean_std' or 'none', got {norm_type!r}")
-        if not isinstance(mean, (list, tuple)) or not isinstance(std, (list, tuple)) or len(mean) != len(std):
-            raise ConfigError(
-                f"NormalizeImage.mean and .std must be lists of equal length, got {mean!r}, {std!r}"
-            )
-        if any(float(s) == 0 for s in std):
-            raise ConfigError(f"NormalizeImage.std must not contain 0, got {std!r}")
-        self.mean = np.asarray(mean, dtype=np.float32)
-        self.std = np.asarray(std, dtype=np.float32)
-        self.is_scale = bool(is_scale)
-        self.scale = np.float32(1.0 / 255.0) if scale is None else np.float32(_scale_value(scale))
-        self.norm_type = norm_type
-        self.order = order
-        if order == "chw":  # the device steps work on the last axis: a CHW image stays on the host
-            self.device_steps = None  # type: ignore[assignment]
-
-    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
-        """The same float32 arithmetic for the device (see ``ppdist.data.device_transforms``)."""
-        steps: List[Tuple[str, Tuple[float, ...]]] = []
-        if self.is_scale:
-            steps.append(("mul", (float(self.scale),)))
-        if self.norm_type == "mean_std":
-            steps += [("sub", tuple(self.mean.tolist())), ("div", tuple(self.std.tolist()))]
-        return steps
-
-    def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "NormalizeImage").astype(np.float32)
-        if self.is_scale:
-            img *= self.scale
-        if self.norm_type == "mean_std":
-            channels = img.shape[0] if self.order == "chw" else img.shape[2]
-            if channels != len(self.mean):
-                raise ValueError(
-                    f"NormalizeImage has {len(self.mean)} mean/std values for a {channels}-channel image"
-                )
-            shape = (-1, 1, 1) if self.order == "chw" else (-1,)
-            img -= self.mean.reshape(shape)
-            img /= self.std.reshape(shape)
-        data["image"] = img
-        return data
-
-
-@TRANSFORMS.register
-class Permute:
-    """HWC -> CHW, float32, contiguous."""
-
-    def __init__(self) -> None:
-        pass
-
-    def device_steps(self) -> List[Tuple[str, Tuple[float, ...]]]:
-        """float32 and NHWC -> NCHW on the device (see ``ppdist.data.device_transforms``)."""
-        return [("to_chw", ())]
-
-    def __call__(self, data: Sample) -> Sample:
-        img = _image(data, "Permute")
-        data["image"] = np.ascontiguousarray(img.transpose(2, 0, 1), dtype=np.float32)
-        return data
-
-
 # ----------------------------------------------------------------------------- batch ops
 @TRANSFORMS.register
 class BatchRandomResize:

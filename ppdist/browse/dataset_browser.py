@@ -8,7 +8,7 @@ In training mode a dataset replaces a bad sample by the next usable one (so the 
 one); such a replacement is drawn but counted once only, at its own index. A detection eval
 pipeline keeps no boxes (the metric reads the annotations): its annotated boxes are shown scaled
 by the sample's ``scale_factor``. A table sample shows its learned cell boxes and its structure
-(``ppdist.visualize.table_browse``); every table read, bad ones too, has its structure length
+(``ppdist.browse.table_browse``); every table read, bad ones too, has its structure length
 counted (the encoder rejects those above ``max_text_length``).
 """
 
@@ -21,12 +21,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ppdist.browse import table_browse
 from ppdist.components import build_postprocess
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, BadSample
 from ppdist.data.build import build_dataset, build_transforms, collate
 from ppdist.data.image_size import header_size
 from ppdist.data.transforms.table import TableLabelEncode
-from ppdist.visualize import table_browse
 from ppdist.visualize.denormalize import Normalization, find_normalization, to_display
 
 Size = Tuple[int, int]  # (width, height)

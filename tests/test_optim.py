@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from ppdist.engine.optim import (
+from ppdist.optim import (
     ConstLR,
     CosineLR,
     LinearLR,
@@ -112,7 +112,7 @@ def test_per_tensor_clip_is_paddles_clip_grad_by_norm():
 
 
 def test_polynomial_decay_with_warmup_matches_paddleseg_recipe():
-    from ppdist.engine.optim import PolynomialDecayLR
+    from ppdist.optim import PolynomialDecayLR
 
     s = PolynomialDecayLR(
         learning_rate=0.005,

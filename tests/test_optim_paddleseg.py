@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from ppdist.convert.configs.convert import convert_config
-from ppdist.engine.optim import build_optimizer
+from ppdist.optim import build_optimizer
 
 HERE = os.path.dirname(__file__)
-FIXTURE = np.load(os.path.join(HERE, "..", "fixtures", "paddle_optim", "seg_optim.npz"))
-CONFIGS = os.path.join(HERE, "..", "fixtures", "paddle_configs", "PaddleSeg", "configs")
+FIXTURE = np.load(os.path.join(HERE, "fixtures", "paddle_optim", "seg_optim.npz"))
+CONFIGS = os.path.join(HERE, "fixtures", "paddle_configs", "PaddleSeg", "configs")
 SEGFORMER = os.path.join(CONFIGS, "segformer", "segformer_b0_cityscapes_1024x1024_160k.yml")
 OCRNET = os.path.join(CONFIGS, "ocrnet", "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml")
 STEPS, ITERS = 5, 6

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ppdist.visualize.dataset_browser import Browse, BrowsedSample
+from ppdist.browse.dataset_browser import Browse, BrowsedSample
+from ppdist.browse.table_browse import caption
+from ppdist.utils.display import class_name
 from ppdist.visualize.figures import new_figure, save_png
-from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours, class_name
-from ppdist.visualize.table_browse import caption
+from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -9,17 +9,18 @@ from picture_testing import assert_picture
 from PIL import Image
 from ppdist_testing import check_ok, run_tool, tiny_config, tiny_det_config, tiny_seg_config
 
+from ppdist.browse.browse import BrowseOptions, browse_dataset
+from ppdist.browse.dataset_browser import choose_indices, read_samples, split_dataset, summarize
+from ppdist.browse.sample_grid import IGNORE_RGB, OVERLAY_ALPHA, box_colour, overlay, render_samples
 from ppdist.config import load_config
-from ppdist.data.prepare import ensure_synthetic_data
 from ppdist.engine.dist import DistEnv
+from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.errors import ConfigError
 from ppdist.export.inference_config import segmentation_labels
 from ppdist.inference.writers import LEGEND_ROW_PX, build_writer
 from ppdist.metrics.seg import SegMetric
 from ppdist.visualize import eval_pictures
-from ppdist.visualize.browse import BrowseOptions, browse_dataset
-from ppdist.visualize.dataset_browser import choose_indices, read_samples, split_dataset, summarize
-from ppdist.visualize.sample_grid import IGNORE_RGB, OVERLAY_ALPHA, box_colour, overlay, render_samples
+from ppdist.visualize.eval_pictures import write_report
 
 MAKERS = {"rec": tiny_config, "det": tiny_det_config, "seg": tiny_seg_config}
 
@@ -215,7 +216,7 @@ def test_segmentation_classes_have_infers_colours_and_the_datasets_names(tmp_pat
     monkeypatch.setattr(eval_pictures, "save_png", lambda figure, path: figures.append(figure))
     metric = SegMetric(num_classes=4)
     metric.bind_dataset(dataset)
-    metric.pictures(str(tmp_path / "pictures"))
+    write_report(metric.report(), str(tmp_path / "pictures"))
     assert [t.get_text() for t in figures[0].axes[0].get_xticklabels()] == names
     os.remove(tmp_path / "data" / "labels.txt")  # a set without names: classes by number
     dataset = split_dataset(config, "Eval")

@@ -1,6 +1,6 @@
 """Tables in ``tools/browse_dataset.py``: a sample's structure tokens decoded back, its grid (rows,
 columns, cells, spanning cells), its cell boxes in the drawn image's pixels, and the split's table
-numbers for the summary (``ppdist.visualize.dataset_browser`` calls these for ``model_type: table``).
+numbers for the summary (``ppdist.browse.dataset_browser`` calls these for ``model_type: table``).
 """
 
 from __future__ import annotations

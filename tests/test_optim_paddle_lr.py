@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from ppdist.engine.optim import CosineLR, PiecewiseLR
+from ppdist.optim import CosineLR, PiecewiseLR
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "paddle_lr", "ppocr_lr.json")
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "paddle_lr", "ppocr_lr.json")
 with open(FIXTURE) as handle:
     CASES = json.load(handle)
 SCHEDULES = {"Piecewise": PiecewiseLR, "Cosine": CosineLR}

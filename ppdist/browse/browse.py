@@ -8,16 +8,16 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Sequence
 
-from ppdist.errors import ConfigError, DataError
-from ppdist.utils.atomic import write_text_atomic
-from ppdist.visualize.dataset_browser import (
+from ppdist.browse.dataset_browser import (
     choose_indices,
     read_samples,
     split_dataset,
     summarize,
     summary_markdown,
 )
-from ppdist.visualize.sample_grid import draw_samples
+from ppdist.browse.sample_grid import draw_samples
+from ppdist.errors import ConfigError, DataError
+from ppdist.utils.atomic import write_text_atomic
 
 
 class NothingToDraw(DataError):

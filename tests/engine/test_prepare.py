@@ -4,11 +4,11 @@ import json
 import logging
 import os
 
-from ppdist.data.prepare import describe_synthetic_data, ensure_synthetic_data
 from ppdist.data.synthetic import generate_rec_dataset
 from ppdist.data.synthetic_det import generate_det_dataset
 from ppdist.data.synthetic_io import SETTINGS_FILE
 from ppdist.engine.dist import DistEnv
+from ppdist.engine.prepare import describe_synthetic_data, ensure_synthetic_data
 
 
 def test_the_det_summary_reads_as_a_sentence(tmp_path):
