@@ -14,13 +14,12 @@ from torch.utils.data import DataLoader
 
 from ppdist.components import build_loss, build_model
 from ppdist.data.samplers import TrainBatchSampler
-from ppdist.engine.amp import make_autocast, make_grad_scaler
+from ppdist.engine.amp import make_autocast
 from ppdist.engine.batch import move_to_device
 from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
-from ppdist.engine.setup import build_ema, build_optimizer, gradient_clipper, place_model
+from ppdist.engine.setup import build_ema, build_optimizer, build_weight_update, place_model
 from ppdist.engine.trainer import EPOCH_KEY, Trainer
-from ppdist.engine.update import WeightUpdate
 
 
 def synthetic_sample(config: Mapping[str, Any], size: Tuple[int, int], index: int) -> Dict[str, torch.Tensor]:
@@ -122,14 +121,14 @@ def step_trainer(
         total_steps=steps,
         env=env,
         autocast=autocast,
-        update=WeightUpdate(
+        update=build_weight_update(
+            config,
             model,
             optimizer,
             scheduler,
-            env=env,
-            scaler=make_grad_scaler(glob, use_scaler, env.device),
+            env,
+            use_scaler,
             ema=build_ema(model, glob),
-            clip_gradients=gradient_clipper(config),
             nan_policy=nan_policy,
         ),
         channels_last=channels_last(glob, env.device),

@@ -299,16 +299,7 @@ def build_trainer(
             *hooks,
         ],
         autocast=autocast,
-        update=WeightUpdate(
-            model,
-            optimizer,
-            scheduler,
-            env=env,
-            scaler=make_grad_scaler(glob, use_scaler, env.device),
-            ema=ema,
-            clip_gradients=gradient_clipper(config),
-            nan_policy=glob["nan_policy"],
-        ),
+        update=build_weight_update(config, model, optimizer, scheduler, env, use_scaler, ema=ema),
         channels_last=channels_last(glob, env.device),
         train_metric=train_metric,
         writer=writer,
@@ -319,6 +310,31 @@ def build_trainer(
     seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own
     resume_or_initialize(trainer, config)
     return trainer
+
+
+def build_weight_update(
+    config: Mapping[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    env: DistEnv,
+    use_scaler: bool,
+    ema: Optional[ModelEMA] = None,
+    nan_policy: Any = "config",
+) -> WeightUpdate:
+    """The update policy of ``config``: its loss scaler (``use_scaler``, from ``make_autocast``),
+    ``ema``, gradient clipping and ``Global.nan_policy`` (or the ``nan_policy`` given)."""
+    glob = config["Global"]
+    return WeightUpdate(
+        model,
+        optimizer,
+        scheduler,
+        env=env,
+        scaler=make_grad_scaler(glob, use_scaler, env.device),
+        ema=ema,
+        clip_gradients=gradient_clipper(config),
+        nan_policy=glob["nan_policy"] if nan_policy == "config" else nan_policy,
+    )
 
 
 def log_precision_hint(glob: Mapping[str, Any], env: DistEnv) -> None:

@@ -141,8 +141,8 @@ class Trainer:
             raise ValueError(
                 "update (WeightUpdate) must be built for the trainer's model, optimizer and scheduler"
             )
-        update.normalizer_floor = float(getattr(loss_fn, "normalizer_floor", 0.0))  # ppdist.losses.normalizer
         self.update = update
+        self.normalizer_floor = float(getattr(loss_fn, "normalizer_floor", 0.0))  # ppdist.losses.normalizer
         self.channels_last, self.train_metric = channels_last, train_metric
         self.host_keys = tuple(getattr(loss_fn, "host_keys", ()))
         self.last_good: Optional[Tuple[str, int]] = None  # the last checkpoint written: (path, global_step)
@@ -281,7 +281,7 @@ class Trainer:
                 with self.autocast():
                     preds = self.train_model(batch)
                 losses = self.loss_fn(preds, batch)
-                normalizer = self.update.backward(losses, count)
+                normalizer = self.update.backward(losses, count, self.normalizer_floor)
             if normalizer is not None:
                 normalizers.append(normalizer)
             terms.append(
@@ -292,7 +292,7 @@ class Trainer:
                 }
             )
         values = terms[0] if count == 1 else {k: torch.stack([t[k] for t in terms]).mean() for k in terms[0]}
-        self.update.apply(values, normalizers, count, self.position.global_step + 1)
+        self.update.apply(values, normalizers, count, self.position.global_step + 1, self.normalizer_floor)
         return values, detach(preds)
 
     def _gradient_sync(self, enabled: bool) -> ContextManager[Any]:

@@ -33,8 +33,8 @@ class WeightUpdate:
     """The update policy of ``model``'s training steps: ``optimizer`` and ``scheduler`` stepped
     once per step, through ``scaler`` (a ``GradScaler``; a disabled one by default), after
     ``clip_gradients(model)`` (in place), with the ``ema`` updated after; ``nan_policy`` (``stop`` /
-    ``skip``; None: not watched) keeps the non-finite record; ``normalizer_floor`` is the loss's
-    lower bound of its all-reduced normaliser (``ppdist.losses.normalizer``)."""
+    ``skip``; None: not watched) keeps the non-finite record. ``floor``, where a method takes it, is
+    the loss's lower bound of its all-reduced normaliser (``ppdist.losses.normalizer``)."""
 
     def __init__(
         self,
@@ -47,13 +47,11 @@ class WeightUpdate:
         ema: Optional[ModelEMA] = None,
         clip_gradients: Optional[Callable[[nn.Module], Any]] = None,
         nan_policy: Optional[str] = None,
-        normalizer_floor: float = 0.0,
     ) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.env = env or DistEnv()
         self.scaler = scaler if scaler is not None else torch.amp.GradScaler("cpu", enabled=False)
         self.ema, self.clip_gradients = ema, clip_gradients
-        self.normalizer_floor = float(normalizer_floor)
         self.nonfinite = NonFiniteWatch(nan_policy) if nan_policy else None
         # the model's buffers before each forward, put back when nan_policy skip leaves a step out
         self.rollback = BufferRollback(model) if nan_policy == "skip" else None
@@ -65,7 +63,7 @@ class WeightUpdate:
         if self.rollback is not None:
             self.rollback.save()
 
-    def backward(self, losses: Mapping[str, Any], count: int) -> Optional[torch.Tensor]:
+    def backward(self, losses: Mapping[str, Any], count: int, floor: float = 0.0) -> Optional[torch.Tensor]:
         """The scaled backward of one of the step's ``count`` micro-batches, weighted so that the
         step's gradient is that of all of them together; returns the micro-batch's own loss
         normaliser when the loss has one (the step's is applied by ``apply``)."""
@@ -76,18 +74,23 @@ class WeightUpdate:
             if normalizer is None:
                 loss = loss / count
             else:  # undo the micro-batch's own normaliser; the step's is applied in ``apply``
-                loss = loss * normalizer.clamp(min=self.normalizer_floor)
+                loss = loss * normalizer.clamp(min=floor)
         self.scaler.scale(loss).backward()
         return normalizer
 
     def apply(
-        self, values: Dict[str, torch.Tensor], normalizers: List[torch.Tensor], count: int, next_step: int
+        self,
+        values: Dict[str, torch.Tensor],
+        normalizers: List[torch.Tensor],
+        count: int,
+        next_step: int,
+        floor: float = 0.0,
     ) -> None:
         """After the step's last backward: the accumulated gradient normalised, unscaled and
         clipped, the non-finite watch (``values``: the step's loss terms; ``next_step``: the
         global step being taken), the optimizer step (or its skip), the LR schedule and the EMA."""
         if normalizers:
-            step_normalizer = torch.stack(normalizers).mean().clamp(min=self.normalizer_floor)
+            step_normalizer = torch.stack(normalizers).mean().clamp(min=floor)
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             torch._foreach_mul_(grads, 1.0 / (count * step_normalizer))
         if self.clip_gradients is not None:
