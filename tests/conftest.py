@@ -20,13 +20,25 @@ if WORKER_THREADS:
 # Under pytest -n (the README's command, with --dist loadfile: a file goes to one worker, so its
 # module-scoped fixtures, some minutes of training, run once) the longest files start first, so
 # that the last file a worker takes is a short one. Collection order otherwise.
-LONGEST_FIRST = (
+LONGEST_FIRST = (  # the files over ~15 s on 2 cores, longest first (pytest.ini prints the slowest)
     "tests/test_docs_commands.py",
-    "tests/integration/test_det_torchrun.py",
+    "tests/integration/test_multinode_torchrun.py",
+    "tests/integration/test_rec_torchrun.py",
+    "tests/integration/test_seg_torchrun.py",
     "tests/engine/test_step_host_syncs.py",
-    "tests/integration/",
-    "tests/engine/test_amp.py",
     "tests/engine/test_trainer.py",
+    "tests/integration/test_det_torchrun.py",
+    "tests/benchmark/test_benchmark_tool.py",
+    "tests/engine/test_amp.py",
+    "tests/integration/test_accumulation_torchrun.py",
+    "tests/test_launch.py",
+    "tests/visualize/test_curves.py",
+    "tests/test_cli.py",
+    "tests/visualize/test_eval_pictures.py",
+    "tests/engine/test_step_host_syncs_distributed.py",
+    "tests/test_tools.py",
+    "tests/test_convert_weights_tool.py",
+    "tests/convert/test_config_convert_tools.py",
 )
 
 

@@ -24,7 +24,13 @@ EVAL_TRANSFORMS = [
 
 
 def tiny_config(
-    path: str, data_dir: str, save_dir: str, epochs: int = 4, num_train: int = 512, **global_extra
+    path: str,
+    data_dir: str,
+    save_dir: str,
+    epochs: int = 4,
+    num_train: int = 512,
+    lr: float = 0.002,
+    **global_extra,
 ) -> str:
     """A small, fast CRNN variant (MobileNetV3-small 0.35 + FC sequence encoder) on digits."""
     config = {
@@ -60,7 +66,7 @@ def tiny_config(
             },
             "Neck": {"name": "SequenceEncoder", "encoder_type": "fc", "hidden_size": 64},
         },
-        "Optimizer": {"lr": {"name": "Cosine", "learning_rate": 0.002, "warmup_epoch": 0}},
+        "Optimizer": {"lr": {"name": "Cosine", "learning_rate": lr, "warmup_epoch": 0}},
         "Train": {
             "dataset": {
                 "data_dir": data_dir,

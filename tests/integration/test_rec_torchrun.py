@@ -12,14 +12,19 @@ from ppdist_testing import check_ok, run_tool, tiny_config
 
 pytestmark = pytest.mark.slow  # a torchrun training or launch: outside the edit loop (README)
 
-EPOCHS = 8
+# 6 epochs x 64 steps at lr 0.003: best acc over 5 runs (seeds 3, 7, 11, 1024 with AVX2, 1024 with
+# non-vector kernels) 0.84-0.94; at lr 0.002 the run needs 8 epochs (at 6: 0.25)
+EPOCHS = 6
+LR = 0.003
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, digits_2k_dir):
-    """One 2-process training run (8 epochs x 64 steps); its outputs are shared by the tests below."""
+    """One 2-process training run (6 epochs x 64 steps); its outputs are shared by the tests below."""
     root = tmp_path_factory.mktemp("run")
-    cfg = tiny_config(str(root / "tiny.yml"), digits_2k_dir, str(root / "out"), epochs=EPOCHS, num_train=2048)
+    cfg = tiny_config(
+        str(root / "tiny.yml"), digits_2k_dir, str(root / "out"), epochs=EPOCHS, num_train=2048, lr=LR
+    )
     result = check_ok(run_tool(["train.py", "-c", cfg], nproc=2))
     return {"cfg": cfg, "out": str(root / "out"), "stdout": result.stdout, "root": root}
 
@@ -32,7 +37,7 @@ def read_log(out_dir: str) -> str:
 def test_two_process_training_learns_and_logs_paddle_lines(trained):
     log = read_log(trained["out"])
     line = re.search(
-        r"epoch: \[\d+/8\], global_step: \d+, lr: [\d.]+, loss: [\d.]+, .*avg_reader_cost: [\d.]+ s, "
+        rf"epoch: \[\d+/{EPOCHS}\], global_step: \d+, lr: [\d.]+, loss: [\d.]+, .*avg_reader_cost: [\d.]+ s, "
         r"avg_batch_cost: [\d.]+ s, avg_samples: 32, ips: [\d.]+ samples/s, eta: \d+:\d\d:\d\d",
         log,
     )
@@ -74,10 +79,11 @@ def test_resume_after_epoch_gives_identical_final_weights(trained, tmp_path):
         resumed_out,
         epochs=EPOCHS,
         num_train=2048,
-        checkpoints=os.path.join(trained["out"], "iter_epoch_6"),  # 2 epochs left, one evaluation
+        lr=LR,
+        checkpoints=os.path.join(trained["out"], f"iter_epoch_{EPOCHS - 1}"),  # the last epoch and its eval
     )
     result = check_ok(run_tool(["train.py", "-c", cfg], nproc=2))
-    assert "resumed from" in result.stdout and "epoch 7, batch 0" in result.stdout
+    assert "resumed from" in result.stdout and f"epoch {EPOCHS}, batch 0" in result.stdout
     resumed_line = next(line for line in result.stdout.splitlines() if "resumed from" in line)
     assert "best so far: acc: 0." in resumed_line and "{" not in resumed_line  # not a Python dict
     expected = torch.load(os.path.join(trained["out"], "latest.pt"), weights_only=True)
@@ -102,6 +108,7 @@ def test_resume_with_other_world_size_is_refused(trained, tmp_path):
         str(tmp_path / "o"),
         epochs=EPOCHS,
         num_train=2048,
+        lr=LR,
         checkpoints=os.path.join(trained["out"], "iter_epoch_1"),
     )
     result = run_tool(["train.py", "-c", cfg])
