@@ -23,6 +23,7 @@ from ppdist.data.synthetic import generate_rec_dataset
 from ppdist.data.synthetic_det import generate_det_dataset
 from ppdist.data.synthetic_seg import generate_seg_dataset
 from ppdist.data.synthetic_table import generate_table_dataset
+from ppdist.tasks import task_of
 
 REAL_SIZES = {"det": (640, 480), "seg": (2048, 1024)}  # [width, height]
 SECTIONS = {"Train": "train", "Eval": "val"}
@@ -82,7 +83,7 @@ def _dataset_entry(task: str, data_dir: str, split: str, old: Mapping[str, Any])
 def with_synthetic_data(config: Mapping[str, Any], root: str, images: int) -> Dict[str, Any]:
     """``config`` reading a synthetic set of ``images`` train and val images at the recipe's real
     size (drawn under ``root`` the first time, seed 0)."""
-    task = config["Architecture"]["model_type"]
+    task = task_of(config)
     data_dir = os.path.abspath(synthetic_folder(root, task, images))
     if task == "det":
         generate_det_dataset(data_dir, images, images, image_size=list(REAL_SIZES["det"]), empty_ratio=0.0)

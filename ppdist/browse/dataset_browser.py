@@ -27,6 +27,7 @@ from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, BadSample
 from ppdist.data.build import build_dataset, build_transforms, collate
 from ppdist.data.image_size import header_size
 from ppdist.data.transforms.table import TableLabelEncode
+from ppdist.tasks import task_of
 from ppdist.visualize.denormalize import Normalization, find_normalization, to_display
 
 Size = Tuple[int, int]  # (width, height)
@@ -88,7 +89,7 @@ def _reader(config: Mapping[str, Any], split: str, dataset: Any) -> _Reader:
     section = config[split]["dataset"]
     where = f"{split}.dataset.batch_transforms"
     batch_ops = build_transforms(section.get("batch_transforms"), config, where)
-    task = config["Architecture"]["model_type"]
+    task = task_of(config)
     characters = list(build_postprocess(config).character) if task in ("rec", "table") else None
     ops = list(getattr(dataset, "ops", []))
     normalization = find_normalization(ops + batch_ops)
@@ -205,7 +206,7 @@ def read_samples(
 ) -> Browse:
     """Samples ``indices`` of ``dataset`` (``config[split]``'s) through its transforms and batch
     transforms, with the bad samples it replaced or refused; ``draw`` keeps display images."""
-    task = config["Architecture"]["model_type"]
+    task = task_of(config)
     browse = Browse(
         task,
         split,

@@ -11,7 +11,7 @@ import torch
 import torchvision.ops  # noqa: F401  (registers torchvision's operators before torch.export traces NMS)
 from torch import nn
 
-from ppdist.export.deploy_modules import GraphSpec
+from ppdist.tasks import GraphSpec
 
 logger = logging.getLogger("ppdist")
 OPSET = 17

@@ -8,7 +8,6 @@ dictionary is written beside it as ``characters.txt``, the table structure token
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from typing import Any, Dict, List, Mapping, Optional
@@ -16,16 +15,12 @@ from typing import Any, Dict, List, Mapping, Optional
 import yaml
 
 from ppdist.builder import component_kwargs
-from ppdist.components import build_postprocess
-from ppdist.data.seg import CITYSCAPES_NAMES, read_class_names
 from ppdist.errors import ConfigError
 from ppdist.registry import POSTPROCESSES, TRANSFORMS
+from ppdist.tasks import TASKS, get_task
 
 FORMAT_VERSION = 1
 FILE_NAME = "inference.yml"
-CHARACTERS_FILE = "characters.txt"
-STRUCTURE_FILE = "structure_tokens.txt"
-TASKS = ("rec", "det", "seg", "table")
 logger = logging.getLogger("ppdist")
 # Eval transforms that only prepare labels; inference has none
 LABEL_ONLY_TRANSFORMS = (
@@ -55,75 +50,6 @@ def inference_postprocess(config: Mapping[str, Any]) -> Dict[str, Any]:
     return {"name": entry["name"], **component_kwargs(POSTPROCESSES, entry, config)}
 
 
-def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """``[{id, name}]`` from the Eval COCO annotation file's categories, else ``class_i``."""
-    dataset = (config.get("Eval") or {}).get("dataset") or {}
-    path = os.path.join(dataset.get("dataset_dir") or "", dataset.get("anno_path") or "")
-    if dataset.get("anno_path") and os.path.isfile(path):
-        with open(path, encoding="utf-8") as handle:
-            categories = json.load(handle).get("categories") or []
-        return [
-            {"id": int(c["id"]), "name": str(c.get("name", c["id"]))}
-            for c in sorted(categories, key=lambda c: c["id"])
-        ]
-    num_classes = int(
-        config["Global"].get("num_classes") or config["Architecture"]["Head"].get("num_classes", 80)
-    )
-    logger.warning(
-        "Eval annotation file %s not found: detections get category ids 1..%d and names class_i; "
-        "run from the folder the config's paths are relative to for the data set's ids and names",
-        path or "(Eval.dataset.anno_path not set)",
-        num_classes,
-    )
-    return [{"id": i + 1, "name": f"class_{i}"} for i in range(num_classes)]
-
-
-def segmentation_labels(config: Mapping[str, Any]) -> Dict[str, Any]:
-    """``{num_classes}`` from Global, else the head; with ``names`` when the Eval set has them
-    (``dataset_root/labels.txt``, or Cityscapes' own): infer's overlays name the classes."""
-    num_classes = int(config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"])
-    labels: Dict[str, Any] = {"num_classes": num_classes}
-    dataset = (config.get("Eval") or {}).get("dataset") or {}
-    if dataset.get("name") == "CityscapesDataSet" and num_classes == len(CITYSCAPES_NAMES):
-        labels["names"] = list(CITYSCAPES_NAMES)
-    elif dataset.get("dataset_root"):
-        names = read_class_names(str(dataset["dataset_root"]), num_classes)
-        if names:
-            labels["names"] = names
-    return labels
-
-
-def _write_lines(path: str, lines: List[str]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write("".join(f"{line}\n" for line in lines))
-
-
-def rec_labels(out_dir: str, config: Mapping[str, Any], postprocess: Dict[str, Any]) -> Dict[str, Any]:
-    """The dictionary written as ``characters.txt`` (without the CTC blank); the post-process reads it."""
-    characters = build_postprocess(config).character[1:]
-    _write_lines(os.path.join(out_dir, CHARACTERS_FILE), characters)
-    postprocess.update(character_dict_path=CHARACTERS_FILE, use_space_char=False)
-    return {"num_characters": len(characters), "file": CHARACTERS_FILE}
-
-
-def table_labels(out_dir: str, config: Mapping[str, Any], postprocess: Dict[str, Any]) -> Dict[str, Any]:
-    """The structure tokens as ``TableLabelDecode`` holds them (``merge_no_span_structure`` applied,
-    without ``sos`` / ``eos``) written as ``structure_tokens.txt``: read back with the same setting,
-    they give the same classes."""
-    classes = build_postprocess(config).character
-    _write_lines(os.path.join(out_dir, STRUCTURE_FILE), classes[1:-1])
-    postprocess.update(character_dict_path=STRUCTURE_FILE)
-    return {"num_classes": len(classes), "file": STRUCTURE_FILE}
-
-
-LABEL_WRITERS = {
-    "rec": rec_labels,
-    "det": lambda out_dir, config, postprocess: detection_labels(config),
-    "seg": lambda out_dir, config, postprocess: segmentation_labels(config),
-    "table": table_labels,
-}
-
-
 def write_inference_config(
     out_dir: str,
     task: str,
@@ -144,7 +70,7 @@ def write_inference_config(
         "preprocess": inference_preprocess(config),
         "export": dict(export_info),
     }
-    info["labels"] = LABEL_WRITERS[task](out_dir, config, postprocess)
+    info["labels"] = get_task(task).inference_labels(out_dir, config, postprocess)
     info["postprocess"] = postprocess
     path = os.path.join(out_dir, FILE_NAME)
     with open(path, "w", encoding="utf-8") as handle:

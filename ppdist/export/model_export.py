@@ -15,11 +15,12 @@ from ppdist.components import build_model
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.checkpoint import weights_source
 from ppdist.errors import ConfigError, PPDistError
-from ppdist.export.deploy_modules import GraphSpec, build_deploy, task_of
+from ppdist.export.deploy_modules import build_deploy
 from ppdist.export.graph_export import OPSET, export_onnx, export_torchscript, file_size_mb, onnx_parity
 from ppdist.export.inference_config import write_inference_config
 from ppdist.export.submodels import deployed_name, split_model, sub_model_names
 from ppdist.modeling.deploy import convert_to_deploy
+from ppdist.tasks import GraphSpec, get_task, task_of
 
 logger = logging.getLogger("ppdist")
 FORMATS = {"onnx": ("onnx",), "torchscript": ("torchscript",), "both": ("onnx", "torchscript")}
@@ -70,11 +71,11 @@ def _parity(
     task: str,
     exclude_nms: bool,
 ) -> list:
-    """``onnx_parity`` of the exported file; for a detector with NMS in the graph, of the same network
-    exported without NMS: on random inputs the scores of many anchors tie and ONNX Runtime's TopK
-    breaks ties differently from PyTorch's, so the kept boxes are not comparable (the NMS graph
-    itself is verified in the tests with distinct scores)."""
-    if task != "det" or exclude_nms:
+    """``onnx_parity`` of the exported file; for a graph with a post-process in it (a detector's NMS),
+    of the same network exported without it: on random inputs the scores of many anchors tie and
+    ONNX Runtime's TopK breaks ties differently from PyTorch's, so the kept boxes are not comparable
+    (the NMS graph itself is verified in the tests with distinct scores)."""
+    if not get_task(task).raw_outputs or exclude_nms:
         return onnx_parity(path, module, spec)
     raw_module, raw_spec = build_deploy(model, config, exclude_nms=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,16 +21,11 @@ from ppdist.data.base import RejectedSample
 from ppdist.data.build import build_transforms
 from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.errors import ConfigError, PPDistError
-from ppdist.export.deploy_modules import GRAPH_IO, task_of
-from ppdist.export.inference_config import (
-    detection_labels,
-    inference_postprocess,
-    inference_preprocess,
-    segmentation_labels,
-)
+from ppdist.export.inference_config import inference_postprocess, inference_preprocess
 from ppdist.export.submodels import deployed_config
 from ppdist.metrics.teds import structure_html
 from ppdist.registry import POSTPROCESSES
+from ppdist.tasks import get_task
 
 logger = logging.getLogger("ppdist")
 
@@ -56,20 +51,18 @@ def inference_info_from_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     dictionary stays the config's ``character_dict_path``. A composite (distillation) model's info
     is that of its deployed sub-model (``ppdist.export.submodels``)."""
     config = deployed_config(config)
-    task = task_of(config)
-    inputs, outputs = GRAPH_IO[task]
+    task = get_task(config)
     info: Dict[str, Any] = {
-        "task": task,
+        "task": task.name,
         "files": {},
-        "inputs": [{"name": n} for n in inputs],
-        "outputs": list(outputs),
+        "inputs": [{"name": n} for n in task.inputs],
+        "outputs": list(task.outputs),
         "preprocess": inference_preprocess(config),
         "postprocess": inference_postprocess(config),
     }
-    if task == "det":
-        info["labels"] = detection_labels(config)
-    elif task == "seg":
-        info["labels"] = segmentation_labels(config)
+    labels = task.config_labels(config)
+    if labels is not None:
+        info["labels"] = labels
     return info
 
 

@@ -32,9 +32,9 @@ from ppdist.components import build_model, build_postprocess
 from ppdist.config import load_config
 from ppdist.convert.weights import convert_state_dict, load_paddle_weights
 from ppdist.convert.weights.pdparams import load_pdparams
-from ppdist.export.deploy_modules import DetDeploy
 from ppdist.modeling.backbones.cspresnet import RepVggBlock
 from ppdist.modeling.deploy import convert_to_deploy
+from ppdist.tasks.det import DetDeploy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = paddle_fixture_dir("det")

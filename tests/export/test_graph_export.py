@@ -15,9 +15,10 @@ from ppdist_testing import tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.components import build_model
 from ppdist.config import load_config
-from ppdist.export.deploy_modules import build_deploy, task_of
+from ppdist.export.deploy_modules import build_deploy
 from ppdist.export.graph_export import example_inputs, export_onnx, export_torchscript, onnx_parity
 from ppdist.modeling.deploy import convert_to_deploy
+from ppdist.tasks import task_of
 
 pytest.importorskip("onnxruntime")
 # case -> config maker; the case's task is what task_of reads from the config
