@@ -14,7 +14,8 @@ from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import load_deploy_model
 from ppdist.export.submodels import inference_parts
 from ppdist.inference.backends import NamedBackends, OnnxBackend, TorchBackend
-from ppdist.inference.runners import ImageReadError, Runner, build_runner, inference_info_from_config
+from ppdist.inference.runners import build_runner, inference_info_from_config
+from ppdist.tasks.runner import ImageReadError, Runner
 
 logger = logging.getLogger("ppdist")
 

@@ -5,13 +5,24 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+import cv2
+import numpy as np
 import torch
 from torch import nn
 
 from ppdist.components import build_postprocess
 from ppdist.tasks.registry import GraphSpec, Task, eval_transform_size, register_task
+from ppdist.tasks.runner import (
+    Outputs,
+    Result,
+    Runner,
+    Sample,
+    build_postprocess_of,
+)
+from ppdist.utils.atomic import write_text_atomic
+from ppdist.visualize.palette import class_colour
 
 logger = logging.getLogger("ppdist")
 
@@ -79,6 +90,127 @@ def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return [{"id": i + 1, "name": f"class_{i}"} for i in range(num_classes)]
 
 
+class DetRunner(Runner):
+    """Images -> ``{path, boxes [K, 4] xyxy on the original image, scores, labels, category_ids}``."""
+
+    task = "det"
+
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        super().__init__(info)
+        self.labels: List[Dict[str, Any]] = list(info.get("labels") or [])
+        self.nms = build_postprocess_of(info)  # MultiClassNMS
+
+    def finish(self, data: Sample) -> Sample:
+        return {
+            "img_path": data["img_path"],
+            "image": data["image"],
+            "scale_factor": np.asarray(data["scale_factor"], dtype=np.float32).reshape(2),
+            "ori_shape": tuple(int(v) for v in np.asarray(data["ori_shape"]).reshape(2)),
+        }
+
+    def batch(self, samples: Sequence[Sample]) -> Dict[str, np.ndarray]:
+        inputs = super().batch(samples)
+        inputs["scale_factor"] = np.stack([s["scale_factor"] for s in samples]).astype(np.float32)
+        return inputs
+
+    def _bbox(self, outputs: Outputs) -> Tuple[np.ndarray, np.ndarray]:
+        """(bbox [M, 6], bbox_num [N]); a graph exported with exclude_nms gets NMS here."""
+        if "bbox" in outputs:
+            return np.asarray(outputs["bbox"]), np.asarray(outputs["bbox_num"])
+        bbox, num = self.nms.batched(torch.from_numpy(outputs["scores"]), torch.from_numpy(outputs["boxes"]))
+        return bbox.numpy(), num.numpy()
+
+    def category_id(self, label: int) -> int:
+        return int(self.labels[label]["id"]) if 0 <= label < len(self.labels) else label
+
+    def label_name(self, label: int) -> str:
+        return str(self.labels[label]["name"]) if 0 <= label < len(self.labels) else str(label)
+
+    def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
+        bbox, nums = self._bbox(outputs)
+        results, start = [], 0
+        for sample, num in zip(samples, nums.reshape(-1).tolist()):
+            rows = bbox[start : start + int(num)]
+            start += int(num)
+            labels = rows[:, 0].astype(np.int64)
+            results.append(
+                {
+                    "path": sample["img_path"],
+                    "boxes": rows[:, 2:6].astype(np.float32),
+                    "scores": rows[:, 1].astype(np.float32),
+                    "labels": labels,
+                    "category_ids": np.array([self.category_id(int(v)) for v in labels], dtype=np.int64),
+                }
+            )
+        return results
+
+
+class DetWriter:
+    """COCO results in ``output_dir/bbox.json`` (image_id = running index, plus ``file_name``) and
+    each image with its boxes above ``draw_threshold`` drawn, as ``output_dir/<name>``, in the
+    colours browse_dataset gives the classes (``ppdist.visualize.palette``)."""
+
+    def __init__(
+        self, output_dir: str, labels: Sequence[Mapping[str, Any]], draw_threshold: float = 0.5
+    ) -> None:
+        self.output_dir = output_dir
+        self.names = {int(row["id"]): str(row["name"]) for row in labels}
+        self.classes = {cat: index for index, cat in enumerate(sorted(self.names))}  # browse's class index
+        self.draw_threshold = draw_threshold
+        self.records: List[Dict[str, Any]] = []
+        self.images = 0
+        self.drawn: List[str] = []
+
+    def add(self, results: Sequence[Result]) -> None:
+        for r in results:
+            image_id = self.images
+            self.images += 1
+            for box, score, cat in zip(r["boxes"].tolist(), r["scores"].tolist(), r["category_ids"].tolist()):
+                x1, y1, x2, y2 = box
+                self.records.append(
+                    {
+                        "image_id": image_id,
+                        "file_name": os.path.basename(r["path"]),
+                        "category_id": int(cat),
+                        "bbox": [x1, y1, x2 - x1, y2 - y1],
+                        "score": float(score),
+                    }
+                )
+            self.drawn.append(self.draw(r))
+
+    def draw(self, result: Result) -> str:
+        image = cv2.imread(result["path"], cv2.IMREAD_COLOR)
+        for box, score, cat in zip(
+            result["boxes"].tolist(), result["scores"].tolist(), result["category_ids"].tolist()
+        ):
+            if score < self.draw_threshold:
+                continue
+            index = self.classes.get(int(cat))
+            r, g, b = class_colour(index) if index is not None else (0, 255, 0)
+            x1, y1, x2, y2 = (int(round(v)) for v in box)
+            cv2.rectangle(image, (x1, y1), (x2, y2), (b, g, r), 2)
+            text = f"{self.names.get(int(cat), cat)} {score:.2f}"
+            cv2.putText(
+                image, text, (x1, max(y1 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (b, g, r), 1, cv2.LINE_AA
+            )
+        path = os.path.join(self.output_dir, os.path.basename(result["path"]))
+        cv2.imwrite(path, image)
+        return path
+
+    def close(self) -> List[str]:
+        path = os.path.join(self.output_dir, "bbox.json")
+        write_text_atomic(path, json.dumps(self.records))
+        return [path] + self.drawn
+
+    def abort(self) -> None:
+        """Nothing to drop: ``bbox.json`` is written only by ``close()``."""
+
+
+def det_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float) -> "DetWriter":
+    """``bbox.json`` and the boxes over ``draw_threshold`` drawn, named by the info's labels."""
+    return DetWriter(output_dir, info.get("labels") or [], draw_threshold)
+
+
 TASK = register_task(
     Task(
         name="det",
@@ -86,6 +218,8 @@ TASK = register_task(
         inputs=INPUTS,
         outputs=OUTPUTS,
         raw_outputs=RAW_OUTPUTS,
+        runner=DetRunner,
+        writer=det_writer,
         build_deploy=build_det_deploy,
         labels=detection_labels,
     )

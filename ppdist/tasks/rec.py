@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from typing import Any, Dict, Mapping, Tuple
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
 from ppdist.components import build_postprocess
 from ppdist.tasks.registry import GraphSpec, Task, eval_transform_size, register_task, write_lines
+from ppdist.tasks.runner import (
+    Outputs,
+    Result,
+    Runner,
+    Sample,
+    build_postprocess_of,
+)
+from ppdist.utils.atomic import temporary_path
 
 INPUTS, OUTPUTS = ("image",), ("probs",)
 CHARACTERS_FILE = "characters.txt"
@@ -49,12 +60,111 @@ def write_characters(out_dir: str, config: Mapping[str, Any], postprocess: Dict[
     return {"num_characters": len(characters), "file": CHARACTERS_FILE}
 
 
+class RecRunner(Runner):
+    """Text lines -> ``{path, text, score}`` (greedy CTC decoding)."""
+
+    task = "rec"
+
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        super().__init__(info)
+        self.decoder = build_postprocess_of(info)  # CTCLabelDecode
+
+    def group_key(self, sample: Sample) -> Any:
+        return tuple(np.shape(sample["image"])[:-1])  # widths are padded per batch
+
+    def batch(self, samples: Sequence[Sample]) -> Dict[str, np.ndarray]:
+        """Zero-padded on the right to the batch's widest line (PaddleOCR's predict_rec)."""
+        images = [np.asarray(s["image"], dtype=np.float32) for s in samples]
+        width = max(im.shape[-1] for im in images)
+        out = np.zeros((len(images),) + images[0].shape[:-1] + (width,), dtype=np.float32)
+        for i, im in enumerate(images):
+            out[i, ..., : im.shape[-1]] = im
+        return {"image": out}
+
+    def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
+        """``{path, text, score}``; with the outputs of several models (``<name>/probs``, a
+        distillation model's sub-models), also ``models: {name: {label, score}}`` (PaddleOCR's
+        infer_rec record)."""
+        decoded = self.decoder.decode_predictions(np.asarray(outputs["probs"]))
+        results = [
+            {"path": s["img_path"], "text": text, "score": score}
+            for s, (text, score) in zip(samples, decoded)
+        ]
+        models = [key[: -len("/probs")] for key in outputs if key.endswith("/probs")]
+        for name in models:
+            for result, (text, score) in zip(
+                results, self.decoder.decode_predictions(np.asarray(outputs[f"{name}/probs"]))
+            ):
+                result.setdefault("models", {})[name] = {"label": text, "score": score}
+        return results
+
+
+class RecWriter:
+    """``path\ttext\tscore`` lines, printed and written to ``output_dir/results.txt``: into a
+    temporary file beside it that replaces it on ``close()``, so a failed run (``abort()``) leaves
+    the previous ``results.txt`` as it was. Results that hold several models' readings (a
+    distillation model's sub-models) also go to ``results_per_model.txt`` the same way, one
+    ``path\t{"Student": {"label", "score"}, ...}`` line each (PaddleOCR's infer_rec record, UTF-8)."""
+
+    PER_MODEL_FILE = "results_per_model.txt"
+
+    def __init__(self, output_dir: str, echo: bool = True) -> None:
+        self.path = os.path.join(output_dir, "results.txt")
+        self.per_model_path = os.path.join(output_dir, self.PER_MODEL_FILE)
+        self.echo = echo
+        self.tmp = temporary_path(self.path)
+        self.handle = open(self.tmp, "x", encoding="utf-8")
+        self.per_model: Optional[Tuple[str, IO[str]]] = None  # (temporary path, handle) once needed
+
+    def add(self, results: Sequence[Result]) -> None:
+        for r in results:
+            line = f"{r['path']}\t{r['text']}\t{r['score']:.6f}"
+            self.handle.write(line + "\n")
+            if self.echo:
+                print(line)
+            if "models" in r:
+                self._per_model_handle().write(
+                    f"{r['path']}\t{json.dumps(r['models'], ensure_ascii=False)}\n"
+                )
+
+    def _per_model_handle(self) -> IO[str]:
+        if self.per_model is None:
+            tmp = temporary_path(self.per_model_path)
+            self.per_model = (tmp, open(tmp, "x", encoding="utf-8"))
+        return self.per_model[1]
+
+    def close(self) -> List[str]:
+        self.handle.close()
+        os.replace(self.tmp, self.path)
+        if self.per_model is None:  # a per-model file of an earlier run would contradict results.txt
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.per_model_path)
+            return [self.path]
+        self.per_model[1].close()
+        os.replace(self.per_model[0], self.per_model_path)
+        return [self.path, self.per_model_path]
+
+    def abort(self) -> None:
+        """Drop what was written; ``results.txt`` (and ``results_per_model.txt``) stay as they were."""
+        for tmp, handle in [(self.tmp, self.handle)] + ([self.per_model] if self.per_model else []):
+            handle.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+
+
+def rec_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float) -> "RecWriter":
+    """``results.txt`` (and ``results_per_model.txt``) in ``output_dir``."""
+    return RecWriter(output_dir)
+
+
 TASK = register_task(
     Task(
         name="rec",
         postprocesses=("CTCLabelDecode", "DistillationCTCLabelDecode"),
         inputs=INPUTS,
         outputs=OUTPUTS,
+        runner=RecRunner,
+        writer=rec_writer,
         build_deploy=build_rec_deploy,
         label_files=write_characters,
     )

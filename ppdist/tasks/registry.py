@@ -17,6 +17,8 @@ from ppdist.errors import ConfigError
 
 # (output folder, plain config, the inference.yml post-process entry, updated in place) -> labels
 LabelWriter = Callable[[str, Mapping[str, Any], Dict[str, Any]], Any]
+# (output folder, the inference info, draw threshold) -> a writer of tools/infer.py's result files
+ResultWriter = Callable[[str, Mapping[str, Any], float], Any]
 
 
 @dataclass
@@ -37,7 +39,8 @@ DeployBuilder = Callable[[nn.Module, Mapping[str, Any], bool], Tuple[nn.Module, 
 class Task:
     """One task: its name, the post-processes that identify it, its exported graph's input and
     output names (``raw_outputs``: without the in-graph post-process, detection's
-    ``exclude_nms``), the builder of its deployed module, and its labels: ``labels`` those a config
+    ``exclude_nms``), the builder of its deployed module, its inference ``runner`` (built from an
+    inference info) and result ``writer`` (``tools/infer.py``'s files), and its labels: ``labels`` those a config
     names (detection's categories, segmentation's class names), ``label_files`` those an export
     writes beside ``inference.yml`` (the rec dictionary, the table structure tokens)."""
 
@@ -46,6 +49,8 @@ class Task:
     inputs: Tuple[str, ...]
     outputs: Tuple[str, ...]
     build_deploy: DeployBuilder
+    runner: Callable[[Mapping[str, Any]], Any]
+    writer: ResultWriter
     raw_outputs: Tuple[str, ...] = field(default=())
     labels: Optional[Callable[[Mapping[str, Any]], Any]] = None
     label_files: Optional[LabelWriter] = None

@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Tuple
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import cv2
+import numpy as np
 import torch
+import torch.nn.functional as F
+from PIL import Image
 from torch import nn
 
+from ppdist.data.base import RejectedSample
+from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.data.seg import CITYSCAPES_NAMES, read_class_names
 from ppdist.tasks.registry import GraphSpec, Task, eval_transform_size, register_task
+from ppdist.tasks.result_files import (
+    file_stem,
+    legend_strip,
+    pseudo_colour_palette,
+    stack_legend,
+)
+from ppdist.tasks.runner import (
+    ImageReadError,
+    Outputs,
+    Result,
+    Runner,
+    Sample,
+    build_postprocess_of,
+    group_by,
+)
 
 INPUTS, OUTPUTS = ("image",), ("logits",)
 
@@ -61,12 +83,123 @@ def segmentation_labels(config: Mapping[str, Any]) -> Dict[str, Any]:
     return labels
 
 
+class SegRunner(Runner):
+    """Images -> ``{path, label_map [H, W]}`` at the original size (logits resized bilinearly)."""
+
+    task = "seg"
+
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        super().__init__(info)
+        self.test_time = build_postprocess_of(info)  # SegPostProcess: scales, flips, sliding window
+
+    def decode(self, raw: bytes, path: str) -> Sample:
+        """RGB uint8 (H, W, 3), as ``SegDataSet.read`` gives it (its transforms start after decoding)."""
+        try:
+            check_image_pixels(raw, DEFAULT_MAX_IMAGE_PIXELS)
+        except RejectedSample as exc:
+            raise ImageReadError(path, str(exc)) from exc
+        image = cv2.imdecode(np.frombuffer(raw, dtype=np.uint8), cv2.IMREAD_COLOR)
+        if image is None:
+            raise ImageReadError(path, "cannot decode the image (not an image file?)")
+        image = np.ascontiguousarray(image[:, :, ::-1])
+        return {"img_path": path, "image": image, "ori_shape": image.shape[:2], "gt_fields": []}
+
+    def finish(self, data: Sample) -> Sample:
+        """CHW float32 (``SegDataSet.finish``)."""
+        image = np.asarray(data["image"])
+        image = image[None] if image.ndim == 2 else image.transpose(2, 0, 1)
+        return {
+            "img_path": data["img_path"],
+            "image": np.ascontiguousarray(image, dtype=np.float32),
+            "ori_shape": tuple(int(v) for v in data["ori_shape"]),
+        }
+
+    def predict(
+        self, run: Callable[[Dict[str, np.ndarray]], Outputs], samples: Sequence[Sample]
+    ) -> List[Result]:
+        """Plain pass, or the configured test-time augmentation / sliding window with ``run`` as
+        the network (the same code as evaluation, ``SegPostProcess.infer``)."""
+        if not (self.test_time.aug_eval or self.test_time.is_slide):
+            return super().predict(run, samples)
+
+        def network(image: torch.Tensor) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(run({"image": image.numpy()})["logits"], dtype=np.float32))
+
+        results: List[Optional[Result]] = [None] * len(samples)
+        for group in group_by([self.group_key(s) for s in samples]):
+            chunk = [samples[i] for i in group]
+            logits = self.test_time.infer(network, {"image": torch.from_numpy(self.batch(chunk)["image"])})
+            for i, result in zip(group, self.postprocess({"logits": logits.numpy()}, chunk)):
+                results[i] = result
+        return results  # type: ignore[return-value]
+
+    def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
+        logits = torch.from_numpy(np.asarray(outputs["logits"], dtype=np.float32))
+        results = []
+        for i, sample in enumerate(samples):
+            row = logits[i : i + 1]
+            if tuple(row.shape[-2:]) != sample["ori_shape"]:
+                row = F.interpolate(row, size=list(sample["ori_shape"]), mode="bilinear", align_corners=False)
+            label_map = row[0].argmax(dim=0).numpy()
+            dtype = np.uint8 if row.shape[1] <= 256 else np.int32
+            results.append({"path": sample["img_path"], "label_map": label_map.astype(dtype)})
+        return results
+
+
+class SegWriter:
+    """``output_dir/<stem>.png`` (palette mode, pixel value = class id) and ``<stem>_overlay.jpg``
+    (the image blended with the class colours, PaddleSeg's weight 0.6, above a legend of the
+    classes it shows: the data set's ``names`` when known, else ``class i``)."""
+
+    def __init__(self, output_dir: str, weight: float = 0.6, names: Sequence[str] = ()) -> None:
+        self.output_dir = output_dir
+        self.weight = weight
+        self.names = list(names)
+        self.palette = pseudo_colour_palette(256)
+        self.written: List[str] = []
+
+    def add(self, results: Sequence[Result]) -> None:
+        for r in results:
+            self.written.extend(self.write(r))
+
+    def write(self, result: Result) -> List[str]:
+        label_map = result["label_map"]
+        stem = os.path.join(self.output_dir, file_stem(result["path"]))
+        if label_map.max(initial=0) < 256:
+            png = Image.fromarray(label_map.astype(np.uint8))  # mode L; putpalette makes it P
+            png.putpalette(self.palette)
+        else:  # more classes than a palette holds: plain 16-bit class ids
+            png = Image.fromarray(label_map.astype(np.uint16))
+        png.save(stem + ".png")
+        image = cv2.imread(result["path"], cv2.IMREAD_COLOR)
+        colours = np.asarray(self.palette, dtype=np.uint8).reshape(-1, 3)[:, ::-1]  # BGR
+        pseudo = colours[np.clip(label_map, 0, 255)]
+        overlay = cv2.addWeighted(image, self.weight, pseudo, 1 - self.weight, 0)
+        shown = [int(v) for v in np.unique(label_map) if 0 <= v < 256]
+        legend = legend_strip(overlay.shape[1], shown, colours, self.names)
+        cv2.imwrite(stem + "_overlay.jpg", stack_legend(overlay, legend) if shown else overlay)
+        return [stem + ".png", stem + "_overlay.jpg"]
+
+    def close(self) -> List[str]:
+        return self.written
+
+    def abort(self) -> None:
+        """Nothing to drop: each image's files are complete once written."""
+
+
+def seg_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float) -> "SegWriter":
+    """Palette PNGs and overlays with a legend of the info's class names."""
+    return SegWriter(output_dir, names=(info.get("labels") or {}).get("names") or ())
+
+
 TASK = register_task(
     Task(
         name="seg",
         postprocesses=("SegPostProcess",),
         inputs=INPUTS,
         outputs=OUTPUTS,
+        runner=SegRunner,
+        writer=seg_writer,
         build_deploy=build_seg_deploy,
         labels=segmentation_labels,
     )

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+import cv2
+import numpy as np
 import torch
 from torch import nn
 
 from ppdist.components import build_postprocess
+from ppdist.metrics.teds import structure_html
 from ppdist.tasks.registry import GraphSpec, Task, register_task, write_lines
+from ppdist.tasks.result_files import (
+    file_stem,
+)
+from ppdist.tasks.runner import (
+    Outputs,
+    Result,
+    Runner,
+    Sample,
+    build_postprocess_of,
+)
+from ppdist.utils.atomic import temporary_path, write_text_atomic
+from ppdist.visualize.palette import class_colour
 
 INPUTS, OUTPUTS = ("image",), ("structure_probs", "loc_preds")
 STRUCTURE_FILE = "structure_tokens.txt"
@@ -64,12 +81,111 @@ def write_structure_tokens(
     return {"num_classes": len(classes), "file": STRUCTURE_FILE}
 
 
+class TableRunner(Runner):
+    """Table images -> ``{path, structure (HTML tokens), html, score, boxes [n_cells, loc_reg_num]
+    on the original image}`` (``TableLabelDecode`` with the ``shape`` of ``ResizeTableImage`` /
+    ``PaddingTableImage``); ``html`` is the structure wrapped as PaddleOCR's predict_table does."""
+
+    task = "table"
+
+    def __init__(self, info: Mapping[str, Any]) -> None:
+        super().__init__(info)
+        self.decoder = build_postprocess_of(info)  # TableLabelDecode
+
+    def finish(self, data: Sample) -> Sample:
+        return {
+            "img_path": data["img_path"],
+            "image": data["image"],
+            "shape": np.asarray(data["shape"], dtype=np.float32).reshape(-1),
+        }
+
+    def postprocess(self, outputs: Outputs, samples: Sequence[Sample]) -> List[Result]:
+        locs = np.asarray(outputs["loc_preds"], dtype=np.float32)
+        decoded = self.decoder(
+            {"structure_probs": np.asarray(outputs["structure_probs"]), "loc_preds": locs},
+            {"shape": np.stack([s["shape"] for s in samples])},
+        )
+        results = []
+        for sample, (tokens, score), boxes in zip(
+            samples, decoded["structure_batch_list"], decoded["bbox_batch_list"]
+        ):
+            results.append(
+                {
+                    "path": sample["img_path"],
+                    "structure": list(tokens),
+                    "html": structure_html(tokens),
+                    "score": score,
+                    "boxes": boxes.reshape(-1, locs.shape[-1]),
+                }
+            )
+        return results
+
+
+class TableWriter:
+    """``output_dir/results.jsonl``, one ``{"path", "html", "score", "boxes"}`` line per image
+    (PaddleOCR's infer_table record: the structure wrapped in ``<html><body><table>``, the cell boxes
+    on the original image), written to a temporary file that replaces it on ``close()``; per image
+    ``<stem>.html`` (that HTML) and ``<name>`` (the image with the cell boxes drawn: rectangles for
+    4 coordinates, closed polygons for 8, in class 0's colour of ``ppdist.visualize.palette``)."""
+
+    RESULTS_FILE = "results.jsonl"
+
+    def __init__(self, output_dir: str, thickness: int = 2) -> None:
+        self.output_dir = output_dir
+        self.path = os.path.join(output_dir, self.RESULTS_FILE)
+        self.tmp = temporary_path(self.path)
+        self.handle = open(self.tmp, "x", encoding="utf-8")
+        self.thickness = thickness
+        self.written: List[str] = []
+
+    def add(self, results: Sequence[Result]) -> None:
+        for r in results:
+            boxes = np.asarray(r["boxes"], dtype=np.float32)
+            record = {"path": r["path"], "html": r["html"], "score": r["score"], "boxes": boxes.tolist()}
+            self.handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            html_path = os.path.join(self.output_dir, file_stem(r["path"]) + ".html")
+            write_text_atomic(html_path, r["html"])
+            self.written += [html_path, self.draw(r["path"], boxes)]
+
+    def draw(self, image_path: str, boxes: np.ndarray) -> str:
+        image = cv2.imread(image_path, cv2.IMREAD_COLOR)
+        red, green, blue = class_colour(0)
+        for box in boxes:
+            if len(box) == 4:
+                x1, y1, x2, y2 = (int(round(float(v))) for v in box)
+                cv2.rectangle(image, (x1, y1), (x2, y2), (blue, green, red), self.thickness)
+            else:
+                points = np.round(box.reshape(-1, 1, 2)).astype(np.int32)
+                cv2.polylines(image, [points], True, (blue, green, red), self.thickness)
+        path = os.path.join(self.output_dir, os.path.basename(image_path))
+        cv2.imwrite(path, image)
+        return path
+
+    def close(self) -> List[str]:
+        self.handle.close()
+        os.replace(self.tmp, self.path)
+        return [self.path] + self.written
+
+    def abort(self) -> None:
+        """Drop what was written; ``results.jsonl`` stays as it was."""
+        self.handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.tmp)
+
+
+def table_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float) -> "TableWriter":
+    """``results.jsonl``, one HTML file and one picture with the cell boxes per table."""
+    return TableWriter(output_dir)
+
+
 TASK = register_task(
     Task(
         name="table",
         postprocesses=("TableLabelDecode",),
         inputs=INPUTS,
         outputs=OUTPUTS,
+        runner=TableRunner,
+        writer=table_writer,
         build_deploy=build_table_deploy,
         label_files=write_structure_tokens,
     )

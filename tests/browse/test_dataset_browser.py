@@ -16,8 +16,9 @@ from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.errors import ConfigError
-from ppdist.inference.writers import LEGEND_ROW_PX, build_writer
+from ppdist.inference.writers import build_writer
 from ppdist.metrics.seg import SegMetric
+from ppdist.tasks.result_files import LEGEND_ROW_PX
 from ppdist.tasks.seg import segmentation_labels
 from ppdist.visualize import eval_pictures
 from ppdist.visualize.eval_pictures import write_report

@@ -31,9 +31,9 @@ from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.export.submodels import deployed_name, inference_parts, sub_config, sub_model_names
 from ppdist.inference.backends import OnnxBackend
-from ppdist.inference.writers import RecWriter
 from ppdist.predict import Predictor
 from ppdist.tasks import task_of
+from ppdist.tasks.rec import RecWriter
 
 pytest.importorskip("onnxruntime")
 CHARACTERS = "你好世界中文字识别"  # the dictionary: 9 Chinese characters, one a line

@@ -21,9 +21,10 @@ from ppdist.config import load_config
 from ppdist.errors import ConfigError
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
-from ppdist.inference.runners import ImageReadError, build_runner, inference_info_from_config
-from ppdist.inference.writers import pseudo_colour_palette
+from ppdist.inference.runners import build_runner, inference_info_from_config
 from ppdist.registry import SYNTHETIC_DATA
+from ppdist.tasks.result_files import pseudo_colour_palette
+from ppdist.tasks.runner import ImageReadError
 
 pytest.importorskip("onnxruntime")
 MAKERS = {"rec": tiny_config, "seg": tiny_seg_config, "det": tiny_det_config}
@@ -287,8 +288,6 @@ def test_a_huge_image_is_skipped_in_infer_not_decoded(tmp_path):
     import zlib
 
     from PIL import Image as PILImage
-
-    from ppdist.inference.runners import ImageReadError
 
     cfg, overrides, model_dir, images = _setup(tmp_path, "seg")
     buffer = tmp_path / "small.png"

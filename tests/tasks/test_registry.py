@@ -54,7 +54,9 @@ def test_a_task_or_post_process_registered_twice_is_refused():
     rec = TASKS["rec"]
     with pytest.raises(ValueError, match="task 'rec' is registered twice"):
         register_task(rec)
-    stealing = Task("ocr", ("CTCLabelDecode",), ("image",), ("probs",), rec.build_deploy)
+    stealing = Task(
+        "ocr", ("CTCLabelDecode",), ("image",), ("probs",), rec.build_deploy, rec.runner, rec.writer
+    )
     with pytest.raises(ValueError, match="'CTCLabelDecode' belongs to task 'rec'"):
         register_task(stealing)
     assert "ocr" not in TASKS
