@@ -1,4 +1,6 @@
-"""Object detection (PP-YOLOE): the deployed module (NMS in the graph or left out) and its graph."""
+"""Object detection (PP-YOLOE): everything of the task outside the model: the
+deployed module and its graph, labels, the inference runner and result writer, the synthetic
+benchmark set."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import torch
 from torch import nn
 
 from ppdist.components import build_postprocess
-from ppdist.tasks.registry import GraphSpec, Task, eval_transform_size, register_task
+from ppdist.data.synthetic_det import generate_det_dataset
+from ppdist.tasks.registry import BenchmarkData, GraphSpec, Task, eval_transform_size, register_task
 from ppdist.tasks.runner import (
     Outputs,
     Result,
@@ -211,6 +214,26 @@ def det_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float) 
     return DetWriter(output_dir, info.get("labels") or [], draw_threshold)
 
 
+BENCHMARK_IMAGE_SIZE = (640, 480)  # [width, height]: COCO's typical size
+
+
+def _benchmark_entry(data_dir: str, split: str, old: Mapping[str, Any]) -> Dict[str, Any]:
+    """The COCO layout of ``generate_det_dataset`` (``COCODataSet``)."""
+    entry = {k: v for k, v in old.items() if k not in ("dataset_dir", "image_dir", "anno_path")}
+    entry.update(
+        dataset_dir=data_dir, image_dir=f"images/{split}", anno_path=f"annotations/instances_{split}.json"
+    )
+    return entry
+
+
+BENCHMARK_DATA = BenchmarkData(
+    folder=lambda images: f"det_{BENCHMARK_IMAGE_SIZE[0]}x{BENCHMARK_IMAGE_SIZE[1]}_{images}",
+    generate=lambda data_dir, images: generate_det_dataset(
+        data_dir, images, images, image_size=list(BENCHMARK_IMAGE_SIZE), empty_ratio=0.0
+    ),
+    dataset_entry=_benchmark_entry,
+)
+
 TASK = register_task(
     Task(
         name="det",
@@ -220,6 +243,7 @@ TASK = register_task(
         raw_outputs=RAW_OUTPUTS,
         runner=DetRunner,
         writer=det_writer,
+        benchmark_data=BENCHMARK_DATA,
         build_deploy=build_det_deploy,
         labels=detection_labels,
     )

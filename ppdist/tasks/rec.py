@@ -1,4 +1,6 @@
-"""Text recognition (CRNN, PP-OCRv3's SVTR_LCNet): the deployed module and its graph."""
+"""Text recognition (CRNN, PP-OCRv3's SVTR_LCNet): everything of the task outside the model: the
+deployed module and its graph, labels, the inference runner and result writer, the synthetic
+benchmark set."""
 
 from __future__ import annotations
 
@@ -7,12 +9,21 @@ import json
 import os
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import lmdb
 import numpy as np
 import torch
 from torch import nn
 
 from ppdist.components import build_postprocess
-from ppdist.tasks.registry import GraphSpec, Task, eval_transform_size, register_task, write_lines
+from ppdist.data.synthetic import generate_rec_dataset
+from ppdist.tasks.registry import (
+    BenchmarkData,
+    GraphSpec,
+    Task,
+    eval_transform_size,
+    register_task,
+    write_lines,
+)
 from ppdist.tasks.runner import (
     Outputs,
     Result,
@@ -157,6 +168,45 @@ def rec_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float) 
     return RecWriter(output_dir)
 
 
+def write_lmdb(path: str, samples: Sequence[Tuple[bytes, str]]) -> None:
+    """An LMDB of (encoded image, label) pairs in the public text-recognition layout
+    (``num-samples``, ``image-%09d``, ``label-%09d``)."""
+    os.makedirs(path, exist_ok=True)
+    env = lmdb.open(path, map_size=max(1 << 24, 2 * sum(len(image) + 64 for image, _ in samples)))
+    with env.begin(write=True) as txn:
+        for i, (image, label) in enumerate(samples, start=1):
+            txn.put(b"image-%09d" % i, image)
+            txn.put(b"label-%09d" % i, label.encode("utf-8"))
+        txn.put(b"num-samples", str(len(samples)).encode())
+    env.close()
+
+
+def rec_lmdb(data_dir: str, split: str) -> str:
+    """``data_dir``'s ``split`` list packed into ``data_dir/lmdb/split`` (once)."""
+    path = os.path.join(data_dir, "lmdb", split)
+    if not os.path.isfile(os.path.join(path, "data.mdb")):
+        with open(os.path.join(data_dir, f"{split}.txt"), encoding="utf-8") as handle:
+            lines = [line.rstrip("\n").split("\t", 1) for line in handle if line.strip()]
+        samples = []
+        for rel, label in lines:
+            with open(os.path.join(data_dir, rel), "rb") as image:
+                samples.append((image.read(), label))
+        write_lmdb(path, samples)
+    return path
+
+
+def _benchmark_entry(data_dir: str, split: str, old: Mapping[str, Any]) -> Dict[str, Any]:
+    """Rendered text lines (about 32 pixels high) in the LMDBs the recipe's ``LMDBDataSet`` reads."""
+    keep = {k: old[k] for k in ("transforms", "batch_transforms") if k in old}
+    return dict(keep, name="LMDBDataSet", data_dir=rec_lmdb(data_dir, split))
+
+
+BENCHMARK_DATA = BenchmarkData(
+    folder=lambda images: f"rec_{images}",
+    generate=lambda data_dir, images: generate_rec_dataset(data_dir, images, images),
+    dataset_entry=_benchmark_entry,
+)
+
 TASK = register_task(
     Task(
         name="rec",
@@ -165,6 +215,7 @@ TASK = register_task(
         outputs=OUTPUTS,
         runner=RecRunner,
         writer=rec_writer,
+        benchmark_data=BENCHMARK_DATA,
         build_deploy=build_rec_deploy,
         label_files=write_characters,
     )

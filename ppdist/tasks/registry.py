@@ -36,11 +36,24 @@ DeployBuilder = Callable[[nn.Module, Mapping[str, Any], bool], Tuple[nn.Module, 
 
 
 @dataclass(frozen=True)
+class BenchmarkData:
+    """A synthetic set at the recipe's real image size for ``tools/benchmark.py --input_pipeline
+    --synthetic``: its folder name for ``images`` images, its generator (``data_dir``, ``images``)
+    and the dataset entry that reads it (``data_dir``, ``split``, the config's entry, whose
+    transforms it keeps)."""
+
+    folder: Callable[[int], str]
+    generate: Callable[[str, int], None]
+    dataset_entry: Callable[[str, str, Mapping[str, Any]], Dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class Task:
     """One task: its name, the post-processes that identify it, its exported graph's input and
     output names (``raw_outputs``: without the in-graph post-process, detection's
     ``exclude_nms``), the builder of its deployed module, its inference ``runner`` (built from an
-    inference info) and result ``writer`` (``tools/infer.py``'s files), and its labels: ``labels`` those a config
+    inference info) and result ``writer`` (``tools/infer.py``'s files), its synthetic
+    ``benchmark_data``, and its labels: ``labels`` those a config
     names (detection's categories, segmentation's class names), ``label_files`` those an export
     writes beside ``inference.yml`` (the rec dictionary, the table structure tokens)."""
 
@@ -54,6 +67,7 @@ class Task:
     raw_outputs: Tuple[str, ...] = field(default=())
     labels: Optional[Callable[[Mapping[str, Any]], Any]] = None
     label_files: Optional[LabelWriter] = None
+    benchmark_data: Optional[BenchmarkData] = None
 
     def graph_outputs(self, exclude_nms: bool = False) -> List[str]:
         """The graph's output names, the raw ones when the in-graph post-process is left out."""

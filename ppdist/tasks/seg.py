@@ -1,4 +1,6 @@
-"""Semantic segmentation (PP-LiteSeg, OCRNet, SegFormer): the deployed module and its graph."""
+"""Semantic segmentation (PP-LiteSeg, OCRNet, SegFormer): everything of the task outside the model: the
+deployed module and its graph, labels, the inference runner and result writer, the synthetic
+benchmark set."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from torch import nn
 from ppdist.data.base import RejectedSample
 from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.data.seg import CITYSCAPES_NAMES, read_class_names
-from ppdist.tasks.registry import GraphSpec, Task, eval_transform_size, register_task
+from ppdist.data.synthetic_seg import generate_seg_dataset
+from ppdist.tasks.registry import BenchmarkData, GraphSpec, Task, eval_transform_size, register_task
 from ppdist.tasks.result_files import (
     file_stem,
     legend_strip,
@@ -192,6 +195,24 @@ def seg_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float) 
     return SegWriter(output_dir, names=(info.get("labels") or {}).get("names") or ())
 
 
+BENCHMARK_IMAGE_SIZE = (2048, 1024)  # [width, height]: Cityscapes'
+
+
+def _benchmark_entry(data_dir: str, split: str, old: Mapping[str, Any]) -> Dict[str, Any]:
+    """``SegDataSet`` file lists of ``generate_seg_dataset``."""
+    keep = {k: old[k] for k in ("transforms", "batch_transforms") if k in old}
+    key = "train_path" if split == "train" else "val_path"
+    return dict(keep, name="SegDataSet", dataset_root=data_dir, **{key: f"{split}.txt"})
+
+
+BENCHMARK_DATA = BenchmarkData(
+    folder=lambda images: f"seg_{BENCHMARK_IMAGE_SIZE[0]}x{BENCHMARK_IMAGE_SIZE[1]}_{images}",
+    generate=lambda data_dir, images: generate_seg_dataset(
+        data_dir, images, images, image_size=list(BENCHMARK_IMAGE_SIZE)
+    ),
+    dataset_entry=_benchmark_entry,
+)
+
 TASK = register_task(
     Task(
         name="seg",
@@ -200,6 +221,7 @@ TASK = register_task(
         outputs=OUTPUTS,
         runner=SegRunner,
         writer=seg_writer,
+        benchmark_data=BENCHMARK_DATA,
         build_deploy=build_seg_deploy,
         labels=segmentation_labels,
     )

@@ -1,4 +1,6 @@
-"""Table structure recognition (SLANet): the deployed module and its graph."""
+"""Table structure recognition (SLANet): everything of the task outside the model: the
+deployed module and its graph, labels, the inference runner and result writer, the synthetic
+benchmark set."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import torch
 from torch import nn
 
 from ppdist.components import build_postprocess
+from ppdist.data.synthetic_table import generate_table_dataset
 from ppdist.metrics.teds import structure_html
-from ppdist.tasks.registry import GraphSpec, Task, register_task, write_lines
+from ppdist.tasks.registry import BenchmarkData, GraphSpec, Task, register_task, write_lines
 from ppdist.tasks.result_files import (
     file_stem,
 )
@@ -178,6 +181,23 @@ def table_writer(output_dir: str, info: Mapping[str, Any], draw_threshold: float
     return TableWriter(output_dir)
 
 
+BENCHMARK_GRID = (20, 10)  # most rows and columns of a synthetic table (PubTabNet-sized pictures)
+
+
+def _benchmark_entry(data_dir: str, split: str, old: Mapping[str, Any]) -> Dict[str, Any]:
+    """PubTabNet's jsonl layout of ``generate_table_dataset`` (``PubTabDataSet``)."""
+    entry = {k: v for k, v in old.items() if k not in ("data_dir", "label_file_list")}
+    return dict(entry, data_dir=data_dir, label_file_list=[os.path.join(data_dir, f"{split}.txt")])
+
+
+BENCHMARK_DATA = BenchmarkData(
+    folder=lambda images: f"table_{images}",
+    generate=lambda data_dir, images: generate_table_dataset(
+        data_dir, images, images, max_rows=BENCHMARK_GRID[0], max_cols=BENCHMARK_GRID[1]
+    ),
+    dataset_entry=_benchmark_entry,
+)
+
 TASK = register_task(
     Task(
         name="table",
@@ -186,6 +206,7 @@ TASK = register_task(
         outputs=OUTPUTS,
         runner=TableRunner,
         writer=table_writer,
+        benchmark_data=BENCHMARK_DATA,
         build_deploy=build_table_deploy,
         label_files=write_structure_tokens,
     )

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 from ppdist_testing import check_ok, run_tool, tiny_det_config
 
+import ppdist.tasks.det
+import ppdist.tasks.seg
+import ppdist.tasks.table
 from ppdist.benchmark import input_pipeline, pipeline_data
 from ppdist.benchmark.input_pipeline import markdown_table, profile_split
 from ppdist.config import load_config
@@ -101,7 +104,7 @@ def test_the_tool_reports_both_splits(tmp_path):
 
 
 def test_synthetic_data_at_the_recipe_size(tmp_path, monkeypatch):
-    monkeypatch.setitem(pipeline_data.REAL_SIZES, "det", (96, 64))
+    monkeypatch.setattr(ppdist.tasks.det, "BENCHMARK_IMAGE_SIZE", (96, 64))
     config = load_config("configs/det/ppyoloe_crn_s_300e_coco.yml")
     synthetic = pipeline_data.with_synthetic_data(config, str(tmp_path), images=4)
     split = profile_split(synthetic, "Eval", images=4)

@@ -6,6 +6,9 @@ import json
 import numpy as np
 from ppdist_testing import tiny_table_config
 
+import ppdist.tasks.det
+import ppdist.tasks.seg
+import ppdist.tasks.table
 from ppdist.benchmark import measurements as m
 from ppdist.benchmark import pipeline_data
 from ppdist.config import load_config
@@ -14,7 +17,7 @@ from ppdist.engine.logger import setup_logger
 
 
 def test_the_measurements_run_a_tiny_slanet_on_synthetic_tables(tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline_data, "TABLE_GRID", (3, 3))  # within the tiny model's 40 tokens
+    monkeypatch.setattr(ppdist.tasks.table, "BENCHMARK_GRID", (3, 3))  # within the tiny model's 40 tokens
     path = tiny_table_config(str(tmp_path / "t.yml"), "unused", str(tmp_path / "out"))
     config = pipeline_data.with_synthetic_data(load_config(path, []), str(tmp_path / "synthetic"), images=8)
     data_dir = tmp_path / "synthetic" / "table_8"

@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+import ppdist.tasks.det
+import ppdist.tasks.seg
+import ppdist.tasks.table
 from ppdist.benchmark import pipeline_data
 from ppdist.config import load_config
 from ppdist.data.base import DEVICE_TRANSFORM_KEY
@@ -71,13 +74,11 @@ def _batches(config, section, count):
 def recipe(request, tmp_path_factory):
     """A recipe config reading a small synthetic set (its transforms as shipped)."""
     task = request.param
-    saved = dict(pipeline_data.REAL_SIZES)
-    pipeline_data.REAL_SIZES.update(det=(96, 72), seg=(128, 64))
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # small images at the recipes' aspect ratios
+        patch.setattr(ppdist.tasks.det, "BENCHMARK_IMAGE_SIZE", (96, 72))
+        patch.setattr(ppdist.tasks.seg, "BENCHMARK_IMAGE_SIZE", (128, 64))
         config = load_config(RECIPES[task])
         return task, pipeline_data.with_synthetic_data(config, str(tmp_path_factory.mktemp(task)), 8)
-    finally:
-        pipeline_data.REAL_SIZES.update(saved)
 
 
 @pytest.mark.parametrize("section", ["Train", "Eval"])
