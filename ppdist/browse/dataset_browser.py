@@ -8,7 +8,7 @@ In training mode a dataset replaces a bad sample by the next usable one (so the 
 one); such a replacement is drawn but counted once only, at its own index. A detection eval
 pipeline keeps no boxes (the metric reads the annotations): its annotated boxes are shown scaled
 by the sample's ``scale_factor``. A table sample shows its learned cell boxes and its structure
-(``ppdist.browse.table_browse``); every table read, bad ones too, has its structure length
+(``ppdist.tasks.table_browse``); every table read, bad ones too, has its structure length
 counted (the encoder rejects those above ``max_text_length``).
 """
 
@@ -21,13 +21,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ppdist.browse import table_browse
 from ppdist.components import build_postprocess
 from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY, BadSample
 from ppdist.data.build import build_dataset, build_transforms, collate
 from ppdist.data.image_size import header_size
 from ppdist.data.transforms.table import TableLabelEncode
-from ppdist.tasks import task_of
+from ppdist.tasks import BrowsePanel, get_task, table_browse, task_of
 from ppdist.visualize.denormalize import Normalization, find_normalization, to_display
 
 Size = Tuple[int, int]  # (width, height)
@@ -73,6 +72,7 @@ class _Reader:
     config: Mapping[str, Any]
     split: str
     dataset: Any
+    panel: BrowsePanel
     batch_ops: List[Any]
     normalization: Optional[Normalization]
     characters: Optional[List[str]]
@@ -89,13 +89,13 @@ def _reader(config: Mapping[str, Any], split: str, dataset: Any) -> _Reader:
     section = config[split]["dataset"]
     where = f"{split}.dataset.batch_transforms"
     batch_ops = build_transforms(section.get("batch_transforms"), config, where)
-    task = task_of(config)
-    characters = list(build_postprocess(config).character) if task in ("rec", "table") else None
+    panel = get_task(config).browse
+    characters = list(build_postprocess(config).character) if panel.needs_characters else None
     ops = list(getattr(dataset, "ops", []))
     normalization = find_normalization(ops + batch_ops)
     encoder = table_browse.find_op(ops, TableLabelEncode)
     box_format = table_browse.out_box_format(ops)
-    return _Reader(config, split, dataset, batch_ops, normalization, characters, encoder, box_format)
+    return _Reader(config, split, dataset, panel, batch_ops, normalization, characters, encoder, box_format)
 
 
 def read_raw(dataset: Any, index: int) -> Optional[Dict[str, Any]]:
@@ -128,10 +128,8 @@ def _image_size(image: Any) -> Size:
 def _read(reader: _Reader, index: int, draw: bool, browse: Browse) -> None:
     seed = int(reader.config["Global"]["seed"])
     item = reader.dataset[(int(index), 1, seed)]  # epoch 1's augmentation
-    if browse.task == "table":  # every table read, a rejected one too
-        length = table_browse.raw_structure_length(reader.table_encoder, read_raw(reader.dataset, int(index)))
-        if length is not None:
-            browse.structure_lengths.append(length)
+    if reader.panel.on_read is not None:  # every sample read, a rejected one too
+        reader.panel.on_read(reader, read_raw(reader.dataset, int(index)), browse)
     if isinstance(item, BadSample):
         browse.bad.append(str(item))
         return
@@ -148,57 +146,8 @@ def _read(reader: _Reader, index: int, draw: bool, browse: Browse) -> None:
     sample.raw_size = raw_size(raw)
     if draw:
         sample.image = to_display(image, reader.normalization, bgr=False)
-    _targets(reader, batch, sample, browse.task, draw)
-    if browse.task == "det" and "gt_bbox" not in batch and raw is not None:
-        sample.boxes, sample.classes = annotation_boxes(raw, batch)
+    reader.panel.targets(reader, batch, sample, draw, raw)
     browse.samples.append(sample)
-
-
-def _targets(reader: _Reader, batch: Dict[str, Any], sample: BrowsedSample, task: str, draw: bool) -> None:
-    if task == "det":
-        if "gt_bbox" not in batch:  # an eval pipeline keeps no boxes: see annotation_boxes
-            sample.boxes, sample.classes = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
-            return
-        boxes = batch["gt_bbox"][0].reshape(-1, 4).numpy()
-        classes = batch["gt_class"][0].reshape(-1).numpy().astype(np.int64)
-        real = np.ones(len(boxes), bool)
-        if "pad_gt_mask" in batch:  # PadGT's padding rows are no boxes
-            real = batch["pad_gt_mask"][0].reshape(-1).numpy() > 0
-        sample.boxes, sample.classes = boxes[real], classes[real]
-    elif task == "seg":
-        label = batch["label"][0].numpy().astype(np.int64)
-        label = label.reshape(label.shape[-2:])
-        values, counts = np.unique(label, return_counts=True)
-        sample.pixel_counts = {int(v): int(n) for v, n in zip(values, counts)}
-        if draw:
-            sample.label_map = label
-    elif task == "rec":
-        length = int(batch["length"][0])
-        sample.text = "".join(reader.characters[int(i)] for i in batch["label"][0][:length])
-    elif task == "table":
-        structure, length = batch["structure"][0].numpy(), int(batch["length"][0])
-        sample.structure = table_browse.structure_tokens(structure, length, reader.characters)
-        sample.grid = table_browse.table_grid(sample.structure)
-        sample.boxes = table_browse.cell_boxes(
-            batch["bboxes"][0].numpy(),
-            batch["bbox_masks"][0].numpy(),
-            batch["shape"][0].numpy(),
-            reader.box_format,
-        )
-
-
-def annotation_boxes(raw: Mapping[str, Any], batch: Mapping[str, Any]) -> Tuple[np.ndarray, np.ndarray]:
-    """A detection sample's annotated boxes (xyxy) and classes in its transformed image, for an
-    eval pipeline that keeps no boxes: scaled by the batch's ``scale_factor`` ([sy, sx]), which
-    is what eval pipelines do to an image (resize only); crowd boxes left out."""
-    boxes = np.asarray(raw["gt_bbox"], np.float32).reshape(-1, 4)
-    classes = np.asarray(raw["gt_class"], np.int64).reshape(-1)
-    crowd = np.asarray(raw.get("is_crowd", np.zeros(len(boxes))), np.int64).reshape(-1) > 0
-    scale = np.ones(2, np.float32)
-    if "scale_factor" in batch:
-        scale = np.asarray(batch["scale_factor"][0], np.float32).reshape(2)
-    boxes = boxes * np.array([scale[1], scale[0], scale[1], scale[0]], np.float32)
-    return boxes[~crowd], classes[~crowd]
 
 
 def read_samples(
@@ -255,36 +204,7 @@ def summarize(browse: Browse) -> Dict[str, Any]:
         "image_sizes_after_transforms": _sizes([s.size for s in counted]),
         "raw_image_sizes": _sizes([s.raw_size for s in counted if s.raw_size is not None]),
     }
-    if browse.task == "det":
-        names = browse.class_names
-        per_class = Counter(int(c) for s in counted for c in s.classes)
-        summary["boxes"] = sum(per_class.values())
-        summary["boxes_per_class"] = {
-            (names[c] if 0 <= c < len(names) else str(c)): n for c, n in sorted(per_class.items())
-        }
-        summary["boxes_per_image"] = dict(sorted(Counter(len(s.boxes) for s in counted).items()))
-    elif browse.task == "seg":
-        pixels: Counter = Counter()
-        for sample in counted:
-            pixels.update(sample.pixel_counts)
-        ignored = pixels.pop(browse.ignore_index, 0) if browse.ignore_index is not None else 0
-        summary["labelled_pixels"] = sum(pixels.values())
-        summary["pixels_per_class"] = dict(sorted(pixels.items()))
-        summary["ignored_pixels"] = ignored
-        summary["ignore_index"] = browse.ignore_index
-    elif browse.task == "rec":
-        summary["characters"] = sum(len(s.text) for s in counted)
-        summary["characters_per_class"] = dict(Counter("".join(s.text for s in counted)).most_common())
-        summary["label_lengths"] = dict(sorted(Counter(len(s.text) for s in counted).items()))
-    elif browse.task == "table":
-        summary.update(
-            table_browse.table_summary(
-                [s.grid for s in counted],
-                [len(s.structure) for s in counted],
-                browse.structure_lengths,
-                browse.max_text_length,
-            )
-        )
+    summary.update(get_task(browse.task).browse.summary(browse, counted))
     summary["bad_samples"] = list(browse.bad)
     summary["changed_samples"] = list(browse.notes)
     return summary

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ppdist.browse.dataset_browser import Browse, BrowsedSample
-from ppdist.browse.table_browse import caption
+from ppdist.tasks import get_task
+from ppdist.tasks.table_browse import caption
 from ppdist.utils.display import class_name
 from ppdist.visualize.figures import new_figure, save_png
 from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours
@@ -21,9 +22,6 @@ from ppdist.visualize.palette import IGNORE_RGB, class_colour, class_colours
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-PANEL_PX = {"det": (320, 320), "seg": (520, 280), "rec": (400, 140), "table": (400, 440)}
-COLUMNS = {"det": 4, "seg": 3, "rec": 3, "table": 3}
-ROWS_PER_PAGE = {"det": 3, "seg": 4, "rec": 8, "table": 2}  # pages of at most 1560 x 1160 pixels
 CELL_COLOURS = 6  # table cells cycle through the palette's first colours, neighbours told apart
 OVERLAY_ALPHA = 0.6  # weight of the label colours over the image
 GAP_PX = 4  # white between a segmentation sample's image and its overlay
@@ -122,10 +120,11 @@ def _seg_legend(figure: Figure, samples: Sequence[BrowsedSample], browse: Browse
 
 def render_samples(browse: Browse, samples: Sequence[BrowsedSample]) -> Figure:
     """One page: ``samples`` (with display images) in a grid with their targets."""
-    columns = min(COLUMNS[browse.task], len(samples))
+    panel = get_task(browse.task).browse  # pages of at most 1560 x 1160 pixels
+    columns = min(panel.columns, len(samples))
     rows = math.ceil(len(samples) / columns)
-    width, height = PANEL_PX[browse.task]
-    legend = LEGEND_PX if browse.task == "seg" else 0
+    width, height = panel.panel_px
+    legend = LEGEND_PX if panel.class_legend else 0
     figure = new_figure((width * columns, height * rows + legend))
     for position, sample in enumerate(samples):
         _draw_panel(figure.add_subplot(rows, columns, position + 1), sample, browse)
@@ -146,7 +145,8 @@ def draw_samples(browse: Browse, out_dir: str) -> List[str]:
     drawn = [s for s in browse.samples if s.image is not None]
     if not drawn:
         raise ValueError(f"{browse.split}: no usable sample to draw ({len(browse.bad)} bad)")
-    per_page = COLUMNS[browse.task] * ROWS_PER_PAGE[browse.task]
+    panel = get_task(browse.task).browse
+    per_page = panel.columns * panel.rows_per_page
     pages = [drawn[start : start + per_page] for start in range(0, len(drawn), per_page)]
     paths = [os.path.join(out_dir, name) for name in page_names(len(pages))]
     for page, path in zip(pages, paths):

@@ -3,6 +3,6 @@
 resolved; adding a task is one module here (registered below) plus its components."""
 
 from ppdist.tasks import det, rec, seg, table  # noqa: F401  (each registers its Task)
-from ppdist.tasks.registry import TASKS, BenchmarkData, GraphSpec, Task, get_task, task_of
+from ppdist.tasks.registry import TASKS, BenchmarkData, BrowsePanel, GraphSpec, Task, get_task, task_of
 
-__all__ = ["TASKS", "BenchmarkData", "GraphSpec", "Task", "get_task", "task_of"]
+__all__ = ["TASKS", "BenchmarkData", "BrowsePanel", "GraphSpec", "Task", "get_task", "task_of"]

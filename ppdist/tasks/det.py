@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -16,7 +17,14 @@ from torch import nn
 
 from ppdist.components import build_postprocess
 from ppdist.data.synthetic_det import generate_det_dataset
-from ppdist.tasks.registry import BenchmarkData, GraphSpec, Task, eval_transform_size, register_task
+from ppdist.tasks.registry import (
+    BenchmarkData,
+    BrowsePanel,
+    GraphSpec,
+    Task,
+    eval_transform_size,
+    register_task,
+)
 from ppdist.tasks.runner import (
     Outputs,
     Result,
@@ -234,6 +242,54 @@ BENCHMARK_DATA = BenchmarkData(
     dataset_entry=_benchmark_entry,
 )
 
+
+def annotation_boxes(raw: Mapping[str, Any], batch: Mapping[str, Any]) -> Tuple[np.ndarray, np.ndarray]:
+    """A detection sample's annotated boxes (xyxy) and classes in its transformed image, for an
+    eval pipeline that keeps no boxes: scaled by the batch's ``scale_factor`` ([sy, sx]), which
+    is what eval pipelines do to an image (resize only); crowd boxes left out."""
+    boxes = np.asarray(raw["gt_bbox"], np.float32).reshape(-1, 4)
+    classes = np.asarray(raw["gt_class"], np.int64).reshape(-1)
+    crowd = np.asarray(raw.get("is_crowd", np.zeros(len(boxes))), np.int64).reshape(-1) > 0
+    scale = np.ones(2, np.float32)
+    if "scale_factor" in batch:
+        scale = np.asarray(batch["scale_factor"][0], np.float32).reshape(2)
+    boxes = boxes * np.array([scale[1], scale[0], scale[1], scale[0]], np.float32)
+    return boxes[~crowd], classes[~crowd]
+
+
+def browse_targets(
+    reader: Any, batch: Mapping[str, Any], sample: Any, draw: bool, raw: Optional[Mapping[str, Any]]
+) -> None:
+    """The boxes and classes the model gets (PadGT's padding rows left out); an eval pipeline keeps
+    none (the metric reads the annotations): the annotated ones, scaled (``annotation_boxes``)."""
+    if "gt_bbox" not in batch:
+        sample.boxes, sample.classes = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+        if raw is not None:
+            sample.boxes, sample.classes = annotation_boxes(raw, batch)
+        return
+    boxes = batch["gt_bbox"][0].reshape(-1, 4).numpy()
+    classes = batch["gt_class"][0].reshape(-1).numpy().astype(np.int64)
+    real = np.ones(len(boxes), bool)
+    if "pad_gt_mask" in batch:  # PadGT's padding rows are no boxes
+        real = batch["pad_gt_mask"][0].reshape(-1).numpy() > 0
+    sample.boxes, sample.classes = boxes[real], classes[real]
+
+
+def browse_summary(browse: Any, counted: Sequence[Any]) -> Dict[str, Any]:
+    """Boxes in all, per class (named) and per image."""
+    names = browse.class_names
+    per_class = Counter(int(c) for s in counted for c in s.classes)
+    return {
+        "boxes": sum(per_class.values()),
+        "boxes_per_class": {
+            (names[c] if 0 <= c < len(names) else str(c)): n for c, n in sorted(per_class.items())
+        },
+        "boxes_per_image": dict(sorted(Counter(len(s.boxes) for s in counted).items())),
+    }
+
+
+BROWSE_PANEL = BrowsePanel(browse_targets, browse_summary, panel_px=(320, 320), columns=4, rows_per_page=3)
+
 TASK = register_task(
     Task(
         name="det",
@@ -244,6 +300,7 @@ TASK = register_task(
         runner=DetRunner,
         writer=det_writer,
         benchmark_data=BENCHMARK_DATA,
+        browse=BROWSE_PANEL,
         build_deploy=build_det_deploy,
         labels=detection_labels,
     )

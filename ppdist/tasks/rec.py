@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections import Counter
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import lmdb
@@ -18,6 +19,7 @@ from ppdist.components import build_postprocess
 from ppdist.data.synthetic import generate_rec_dataset
 from ppdist.tasks.registry import (
     BenchmarkData,
+    BrowsePanel,
     GraphSpec,
     Task,
     eval_transform_size,
@@ -207,6 +209,28 @@ BENCHMARK_DATA = BenchmarkData(
     dataset_entry=_benchmark_entry,
 )
 
+
+def browse_targets(
+    reader: Any, batch: Mapping[str, Any], sample: Any, draw: bool, raw: Optional[Mapping[str, Any]]
+) -> None:
+    """The encoded label decoded back with the dictionary."""
+    length = int(batch["length"][0])
+    sample.text = "".join(reader.characters[int(i)] for i in batch["label"][0][:length])
+
+
+def browse_summary(browse: Any, counted: Sequence[Any]) -> Dict[str, Any]:
+    """Characters in all and per character, label lengths."""
+    return {
+        "characters": sum(len(s.text) for s in counted),
+        "characters_per_class": dict(Counter("".join(s.text for s in counted)).most_common()),
+        "label_lengths": dict(sorted(Counter(len(s.text) for s in counted).items())),
+    }
+
+
+BROWSE_PANEL = BrowsePanel(
+    browse_targets, browse_summary, panel_px=(400, 140), columns=3, rows_per_page=8, needs_characters=True
+)
+
 TASK = register_task(
     Task(
         name="rec",
@@ -216,6 +240,7 @@ TASK = register_task(
         runner=RecRunner,
         writer=rec_writer,
         benchmark_data=BENCHMARK_DATA,
+        browse=BROWSE_PANEL,
         build_deploy=build_rec_deploy,
         label_files=write_characters,
     )

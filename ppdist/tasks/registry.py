@@ -48,12 +48,31 @@ class BenchmarkData:
 
 
 @dataclass(frozen=True)
+class BrowsePanel:
+    """How ``tools/browse_dataset.py`` reads and pages a task's samples. ``targets`` sets a browsed
+    sample's target from its one-sample batch (``reader``: the split's reader, ``raw``: the sample
+    as the dataset read it, or None; ``draw``: keep what the picture needs); ``summary`` gives the
+    task's entries of the split's summary over the counted samples; ``on_read`` (optional) sees
+    every sample read as the dataset read it (None when it cannot be read), a rejected one too. The page: panel size in pixels, columns, rows per page,
+    a legend of the page's classes under it."""
+
+    targets: Callable[[Any, Mapping[str, Any], Any, bool, Optional[Mapping[str, Any]]], None]
+    summary: Callable[[Any, Sequence[Any]], Dict[str, Any]]
+    panel_px: Tuple[int, int]
+    columns: int
+    rows_per_page: int
+    needs_characters: bool = False  # the reader decodes labels with the post-process's characters
+    class_legend: bool = False
+    on_read: Optional[Callable[[Any, Optional[Mapping[str, Any]], Any], None]] = None
+
+
+@dataclass(frozen=True)
 class Task:
     """One task: its name, the post-processes that identify it, its exported graph's input and
     output names (``raw_outputs``: without the in-graph post-process, detection's
     ``exclude_nms``), the builder of its deployed module, its inference ``runner`` (built from an
     inference info) and result ``writer`` (``tools/infer.py``'s files), its synthetic
-    ``benchmark_data``, and its labels: ``labels`` those a config
+    ``benchmark_data``, its dataset ``browse`` panel, and its labels: ``labels`` those a config
     names (detection's categories, segmentation's class names), ``label_files`` those an export
     writes beside ``inference.yml`` (the rec dictionary, the table structure tokens)."""
 
@@ -68,6 +87,7 @@ class Task:
     labels: Optional[Callable[[Mapping[str, Any]], Any]] = None
     label_files: Optional[LabelWriter] = None
     benchmark_data: Optional[BenchmarkData] = None
+    browse: Optional[BrowsePanel] = None
 
     def graph_outputs(self, exclude_nms: bool = False) -> List[str]:
         """The graph's output names, the raw ones when the in-graph post-process is left out."""

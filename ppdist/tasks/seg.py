@@ -5,6 +5,7 @@ benchmark set."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
@@ -18,7 +19,14 @@ from ppdist.data.base import RejectedSample
 from ppdist.data.image_size import DEFAULT_MAX_IMAGE_PIXELS, check_image_pixels
 from ppdist.data.seg import CITYSCAPES_NAMES, read_class_names
 from ppdist.data.synthetic_seg import generate_seg_dataset
-from ppdist.tasks.registry import BenchmarkData, GraphSpec, Task, eval_transform_size, register_task
+from ppdist.tasks.registry import (
+    BenchmarkData,
+    BrowsePanel,
+    GraphSpec,
+    Task,
+    eval_transform_size,
+    register_task,
+)
 from ppdist.tasks.result_files import (
     file_stem,
     legend_strip,
@@ -213,6 +221,37 @@ BENCHMARK_DATA = BenchmarkData(
     dataset_entry=_benchmark_entry,
 )
 
+
+def browse_targets(
+    reader: Any, batch: Mapping[str, Any], sample: Any, draw: bool, raw: Optional[Mapping[str, Any]]
+) -> None:
+    """The label map's pixels per value (and the map itself for a picture)."""
+    label = batch["label"][0].numpy().astype(np.int64)
+    label = label.reshape(label.shape[-2:])
+    values, counts = np.unique(label, return_counts=True)
+    sample.pixel_counts = {int(v): int(n) for v, n in zip(values, counts)}
+    if draw:
+        sample.label_map = label
+
+
+def browse_summary(browse: Any, counted: Sequence[Any]) -> Dict[str, Any]:
+    """Labelled pixels in all and per class, the ignored ones apart."""
+    pixels: Counter = Counter()
+    for sample in counted:
+        pixels.update(sample.pixel_counts)
+    ignored = pixels.pop(browse.ignore_index, 0) if browse.ignore_index is not None else 0
+    return {
+        "labelled_pixels": sum(pixels.values()),
+        "pixels_per_class": dict(sorted(pixels.items())),
+        "ignored_pixels": ignored,
+        "ignore_index": browse.ignore_index,
+    }
+
+
+BROWSE_PANEL = BrowsePanel(
+    browse_targets, browse_summary, panel_px=(520, 280), columns=3, rows_per_page=4, class_legend=True
+)
+
 TASK = register_task(
     Task(
         name="seg",
@@ -222,6 +261,7 @@ TASK = register_task(
         runner=SegRunner,
         writer=seg_writer,
         benchmark_data=BENCHMARK_DATA,
+        browse=BROWSE_PANEL,
         build_deploy=build_seg_deploy,
         labels=segmentation_labels,
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -17,7 +17,7 @@ from torch import nn
 from ppdist.components import build_postprocess
 from ppdist.data.synthetic_table import generate_table_dataset
 from ppdist.metrics.teds import structure_html
-from ppdist.tasks.registry import BenchmarkData, GraphSpec, Task, register_task, write_lines
+from ppdist.tasks.registry import BenchmarkData, BrowsePanel, GraphSpec, Task, register_task, write_lines
 from ppdist.tasks.result_files import (
     file_stem,
 )
@@ -27,6 +27,13 @@ from ppdist.tasks.runner import (
     Runner,
     Sample,
     build_postprocess_of,
+)
+from ppdist.tasks.table_browse import (
+    cell_boxes,
+    raw_structure_length,
+    structure_tokens,
+    table_grid,
+    table_summary,
 )
 from ppdist.utils.atomic import temporary_path, write_text_atomic
 from ppdist.visualize.palette import class_colour
@@ -198,6 +205,50 @@ BENCHMARK_DATA = BenchmarkData(
     dataset_entry=_benchmark_entry,
 )
 
+
+def browse_targets(
+    reader: Any, batch: Mapping[str, Any], sample: Any, draw: bool, raw: Optional[Mapping[str, Any]]
+) -> None:
+    """The encoded structure decoded back to tokens, its grid, the learned cell boxes."""
+    structure, length = batch["structure"][0].numpy(), int(batch["length"][0])
+    sample.structure = structure_tokens(structure, length, reader.characters)
+    sample.grid = table_grid(sample.structure)
+    sample.boxes = cell_boxes(
+        batch["bboxes"][0].numpy(),
+        batch["bbox_masks"][0].numpy(),
+        batch["shape"][0].numpy(),
+        reader.box_format,
+    )
+
+
+def browse_on_read(reader: Any, raw: Optional[Mapping[str, Any]], browse: Any) -> None:
+    """Every table read, a rejected one too, has its structure length counted (``raw``: the sample
+    as read, None when it cannot be read)."""
+    length = raw_structure_length(reader.table_encoder, raw)
+    if length is not None:
+        browse.structure_lengths.append(length)
+
+
+def browse_summary(browse: Any, counted: Sequence[Any]) -> Dict[str, Any]:
+    """Rows, columns, cells, spanning cells and structure lengths (``ppdist.tasks.table_browse.table_summary``)."""
+    return table_summary(
+        [s.grid for s in counted],
+        [len(s.structure) for s in counted],
+        browse.structure_lengths,
+        browse.max_text_length,
+    )
+
+
+BROWSE_PANEL = BrowsePanel(
+    browse_targets,
+    browse_summary,
+    panel_px=(400, 440),
+    columns=3,
+    rows_per_page=2,
+    needs_characters=True,
+    on_read=browse_on_read,
+)
+
 TASK = register_task(
     Task(
         name="table",
@@ -207,6 +258,7 @@ TASK = register_task(
         runner=TableRunner,
         writer=table_writer,
         benchmark_data=BENCHMARK_DATA,
+        browse=BROWSE_PANEL,
         build_deploy=build_table_deploy,
         label_files=write_structure_tokens,
     )

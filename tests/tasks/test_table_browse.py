@@ -14,10 +14,10 @@ from ppdist_testing import tiny_table_config
 from ppdist.browse.browse import BrowseOptions, browse_dataset
 from ppdist.browse.dataset_browser import read_samples, split_dataset, summarize
 from ppdist.browse.sample_grid import cell_colour, render_samples
-from ppdist.browse.table_browse import TableGrid, caption, cell_boxes, table_grid
 from ppdist.config import load_config
 from ppdist.data.synthetic_table import generate_table_dataset
 from ppdist.data.transforms.table import merge_no_span
+from ppdist.tasks.table_browse import TableGrid, caption, cell_boxes, table_grid
 
 SIZE = 160
 
