@@ -15,13 +15,21 @@ or the parts, run by the loop without a config file of their own (docs/architect
     ppdist.Trainer(model, ppdist.build_loss(config), optimizer, scheduler, loader, epochs=2).train()
 
 A ``ppdist.WeightUpdate(model, optimizer, scheduler, scaler=..., ema=..., clip_gradients=...,
-nan_policy=...)`` passed as ``Trainer(..., update=...)`` sets how gradients become weights.
+nan_policy=...)`` passed as ``Trainer(..., update=...)`` sets how gradients become weights;
+``ppdist.build_runtime(config["Global"], device)`` applies the config's backend settings and gives
+the autocast, memory format and loss scaling that training, evaluation and the benchmarks use:
+
+    runtime = ppdist.build_runtime(config["Global"], torch.device("cpu"))
+    model = runtime.place(ppdist.build_model(config))
+    with runtime.autocast():
+        preds = model(batch)
 """
 
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess
 from ppdist.convert.configs import load_config
 from ppdist.data.build import build_dataloader
 from ppdist.engine.hooks import Hook
+from ppdist.engine.runtime import Runtime, build_runtime
 from ppdist.engine.setup import build_optimizer, build_trainer
 from ppdist.engine.trainer import Trainer
 from ppdist.engine.update import WeightUpdate
@@ -30,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Hook",
+    "Runtime",
     "Trainer",
     "WeightUpdate",
     "__version__",
@@ -39,6 +48,7 @@ __all__ = [
     "build_model",
     "build_optimizer",
     "build_postprocess",
+    "build_runtime",
     "build_trainer",
     "load_config",
 ]

@@ -11,12 +11,10 @@ import torch
 from ppdist.components import build_metric, build_model, build_postprocess
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
-from ppdist.engine.amp import make_autocast
 from ppdist.engine.checkpoint import weights_source
-from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
-from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.finite_state import describe, nonfinite_tensors
+from ppdist.engine.runtime import build_runtime
 from ppdist.errors import ConfigError
 from ppdist.registry import METRICS
 
@@ -75,20 +73,16 @@ def evaluate_checkpoint(
         raise ConfigError("tools/eval.py needs the weights: -o Global.checkpoints=path/to/best_accuracy")
     if not config.get("Eval"):
         raise ConfigError("missing required section Eval")
-    apply_backend_settings(glob, env.device)
+    runtime = build_runtime(glob, env.device)
     model = build_model(config)
     data, source = ckpt.load_across_ranks(source, env)  # also when only some nodes have the file
     ckpt.load_inference_weights(model, data, source)
     warn_if_not_finite(model, source)
     if "metrics" in data:
         logger.info("metrics stored in the checkpoint: %s", data["metrics"])
-    model.to(env.device)
-    memory_nhwc = channels_last(glob, env.device)
-    if memory_nhwc:
-        model = model.to(memory_format=torch.channels_last)
+    model = runtime.place(model)
     loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
-    autocast, _ = make_autocast(glob, env.device)
-    evaluator = Evaluator(loader, build_postprocess(config), build_metric(config), env, autocast, memory_nhwc)
+    evaluator = runtime.evaluator(loader, build_postprocess(config), build_metric(config), env)
     metrics = evaluator.run(model)
     logger.info("eval: %d process(es), fps %.2f", env.world_size, evaluator.last_fps)
     if on_metrics is not None:

@@ -21,12 +21,10 @@ from ppdist.config import compile_options
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
-from ppdist.engine.amp import make_autocast, make_grad_scaler
 from ppdist.engine.batch import batch_size_of, move_to_device
-from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.ema import ModelEMA
-from ppdist.engine.evaluator import Evaluator
+from ppdist.engine.runtime import build_runtime
 from ppdist.engine.setup import build_trainer
 from ppdist.engine.trainer import EPOCH_KEY
 from ppdist.export.deploy_modules import build_deploy
@@ -134,11 +132,8 @@ def measure_bare_loop(
     glob = config["Global"]
     opt_cfg = config["Optimizer"]
     seed_everything(glob["seed"])
-    apply_backend_settings(glob, device)
-    nhwc = channels_last(glob, device)
-    model = build_model(config).to(device)
-    if nhwc:
-        model = model.to(memory_format=torch.channels_last)
+    runtime = build_runtime(glob, device)
+    model = runtime.place(build_model(config))
     apply_statistics_rule(model, glob["bn_statistics"])
     model.train()
     options = compile_options(glob)
@@ -147,13 +142,14 @@ def measure_bare_loop(
     if isinstance(loss_fn, torch.nn.Module):
         loss_fn.to(device)
     host_keys = tuple(getattr(loss_fn, "host_keys", ()))
-    batches = [move_to_device(batch, device, nhwc, keep_on_host=host_keys) for batch in batches]
+    batches = [
+        move_to_device(batch, device, runtime.channels_last, keep_on_host=host_keys) for batch in batches
+    ]
     total = len(batches)
     optimizer, scheduler = build_optimizer(
         opt_cfg, model, math.ceil(total / steps_per_epoch), steps_per_epoch, total
     )
-    autocast, use_scaler = make_autocast(glob, device)
-    scaler = make_grad_scaler(glob, use_scaler, device)
+    scaler = runtime.grad_scaler(glob)
     ema = (
         ModelEMA(model, decay=glob["ema_decay"], decay_type=glob["ema_decay_type"])
         if glob["use_ema"]
@@ -166,7 +162,7 @@ def measure_bare_loop(
         if index == warmup:
             _sync(device)
             start = time.perf_counter()
-        with autocast():
+        with runtime.autocast():
             preds = network(dict(batch))
         loss = loss_fn(preds, dict(batch))["loss"]
         optimizer.zero_grad(set_to_none=True)
@@ -206,15 +202,11 @@ def build_weighted_model(
 def measure_eval(config: Mapping[str, Any], env: DistEnv, weights: Optional[str]) -> Dict[str, Any]:
     """One pass of the evaluator over the Eval set: samples/s and the metrics."""
     glob = config["Global"]
-    apply_backend_settings(glob, env.device)
-    nhwc = channels_last(glob, env.device)
-    model = build_weighted_model(config, weights, env.device)
-    if nhwc:
-        model = model.to(memory_format=torch.channels_last)
+    runtime = build_runtime(glob, env.device)
+    model = runtime.place(build_weighted_model(config, weights, env.device))
     loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
-    autocast, _ = make_autocast(glob, env.device)
     metric = build_metric(config)
-    evaluator = Evaluator(loader, build_postprocess(config), metric, env, autocast, nhwc)
+    evaluator = runtime.evaluator(loader, build_postprocess(config), metric, env)
     start = time.perf_counter()
     metrics = evaluator.run(model, desc="benchmark eval")
     seconds = time.perf_counter() - start

@@ -31,8 +31,8 @@ from ppdist.config import (
     wandb_settings,
 )
 from ppdist.data.build import build_dataloader, input_size_count
-from ppdist.engine.amp import make_autocast, make_grad_scaler
-from ppdist.engine.device_settings import apply_backend_settings, broadcast_buffers, channels_last
+from ppdist.engine.amp import make_grad_scaler
+from ppdist.engine.device_settings import broadcast_buffers, channels_last
 from ppdist.engine.dist import DistEnv, init_distributed, warn_cpu_fallback
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.evaluator import Evaluator
@@ -54,6 +54,7 @@ from ppdist.engine.logger import LOGGER_NAME, ScalarWriter, setup_logger
 from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
 from ppdist.engine.run_dir import claim_run_dir
+from ppdist.engine.runtime import build_runtime
 from ppdist.engine.trainer import Trainer
 from ppdist.engine.update import WeightUpdate
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
@@ -258,7 +259,7 @@ def build_trainer(
     sampler = train_loader.batch_sampler
     steps_per_epoch = sampler.steps_per_epoch  # optimizer steps (micro-batches / Global.accumulate_steps)
     seed_everything(glob["seed"])  # identical initial weights on every rank
-    apply_backend_settings(glob, env.device)
+    runtime = build_runtime(glob, env.device)
     keep_freed_memory()  # each step frees and re-allocates its activations: reuse the pages
     model = place_model(build_model(config), glob, env)
     loss_fn = build_loss(config)
@@ -267,14 +268,9 @@ def build_trainer(
     postprocess, metric = build_postprocess(config), build_metric(config)
     train_metric = (postprocess, build_metric(config)) if glob["cal_metric_during_train"] else None
     optimizer, scheduler = build_optimizer(config, model, steps_per_epoch, sampler.samples_per_step)
-    autocast, use_scaler = make_autocast(glob, env.device)
     log_precision_hint(glob, env)
     ema = build_ema(model, glob)
-    evaluator = (
-        Evaluator(eval_loader, postprocess, metric, env, autocast, channels_last(glob, env.device))
-        if eval_loader is not None
-        else None
-    )
+    evaluator = runtime.evaluator(eval_loader, postprocess, metric, env) if eval_loader is not None else None
     writer = ScalarWriter(
         os.path.join(glob["save_model_dir"], "tensorboard")
         if env.is_main and (glob["use_tensorboard"] or glob["use_visualdl"])
@@ -298,9 +294,9 @@ def build_trainer(
             *config_hooks(config),
             *hooks,
         ],
-        autocast=autocast,
-        update=build_weight_update(config, model, optimizer, scheduler, env, use_scaler, ema=ema),
-        channels_last=channels_last(glob, env.device),
+        autocast=runtime.autocast,
+        update=build_weight_update(config, model, optimizer, scheduler, env, runtime.loss_scaling, ema=ema),
+        channels_last=runtime.channels_last,
         train_metric=train_metric,
         writer=writer,
         save_dir=glob["save_model_dir"],
@@ -322,7 +318,7 @@ def build_weight_update(
     ema: Optional[ModelEMA] = None,
     nan_policy: Any = "config",
 ) -> WeightUpdate:
-    """The update policy of ``config``: its loss scaler (``use_scaler``, from ``make_autocast``),
+    """The update policy of ``config``: its loss scaler (``use_scaler``: ``Runtime.loss_scaling``),
     ``ema``, gradient clipping and ``Global.nan_policy`` (or the ``nan_policy`` given)."""
     glob = config["Global"]
     return WeightUpdate(
