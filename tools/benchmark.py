@@ -33,9 +33,9 @@ from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
 from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
 from ppdist.convert.configs import load_config
 from ppdist.engine.checkpoint import weights_source
-from ppdist.engine.dist import DistEnv, cleanup, init_distributed, warn_cpu_fallback
-from ppdist.engine.logger import setup_logger
+from ppdist.engine.dist import DistEnv
 from ppdist.engine.prepare import ensure_synthetic_data
+from ppdist.engine.session import open_session
 from ppdist.errors import ConfigError
 from ppdist.inference.runners import list_images
 from ppdist.utils.atomic import write_text_atomic
@@ -265,12 +265,11 @@ def main() -> int:
         result = run_input_pipeline_part(args, config, output_dir)
         write_json(result, args.json or os.path.join(output_dir, "input_pipeline.json"))
         return 0
-    env = init_distributed(config["Global"]["use_gpu"], config["Global"]["dist_timeout"])
-    logger = setup_logger(os.path.join(output_dir, "benchmark.log"), env.rank)
+    session = open_session(config, "benchmarking", os.path.join(output_dir, "benchmark.log"))
+    env, logger = session.env, session.logger
     for handler in list(logger.handlers):  # the trainer's lines go to the log file, the report to the console
         if not isinstance(handler, logging.FileHandler):
             logger.removeHandler(handler)
-    warn_cpu_fallback(env, "benchmarking")
     try:
         if env.distributed and args.part == "all":
             raise ConfigError(
@@ -289,7 +288,7 @@ def main() -> int:
         result = run_all(args, config, env, overrides, output_dir)
         write_json(result, args.json or os.path.join(output_dir, "benchmark.json"))
     finally:
-        cleanup(env)
+        session.close()
     return 0
 
 

@@ -18,9 +18,8 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from ppdist.cli import base_parser, flat_overrides, run_main
 from ppdist.cli_seg_eval import add_seg_eval_arguments, override_items, seg_eval_overrides
 from ppdist.convert.configs import conversion_of, load_config, report_conversion
-from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
-from ppdist.engine.logger import setup_logger
 from ppdist.engine.prepare import ensure_synthetic_data
+from ppdist.engine.session import open_session
 from ppdist.errors import ConfigError, OutputPathError
 from ppdist.eval_runner import evaluate_checkpoint, set_picture_options
 from ppdist.utils.atomic import write_text_atomic
@@ -75,10 +74,8 @@ def main() -> int:
         set_picture_options(config, args.output_dir, args.iou, args.score)
     except ConfigError as exc:
         parser.error(str(exc))
-    glob = config["Global"]
-    env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
-    logger = setup_logger(None, env.rank)
-    warn_cpu_fallback(env, "evaluating")
+    session = open_session(config, "evaluating")
+    env, logger = session.env, session.logger
     report_conversion(
         conversion_of(args.config), None, logger, env.rank == 0
     )  # Paddle config: what was not converted
@@ -86,7 +83,7 @@ def main() -> int:
         ensure_synthetic_data(config, env)
         metrics = evaluate_checkpoint(config, env, args.output_dir, functools.partial(print_metrics, env=env))
     finally:
-        cleanup(env)
+        session.close()
     if env.is_main:
         if args.output_json:
             try:

@@ -14,10 +14,8 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 from ppdist.cli import run_main
 from ppdist.cli_compat import parse_train_args, train_command
 from ppdist.convert.configs import report_conversion
-from ppdist.engine.dist import cleanup, init_distributed, warn_cpu_fallback
-from ppdist.engine.logger import setup_logger
 from ppdist.engine.prepare import ensure_synthetic_data
-from ppdist.engine.run_dir import claim_run_dir
+from ppdist.engine.session import open_session
 from ppdist.engine.setup import build_trainer
 from ppdist.errors import ConfigError
 
@@ -29,11 +27,9 @@ def main() -> int:
     if not config.get("Train"):
         raise ConfigError(f"{args.config}: missing required section Train")
     glob = config["Global"]
-    env = init_distributed(glob["use_gpu"], glob["dist_timeout"])
-    claim = claim_run_dir(config, env)  # one run per folder, before anything is written there
-    logger = setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
-    claim.report()  # a stale lock taken over, what Global.overwrite removed
-    warn_cpu_fallback(env, "training")
+    # one run per folder, claimed before anything is written there
+    session = open_session(config, "training", os.path.join(glob["save_model_dir"], "train.log"), claim=True)
+    env, logger = session.env, session.logger
     report_conversion(conversion, glob["save_model_dir"], logger, env.rank == 0)  # converted_config.yml
     for note in command.notes:
         logger.warning("%s", note)
@@ -43,8 +39,7 @@ def main() -> int:
         build_trainer(config, env).train()
         finished = True
     finally:
-        claim.release()
-        cleanup(env, wait_for_peers=finished)
+        session.close(finished)
     return 0
 
 

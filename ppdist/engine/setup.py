@@ -33,7 +33,7 @@ from ppdist.config import (
 from ppdist.data.build import build_dataloader, input_size_count
 from ppdist.engine.amp import make_grad_scaler
 from ppdist.engine.device_settings import broadcast_buffers, channels_last
-from ppdist.engine.dist import DistEnv, init_distributed, warn_cpu_fallback
+from ppdist.engine.dist import DistEnv
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.evaluator import Evaluator
 from ppdist.engine.hooks import (
@@ -50,11 +50,11 @@ from ppdist.engine.hooks import (
     TrainLogger,
     WandbTracker,
 )
-from ppdist.engine.logger import LOGGER_NAME, ScalarWriter, setup_logger
+from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
-from ppdist.engine.run_dir import claim_run_dir
 from ppdist.engine.runtime import build_runtime
+from ppdist.engine.session import open_session
 from ppdist.engine.trainer import Trainer
 from ppdist.engine.update import WeightUpdate
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
@@ -241,14 +241,9 @@ def build_trainer(
     there (no silent overwrite of another run's checkpoints; released when training ends), and
     without a configured ``ppdist`` logger the run logs to the console and ``train.log``."""
     glob = config["Global"]
-    own_env = env is None  # a tool that passes its env has logged the CPU fallback itself
-    env = env or init_distributed(glob["use_gpu"], glob["dist_timeout"])
-    claim = claim_run_dir(config, env)  # before train.log: Global.overwrite starts it afresh
-    if not logging.getLogger(LOGGER_NAME).handlers:
-        setup_logger(os.path.join(glob["save_model_dir"], "train.log"), env.rank)
-    claim.report()
-    if own_env:
-        warn_cpu_fallback(env, "training")
+    log_file = os.path.join(glob["save_model_dir"], "train.log")
+    session = open_session(config, "training", log_file, claim=True, env=env, keep_logger=True)
+    env, claim = session.env, session.claim
     device = env.device.type
     train_loader = build_dataloader(config, "Train", "train", env.rank, env.world_size, device)
     eval_loader = (
