@@ -30,6 +30,7 @@ from ppdist.errors import ConfigError
 from ppdist.inference.infer import from_config, from_exported, infer
 from ppdist.inference.runners import build_runner, list_images
 from ppdist.inference.writers import build_writer
+from ppdist.tasks import get_task
 from ppdist.utils.writable import check_output_dir
 
 
@@ -78,7 +79,7 @@ def run(argv=None) -> dict:
         raise ConfigError("give -c CONFIG -o Global.checkpoints=PATH, or --model EXPORTED_DIR")
     overrides = seg_eval_overrides(args)
     if overrides:
-        if info["task"] != "seg":
+        if not get_task(info["task"]).test_time_augmentation:
             raise ConfigError("--aug_eval / --is_slide apply to segmentation models only")
         info["postprocess"] = {**info["postprocess"], **overrides}
         runner = build_runner(info)

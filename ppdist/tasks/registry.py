@@ -88,6 +88,7 @@ class Task:
     label_files: Optional[LabelWriter] = None
     benchmark_data: Optional[BenchmarkData] = None
     browse: Optional[BrowsePanel] = None
+    test_time_augmentation: bool = False  # the post-process takes PaddleSeg's --aug_eval / --is_slide
 
     def graph_outputs(self, exclude_nms: bool = False) -> List[str]:
         """The graph's output names, the raw ones when the in-graph post-process is left out."""

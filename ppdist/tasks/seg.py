@@ -262,6 +262,7 @@ TASK = register_task(
         writer=seg_writer,
         benchmark_data=BENCHMARK_DATA,
         browse=BROWSE_PANEL,
+        test_time_augmentation=True,
         build_deploy=build_seg_deploy,
         labels=segmentation_labels,
     )

@@ -284,6 +284,14 @@ def test_broken_exported_files_and_empty_results_are_named(tmp_path, caplog):
         _tool().run(["-c", cfg, "--input", images])
 
 
+def test_test_time_augmentation_is_refused_for_a_task_without_it(tmp_path):
+    cfg, overrides, model_dir, images = _setup(tmp_path, "rec")
+    with pytest.raises(ConfigError, match="--aug_eval / --is_slide apply to segmentation models only"):
+        _tool().run(
+            ["--model", model_dir, "--input", images, "--aug_eval", "--output_dir", str(tmp_path / "o")]
+        )
+
+
 def test_a_huge_image_is_skipped_in_infer_not_decoded(tmp_path):
     import zlib
 

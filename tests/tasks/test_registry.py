@@ -30,6 +30,7 @@ def test_the_four_tasks_are_registered_with_their_graphs():
     assert TASKS["det"].graph_outputs(exclude_nms=True) == ["boxes", "scores"]
     assert TASKS["rec"].graph_outputs(exclude_nms=True) == ["probs"]  # nothing to leave out
     assert [TASKS[t].inputs for t in ("rec", "det")] == [("image",), ("image", "scale_factor")]
+    assert [t for t in sorted(TASKS) if TASKS[t].test_time_augmentation] == ["seg"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: os.path.relpath(p, REPO))
