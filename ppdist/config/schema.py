@@ -258,6 +258,12 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
     "plot_curves": GlobalKey(
         (bool,), True, "Draw save_model_dir/curves.png (loss terms, LR, eval metrics) after every evaluation."
     ),
+    "eval_pictures": GlobalKey(
+        (bool,),
+        True,
+        "Draw the final evaluation's pictures (PR curves, confusion matrices, worst mistakes) into "
+        "save_model_dir/eval_pictures when training ends.",
+    ),
     "keep_checkpoint_max": GlobalKey(
         (int, NONE_TYPE),
         None,

@@ -196,7 +196,15 @@ def default_hooks(
         Checkpointer(glob["save_epoch_step"], glob["save_iter_step"], glob["keep_checkpoint_max"]),
     ]
     if evaluator is not None:
-        hooks.append(Evaluation(evaluator, main_indicator, glob["eval_batch_step"], glob["eval_batch_epoch"]))
+        hooks.append(
+            Evaluation(
+                evaluator,
+                main_indicator,
+                glob["eval_batch_step"],
+                glob["eval_batch_epoch"],
+                draw_pictures=glob["eval_pictures"],
+            )
+        )
         early_stop = early_stop_settings(glob)
         if early_stop is not None:
             hooks.append(EarlyStopping(*early_stop))

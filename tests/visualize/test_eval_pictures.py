@@ -260,9 +260,8 @@ def mistake_rows(path):
 @pytest.mark.slow
 def test_eval_tool_and_training_write_the_pictures_with_1_and_2_processes(tmp_path, digits_dir):
     setup_logger(None)
-    config = tiny_run_config(
-        tmp_path, digits_dir, "run", ["Global.max_iters=3", "Global.eval_batch_epoch=null"]
-    )
+    overrides = ["Global.max_iters=3", "Global.eval_batch_epoch=null"]
+    config = tiny_run_config(tmp_path, digits_dir, "run", overrides + ["Global.eval_pictures=true"])
     build_trainer(config, DistEnv()).train()
     pictures = os.path.join(config["Global"]["save_model_dir"], "eval_pictures")
     files = ["character_confusion.md", "worst_mistakes.md", "worst_mistakes.png"]
@@ -288,6 +287,17 @@ def test_eval_tool_and_training_write_the_pictures_with_1_and_2_processes(tmp_pa
     assert all(origin.startswith(os.path.join(digits_dir, "val.txt")) for *_, origin in one)
     read = [open(os.path.join(outs[n], "character_confusion.md"), encoding="utf-8").read() for n in (None, 2)]
     assert read[0] == read[1]
+
+
+def test_global_eval_pictures_false_and_plot_curves_false_draw_nothing(tmp_path, digits_dir):
+    setup_logger(None)
+    overrides = ["Global.max_iters=2", "Global.eval_batch_epoch=null"]
+    overrides += ["Global.eval_pictures=false", "Global.plot_curves=false"]
+    config = tiny_run_config(tmp_path, digits_dir, "off", overrides)
+    build_trainer(config, DistEnv()).train()
+    written = sorted(os.listdir(config["Global"]["save_model_dir"]))
+    assert "best_accuracy.pt" in written  # evaluated and saved
+    assert "eval_pictures" not in written and "curves.png" not in written, written
 
 
 @pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])

@@ -39,8 +39,10 @@ class Evaluation(Hook):
         main_indicator: str,
         eval_batch_step: Sequence[int] = (0, 2000),
         eval_batch_epoch: Optional[int] = None,
+        draw_pictures: bool = True,
     ) -> None:
         self.evaluator = evaluator
+        self.draw_final_pictures = draw_pictures  # Global.eval_pictures
         self.main_indicator = main_indicator
         self.start, self.interval = (int(v) for v in eval_batch_step)
         self.every_epochs = eval_batch_epoch
@@ -71,12 +73,14 @@ class Evaluation(Hook):
         """The final model was evaluated by ``after_epoch`` of the last epoch (before the checkpoint
         hook writes ``latest``, once); should it not have been, evaluate it now and save ``latest``
         again so that it holds the updated best. Then the final evaluation's pictures go to
-        ``save_model_dir/eval_pictures`` (rank 0; ``Evaluator.draw_pictures``)."""
+        ``save_model_dir/eval_pictures`` (rank 0; ``Evaluator.draw_pictures``; off with
+        ``Global.eval_pictures: false``)."""
         position = self.trainer.position
         if self.last_eval_step != position.global_step:
             self.evaluate(position.completed_epoch)
             self.trainer.save(LATEST_NAME)
-        if self.last_metrics and self.trainer.save_dir:  # the final evaluation's pictures (rank 0)
+        # the final evaluation's pictures (rank 0)
+        if self.draw_final_pictures and self.last_metrics and self.trainer.save_dir:
             try:
                 self.evaluator.draw_pictures(os.path.join(self.trainer.save_dir, PICTURES_DIR))
             except Exception as exc:  # the run is done and saved: a picture never fails it
