@@ -44,6 +44,8 @@ def tiny_config(
                 "eval_batch_step": [0, 1000000],
                 "eval_batch_epoch": 2,
                 "dist_timeout": 300,
+                "plot_curves": False,  # drawn by the tests of curves and pictures only
+                "eval_pictures": False,
                 "synthetic_data": {
                     "kind": "rec",
                     "data_dir": data_dir,
@@ -163,6 +165,8 @@ def tiny_seg_config(
                 "print_batch_step": 10,
                 "eval_batch_step": [0, 1000000],
                 "dist_timeout": 300,
+                "plot_curves": False,  # drawn by the tests of curves and pictures only
+                "eval_pictures": False,
                 "num_classes": 4,
                 "synthetic_data": {
                     "kind": "seg",
@@ -265,6 +269,8 @@ def tiny_det_config(
                 "print_batch_step": 8,
                 "eval_batch_epoch": epochs,
                 "dist_timeout": 300,
+                "plot_curves": False,  # drawn by the tests of curves and pictures only
+                "eval_pictures": False,
                 "num_classes": 2,
                 "width_mult": 0.25,
                 "depth_mult": 0.33,
@@ -419,6 +425,7 @@ def tiny_table_config(path: str, data_dir: str, save_dir: str, epochs: int = 2, 
             "max_text_length": 40,
             "dist_timeout": 300,
             "plot_curves": False,
+            "eval_pictures": False,
             "synthetic_data": None,
         },
         "Architecture": {

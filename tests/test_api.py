@@ -36,7 +36,9 @@ def test_the_parts_of_a_config_train_in_the_loop_without_the_tools(tmp_path, dig
 
 def test_build_trainer_takes_the_process_from_the_environment(tmp_path, digits_dir):
     setup_logger(None)
-    trainer = ppdist.build_trainer(tiny_run_config(tmp_path, digits_dir, "env", ["Global.use_gpu=false"]))
+    trainer = ppdist.build_trainer(
+        tiny_run_config(tmp_path, digits_dir, "env", ["Global.use_gpu=false", "Global.plot_curves=true"])
+    )
     assert trainer.env.world_size == 1 and trainer.env.device.type == "cpu"
     assert [hook.hook_name for hook in trainer.hooks] == [
         "run_dir",

@@ -62,7 +62,7 @@ def test_gradient_as_bucket_view_defaults_per_device():
 def test_a_hook_named_in_the_config_is_built_run_saved_and_resumed(tmp_path, digits_dir, user_hooks_on_path):
     setup_logger(None)
     hooks = [f"Global.custom_imports=[{user_hooks_on_path}]", "Global.hooks=[{name: StepsSeen, every: 4}]"]
-    common = ["Global.eval_batch_epoch=null", "Global.save_iter_step=6", *hooks]
+    common = ["Global.eval_batch_epoch=null", "Global.save_iter_step=6", "Global.plot_curves=true", *hooks]
     trainer = build_trainer(
         tiny_run_config(tmp_path, digits_dir, "run", common + ["Global.max_iters=8"]), DistEnv()
     )

@@ -18,6 +18,7 @@ from ppdist.visualize import draw_curves, parse_train_log, read_run, read_tensor
 from ppdist.visualize.curves import layout
 
 COMMON = ["Global.use_tensorboard=true", "Global.print_batch_step=2", "Global.eval_batch_epoch=null"]
+COMMON += ["Global.plot_curves=true"]  # tiny_run_config draws no curves
 
 
 def train(config):
