@@ -18,6 +18,9 @@ from ppdist.engine.setup import build_trainer
 from ppdist.errors import CheckpointError, ConfigError, DataError
 
 
+HALF = "Train.dataset.ratio_list=[0.5]"  # 256 of the 512 training samples each epoch
+
+
 def snapshot_first_best(trainer):
     """Makes ``trainer`` copy best_accuracy.pt to snapshot.pt the first time it is written (a
     mid-epoch checkpoint here); returns the snapshot's path."""
@@ -36,10 +39,10 @@ def snapshot_first_best(trainer):
 @pytest.mark.slow
 def test_mid_epoch_resume_matches_uninterrupted_run(tmp_path, digits_dir):
     setup_logger(None)
-    # 512 samples / 16 = 32 batches per epoch; eval (and best_accuracy) at step 12, mid-epoch 1
-    cfg = config_for(
-        tmp_path, digits_dir, "full", ["Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,12]"]
-    )
+    # half of the 512 samples (ratio_list) / 16 = 16 batches per epoch; eval (and best_accuracy)
+    # at step 12, mid-epoch 1; the resumed run crosses into epoch 2
+    every_12 = ["Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,12]", HALF]
+    cfg = config_for(tmp_path, digits_dir, "full", every_12)
     full = build_trainer(cfg, DistEnv())
     snapshot = snapshot_first_best(full)
     full.train()
@@ -50,16 +53,12 @@ def test_mid_epoch_resume_matches_uninterrupted_run(tmp_path, digits_dir):
         tmp_path,
         digits_dir,
         "resumed",
-        [
-            "Global.eval_batch_epoch=null",
-            "Global.eval_batch_step=[0,12]",
-            f"Global.checkpoints={snapshot}",
-        ],
+        every_12 + [f"Global.checkpoints={snapshot}"],
     )
     resumed = build_trainer(cfg2, DistEnv())
     assert resumed.position.global_step == 12 and resumed.scheduler.last_step == 12
     resumed.train()
-    assert resumed.position.global_step == full.position.global_step == 64
+    assert resumed.position.global_step == full.position.global_step == 32
     for key, value in full.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[key]), key
     assert resumed.hook("evaluation").best == full.hook("evaluation").best
@@ -192,7 +191,7 @@ def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_
 
     setup_logger(None)
     cfg = config_for(
-        tmp_path, digits_dir, "first", ["Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,12]"]
+        tmp_path, digits_dir, "first", ["Global.eval_batch_epoch=null", "Global.eval_batch_step=[0,12]", HALF]
     )
     first = build_trainer(cfg, DistEnv())
     snapshot = snapshot_first_best(first)
@@ -201,6 +200,7 @@ def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_
         "Global.eval_batch_epoch=null",
         f"Global.checkpoints={snapshot}",
         "Train.loader.batch_size_per_card=8",
+        HALF,
     ]
     with pytest.raises(CheckpointError, match=r"Global.auto_scale_lr: \{base_batch_size: N\}"):
         build_trainer(config_for(tmp_path, digits_dir, "refused", resume), DistEnv())
@@ -211,7 +211,7 @@ def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_
     trainer = build_trainer(scaled, DistEnv())
     lr_factor = setup.lr_factor(scaled["Global"], trainer.sampler.samples_per_step)
     assert lr_factor == 0.5 and trainer.scheduler.schedule.base_lr == pytest.approx(0.001)
-    # 512 - 192 = 320 samples left in epoch 1 = 40 batches of 8; the epoch has 64 such batches
+    # 256 - 192 = 64 samples left in epoch 1 = 8 batches of 8; the epoch has 32 such batches
     position = trainer.position
     assert (position.next_epoch, position.epoch_consumed, position.next_batch, position.global_step) == (
         1,
@@ -221,7 +221,7 @@ def test_resume_with_another_batch_layout_needs_auto_scale_lr_and_continues_the_
     )
     assert trainer.scheduler.last_step == 24
     trainer.train()
-    assert trainer.position.global_step == 2 * 64
+    assert trainer.position.global_step == 2 * 32
 
 
 def test_auto_scale_lr_scales_every_learning_rate_of_the_schedule():
