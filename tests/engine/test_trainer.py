@@ -17,7 +17,6 @@ from ppdist.engine.logger import setup_logger
 from ppdist.engine.setup import build_trainer
 from ppdist.errors import CheckpointError, ConfigError, DataError
 
-
 HALF = "Train.dataset.ratio_list=[0.5]"  # 256 of the 512 training samples each epoch
 
 
