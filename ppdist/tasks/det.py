@@ -290,6 +290,25 @@ def browse_summary(browse: Any, counted: Sequence[Any]) -> Dict[str, Any]:
 
 BROWSE_PANEL = BrowsePanel(browse_targets, browse_summary, panel_px=(320, 320), columns=4, rows_per_page=3)
 
+
+def training_sample(config: Mapping[str, Any], size: Tuple[int, int], index: int) -> Dict[str, torch.Tensor]:
+    """An image with 2-5 random boxes, padded to 6 ground truths (``pad_gt_mask``)."""
+    generator = torch.Generator().manual_seed(index)
+    height, width = size
+    image = torch.randn(3, height, width, generator=generator)
+    classes = config["Global"].get("num_classes") or config["Architecture"]["Head"]["num_classes"]
+    boxes, count = 6, 2 + index % 4
+    xy = torch.rand(boxes, 2, generator=generator) * torch.tensor([width * 0.6, height * 0.6])
+    wh = (0.1 + 0.3 * torch.rand(boxes, 2, generator=generator)) * torch.tensor([width, height])
+    real = (torch.arange(boxes) < count).float().unsqueeze(-1)
+    return {
+        "image": image,
+        "gt_bbox": torch.cat([xy, xy + wh], dim=-1) * real,
+        "gt_class": torch.randint(0, classes, (boxes, 1), generator=generator) * real.long(),
+        "pad_gt_mask": real,
+    }
+
+
 TASK = register_task(
     Task(
         name="det",
@@ -300,6 +319,7 @@ TASK = register_task(
         runner=DetRunner,
         writer=det_writer,
         benchmark_data=BENCHMARK_DATA,
+        training_sample=training_sample,
         browse=BROWSE_PANEL,
         build_deploy=build_det_deploy,
         labels=detection_labels,

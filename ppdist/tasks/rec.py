@@ -231,6 +231,25 @@ BROWSE_PANEL = BrowsePanel(
     browse_targets, browse_summary, panel_px=(400, 140), columns=3, rows_per_page=8, needs_characters=True
 )
 
+
+def training_sample(config: Mapping[str, Any], size: Tuple[int, int], index: int) -> Dict[str, torch.Tensor]:
+    """A text-line image with a 3-6 character label (classes 1-10 exist in every dictionary, 0 is
+    the CTC blank), and PP-OCRv3's multi-head labels: the CTC label and SAR targets."""
+    generator = torch.Generator().manual_seed(index)
+    image = torch.randn(3, *size, generator=generator)
+    max_len, length = config["Global"]["max_text_length"], 3 + index % 4
+    label = torch.zeros(max_len, dtype=torch.long)
+    label[:length] = torch.randint(1, 11, (length,), generator=generator)
+    return {
+        "image": image,
+        "label": label,
+        "length": torch.tensor(length),
+        "label_ctc": label,
+        "label_sar": torch.randint(1, 11, (max_len,), generator=generator),
+        "valid_ratio": torch.tensor(1.0),
+    }
+
+
 TASK = register_task(
     Task(
         name="rec",
@@ -240,6 +259,7 @@ TASK = register_task(
         runner=RecRunner,
         writer=rec_writer,
         benchmark_data=BENCHMARK_DATA,
+        training_sample=training_sample,
         browse=BROWSE_PANEL,
         build_deploy=build_rec_deploy,
         label_files=write_characters,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import torch
 from torch import nn
 
 from ppdist.errors import ConfigError
@@ -72,7 +73,7 @@ class Task:
     output names (``raw_outputs``: without the in-graph post-process, detection's
     ``exclude_nms``), the builder of its deployed module, its inference ``runner`` (built from an
     inference info) and result ``writer`` (``tools/infer.py``'s files), its synthetic
-    ``benchmark_data``, its dataset ``browse`` panel, and its labels: ``labels`` those a config
+    ``benchmark_data`` and ``training_sample``, its dataset ``browse`` panel, and its labels: ``labels`` those a config
     names (detection's categories, segmentation's class names), ``label_files`` those an export
     writes beside ``inference.yml`` (the rec dictionary, the table structure tokens)."""
 
@@ -89,6 +90,11 @@ class Task:
     benchmark_data: Optional[BenchmarkData] = None
     browse: Optional[BrowsePanel] = None
     test_time_augmentation: bool = False  # the post-process takes PaddleSeg's --aug_eval / --is_slide
+    # one synthetic training sample (model inputs and loss targets) of a config at an image size
+    # (height, width), seeded by its index: the op counter's and the step tests' batches
+    training_sample: Optional[
+        Callable[[Mapping[str, Any], Tuple[int, int], int], Dict[str, torch.Tensor]]
+    ] = None
 
     def graph_outputs(self, exclude_nms: bool = False) -> List[str]:
         """The graph's output names, the raw ones when the in-graph post-process is left out."""

@@ -252,6 +252,16 @@ BROWSE_PANEL = BrowsePanel(
     browse_targets, browse_summary, panel_px=(520, 280), columns=3, rows_per_page=4, class_legend=True
 )
 
+
+def training_sample(config: Mapping[str, Any], size: Tuple[int, int], index: int) -> Dict[str, torch.Tensor]:
+    """An image and a random label map with an ignored (255) band at the top."""
+    generator = torch.Generator().manual_seed(index)
+    image = torch.randn(3, *size, generator=generator)
+    label = torch.randint(0, config["Global"]["num_classes"], size, generator=generator)
+    label[: size[0] // 8] = 255
+    return {"image": image, "label": label}
+
+
 TASK = register_task(
     Task(
         name="seg",
@@ -261,6 +271,7 @@ TASK = register_task(
         runner=SegRunner,
         writer=seg_writer,
         benchmark_data=BENCHMARK_DATA,
+        training_sample=training_sample,
         browse=BROWSE_PANEL,
         test_time_augmentation=True,
         build_deploy=build_seg_deploy,

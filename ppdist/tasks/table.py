@@ -249,6 +249,30 @@ BROWSE_PANEL = BrowsePanel(
     on_read=browse_on_read,
 )
 
+
+def training_sample(config: Mapping[str, Any], size: Tuple[int, int], index: int) -> Dict[str, torch.Tensor]:
+    """SLANet's sample: sos, 4-8 structure tokens valid in every structure dictionary, eos,
+    padding; cell boxes on about 60% of the tokens."""
+    generator = torch.Generator().manual_seed(index)
+    height, width = size
+    image = torch.randn(3, height, width, generator=generator)
+    steps, length = config["Global"]["max_text_length"] + 2, 4 + index % 5
+    structure = torch.zeros(steps, dtype=torch.long)
+    structure[1 : length + 1] = torch.randint(1, 28, (length,), generator=generator)
+    structure[length + 1] = 29
+    masks = torch.zeros(steps)
+    masks[1 : length + 1] = (torch.rand(length, generator=generator) < 0.6).float()
+    reg = config["Architecture"]["Head"].get("loc_reg_num", 4)
+    return {
+        "image": image,
+        "structure": structure,
+        "bboxes": torch.rand(steps, reg, generator=generator) * masks.unsqueeze(-1),
+        "bbox_masks": masks,
+        "length": torch.tensor(length),
+        "shape": torch.tensor([height, width, 1.0, 1.0, height, width]),
+    }
+
+
 TASK = register_task(
     Task(
         name="table",
@@ -258,6 +282,7 @@ TASK = register_task(
         runner=TableRunner,
         writer=table_writer,
         benchmark_data=BENCHMARK_DATA,
+        training_sample=training_sample,
         browse=BROWSE_PANEL,
         build_deploy=build_table_deploy,
         label_files=write_structure_tokens,

@@ -7,6 +7,7 @@ import glob
 import os
 
 import pytest
+import torch
 from ppdist_testing import REPO
 
 from ppdist.config import load_config
@@ -81,3 +82,20 @@ def test_labels_a_config_names_and_labels_an_export_writes(tmp_path):
     lines = (tmp_path / "characters.txt").read_text(encoding="utf-8").splitlines()
     assert labels == {"num_characters": len(lines), "file": "characters.txt"} and len(lines) > 10
     assert postprocess["character_dict_path"] == "characters.txt"
+
+
+QUICKSTARTS = sorted(glob.glob(os.path.join(REPO, "configs", "*", "quickstart_synth.yml")))
+
+
+@pytest.mark.parametrize("path", QUICKSTARTS, ids=lambda p: p.split(os.sep)[-2])
+def test_every_task_makes_seeded_training_samples_at_any_size(path):
+    config = load_config(path, ["Global.synthetic_data=null"])
+    sample = get_task(config).training_sample
+    first, again, other = (
+        sample(config, (32, 48), 3),
+        sample(config, (32, 48), 3),
+        sample(config, (32, 48), 4),
+    )
+    assert first["image"].shape == (3, 32, 48)
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert not torch.equal(first["image"], other["image"])
