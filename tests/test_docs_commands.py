@@ -209,6 +209,14 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("Global.bn_statistics=$rule", BENCH),
     ("= done", BENCH),
     ("git worktree add", "rebuilds an old revision to benchmark it against this one"),
+    (
+        "--count_ops --count_size 32 100",
+        "an operator count of a recipe (tests/benchmark/test_op_count.py runs the tool)",
+    ),
+    (
+        "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml --count_ops",
+        "an operator count of a recipe (tests/benchmark/test_op_count.py runs the tool)",
+    ),
     ("--input_pipeline --synthetic --images 256", BENCH),
     ("--input_pipeline --synthetic --images 64", BENCH),
     ("--input_pipeline --synthetic --images 512", BENCH),

@@ -10,6 +10,9 @@ loader alone against the model's consumption rate, 1 vs K processes under torchr
 alone, in one thread: CPU ms per image of each transform of the Train and Eval splits against a plain decode of
 the same image bytes. ``--synthetic [--images N]`` (either mode) reads a synthetic set at the
 recipe's real image size instead of the config's data.
+
+``--count_ops [--count_size H W] [--count_batch N]`` instead counts the ATen operators of one
+training step by phase (about one GPU kernel launch each): how launch-bound a recipe's step is.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ppdist.benchmark import measurements as m
 from ppdist.benchmark.environment import describe_environment
 from ppdist.benchmark.input_pipeline import markdown_table, run_input_pipeline
 from ppdist.benchmark.measurements import measure_trainer, training_config
+from ppdist.benchmark.op_count import format_op_count, measure_step_ops
 from ppdist.benchmark.pipeline_data import with_synthetic_data
 from ppdist.benchmark.report import best_run, format_report
 from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
@@ -113,6 +117,24 @@ def build_parser():
         help="read a synthetic set of --images images per split at the recipe's real image size "
         "(det 640x480, seg 2048x1024, rec text lines, table PubTabNet-sized tables; drawn under "
         "--output_dir's parent the first time) instead of the config's data: the recipes measured where their data sets are not",
+    )
+    parser.add_argument(
+        "--count_ops",
+        action="store_true",
+        help="only count the ATen operators of one training step (about one GPU kernel launch each; "
+        "the count does not depend on the device), by phase, on synthetic batches of --count_batch "
+        "at --count_size after --warmup steps, with Optimizer.fused on as on a GPU",
+    )
+    parser.add_argument(
+        "--count_size",
+        type=positive_int,
+        nargs=2,
+        default=[64, 64],
+        metavar=("H", "W"),
+        help="--count_ops: image height and width (default 64 64; text lines: the recipe's, e.g. 32 100)",
+    )
+    parser.add_argument(
+        "--count_batch", type=positive_int, default=2, help="--count_ops: samples per step (default 2)"
     )
     parser.add_argument(
         "--part",
@@ -259,6 +281,12 @@ def main() -> int:
         raise ConfigError(f"{args.config}: missing required section Train")
     stem = os.path.splitext(os.path.basename(args.config))[0]
     output_dir = os.path.abspath(args.output_dir or os.path.join("output", "benchmark", stem))
+    if args.count_ops:
+        result = measure_step_ops(config, args.count_batch, tuple(args.count_size), args.warmup)
+        result["config"] = args.config
+        print(format_op_count(stem, result), flush=True)
+        write_json(result, args.json or os.path.join(output_dir, "op_count.json"))
+        return 0
     if args.input_pipeline:
         if not args.synthetic:
             ensure_synthetic_data(config, DistEnv())
