@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from ppdist_testing import check_ok, child_env, run_tool
+from ppdist_testing import REPO, check_ok, child_env, run_tool
 from torch.utils.data import DataLoader
 
 from ppdist import cli
@@ -100,5 +100,19 @@ def test_tools_help_does_not_load_torchvision_or_dynamo():
     )
     result = check_ok(
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env())
+    )
+    assert result.stdout.strip() == "[]"
+    # nor do the tools' own modules (infer.py and export_model.py reach the export code)
+    tools = "import sys; sys.path.insert(0, 'tools'); " + "; ".join(
+        f"import {name}" for name in ("train", "eval", "infer", "export_model", "benchmark")
+    )
+    result = check_ok(
+        subprocess.run(
+            [sys.executable, "-c", tools + "; " + code.split("; ", 1)[1]],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            cwd=REPO,
+        )
     )
     assert result.stdout.strip() == "[]"

@@ -8,7 +8,6 @@ import warnings
 from typing import Dict, List, Sequence, Tuple
 
 import torch
-import torchvision.ops  # noqa: F401  (registers torchvision's operators before torch.export traces NMS)
 from torch import nn
 
 from ppdist.tasks import GraphSpec
@@ -43,6 +42,10 @@ def export_onnx(module: nn.Module, spec: GraphSpec, path: str) -> str:
     exporter (opset 18) for graphs it cannot express with dynamic sizes; returns which one. A
     module with a scripted part is traced first: the exporter's own trace refuses a scripted
     sub-module, and exports a traced module's graph as it is (a scripted loop stays one Loop)."""
+    # torchvision's operators registered before a trace meets NMS; imported here, not with the
+    # module: torchvision.ops loads torch._dynamo (about 1-3 s), which the tools' -h do not need
+    import torchvision.ops  # noqa: F401, PLC0415
+
     inputs = example_inputs(spec, spec.example_shapes[0])
     try:
         with warnings.catch_warnings():
