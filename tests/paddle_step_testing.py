@@ -1,4 +1,4 @@
-"""Shared checks of the step-equivalence tests (tests/engine/test_paddle_step_*.py) against the
+"""The numerics of the step-equivalence harness (tests/paddle_step_harness.py) against the
 fixtures of tests/fixtures/paddle_step/, which the original training code wrote: sampled
 gradients, BatchNorm statistics and the optimizer replay, all by Paddle parameter name."""
 
