@@ -36,6 +36,7 @@ LONGEST_FIRST = (  # the files over ~15 s on 2 cores, longest first (pytest.ini 
     "tests/test_cli.py",
     "tests/visualize/test_eval_pictures.py",
     "tests/engine/test_step_host_syncs_distributed.py",
+    "tests/engine/test_paddle_step.py",
     "tests/test_tools.py",
     "tests/test_convert_weights_tool.py",
     "tests/convert/test_config_convert_tools.py",
