@@ -14,6 +14,7 @@ needed.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from typing import Dict
@@ -105,39 +106,49 @@ def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
 
 
 def ddp_worker(rank: int, store: str, out: str) -> None:
-    """One of two gloo processes: the fixture's first batch split as make_rec_dist.py splits it,
-    under DDP with ppdist's defaults (rank 0's BatchNorm buffers broadcast, gradients averaged)."""
+    """One of two gloo processes running ``ddp_step``. The step's DDP wrapper holds the gloo group
+    in reference cycles: they are collected after the group is destroyed, while the interpreter is
+    whole (as ``ppdist.engine.dist.cleanup`` does; a gloo group destroyed during interpreter
+    finalization can abort the process: "terminate called without an active exception")."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        fixture = load_arrays(FIXTURE)
-        config = load_config(CONFIG)
-        model = build_model(config)
-        state = paddle_state()
-        model.load_state_dict(to_torch(model, state))
-        positions = sample_positions(model, state, fixture)
-        apply_statistics_rule(model, "paddle")
-        model.train()
-        parallel = DistributedDataParallel(model)
-        rows = slice(2 * rank, 2 * rank + 2)
-        logits = parallel(normalize(fixture["image_1"][rows]))
-        loss = build_loss(config)(logits, targets(fixture, 1, rows))["loss"]
-        loss.backward()
-        result = {"loss": loss.item()}
-        if rank == 0:
-            result["grad"] = {
-                owner: p.grad.double().numpy().reshape(-1)[positions[key][1]]
-                for key, p in model.named_parameters()
-                for owner in [positions[key][0]]
-            }
-            result["grad_norm"] = {positions[k][0]: p.grad.norm().item() for k, p in model.named_parameters()}
-            result["bn"] = {k: v.double().numpy() for k, v in model.state_dict().items() if "running_" in k}
-        gathered = [None] * WORLD
-        dist.all_gather_object(gathered, result)
-        if rank == 0:
-            torch.save(gathered, out)
+        ddp_step(rank, out)
     finally:
         dist.destroy_process_group()
+        gc.collect()
+
+
+def ddp_step(rank: int, out: str) -> None:
+    """The fixture's first batch split as make_rec_dist.py splits it, under DDP with ppdist's
+    defaults (rank 0's BatchNorm buffers broadcast, gradients averaged); rank 0 saves every rank's
+    loss and its own gradients, norms and BatchNorm statistics to ``out``."""
+    fixture = load_arrays(FIXTURE)
+    config = load_config(CONFIG)
+    model = build_model(config)
+    state = paddle_state()
+    model.load_state_dict(to_torch(model, state))
+    positions = sample_positions(model, state, fixture)
+    apply_statistics_rule(model, "paddle")
+    model.train()
+    parallel = DistributedDataParallel(model)
+    rows = slice(2 * rank, 2 * rank + 2)
+    logits = parallel(normalize(fixture["image_1"][rows]))
+    loss = build_loss(config)(logits, targets(fixture, 1, rows))["loss"]
+    loss.backward()
+    result = {"loss": loss.item()}
+    if rank == 0:
+        result["grad"] = {
+            owner: p.grad.double().numpy().reshape(-1)[positions[key][1]]
+            for key, p in model.named_parameters()
+            for owner in [positions[key][0]]
+        }
+        result["grad_norm"] = {positions[k][0]: p.grad.norm().item() for k, p in model.named_parameters()}
+        result["bn"] = {k: v.double().numpy() for k, v in model.state_dict().items() if "running_" in k}
+    gathered = [None] * WORLD
+    dist.all_gather_object(gathered, result)
+    if rank == 0:
+        torch.save(gathered, out)
 
 
 def two_process_ddp_step_equals_paddles_data_parallel_step(family: Family) -> None:
