@@ -87,6 +87,16 @@ class Variant:
     tolerance: Tolerance
 
 
+# The tolerances most families meet: how ppdist trains (float32) and, where the fixture was made in
+# float64, ppdist in float64 (only its float32 loss rounds).
+FLOAT32 = Variant(
+    "float32", torch.float32, Tolerance(outputs=1e-4, loss=1e-4, gradients=1e-3, statistics=1e-4)
+)
+FLOAT64 = Variant(
+    "float64", torch.float64, Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-5, statistics=1e-6)
+)
+
+
 @dataclass(frozen=True)
 class ZeroGradients:
     """The gradients that are 0 in exact arithmetic in both frameworks (a constant the next

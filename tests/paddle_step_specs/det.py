@@ -19,42 +19,25 @@ from __future__ import annotations
 import os
 from typing import Dict, Sequence
 
+import paddle_step_harness as harness
 import torch
-from paddle_step_harness import (
-    ROOT,
-    STEP_DIR,
-    Arrays,
-    Batch,
-    Comparison,
-    Config,
-    Family,
-    Pair,
-    Replay,
-    Schedule,
-    StepRun,
-    StepSpec,
-    Tolerance,
-    Variant,
-    ZeroGradients,
-    fixture_script,
-)
 from paddle_step_testing import load_arrays
 from ppdist_testing import paddle_fixture_script
 
 from ppdist.config import load_config
 
-CONFIG = os.path.join(ROOT, "configs", "det", "ppyoloe_crn_s_300e_coco.yml")
-FIXTURE = os.path.join(STEP_DIR, "det.npz")
+CONFIG = os.path.join(harness.ROOT, "configs", "det", "ppyoloe_crn_s_300e_coco.yml")
+FIXTURE = os.path.join(harness.STEP_DIR, "det.npz")
 PHASES = {"atss": 0, "tal": 100}  # the epoch_id of each assigner phase
 TERMS = ("loss", "loss_cls", "loss_iou", "loss_dfl", "loss_l1")
-MAKE = fixture_script("make_det.py")
+MAKE = harness.fixture_script("make_det.py")
 
 
-def paddle_state() -> Arrays:
+def paddle_state() -> harness.Arrays:
     return MAKE.det_state(paddle_fixture_script("det"))
 
 
-def config(family: Family) -> Config:
+def config(family: harness.Family) -> harness.Config:
     return load_config(CONFIG)
 
 
@@ -68,13 +51,13 @@ def targets(epoch_id: int) -> Dict[str, torch.Tensor]:
     }
 
 
-def batch(family: Family, variant: Variant) -> Batch:
+def batch(family: harness.Family, variant: harness.Variant) -> harness.Batch:
     """The fixture's image (float32) and ground truth in the variant's assigner phase."""
     image = (torch.from_numpy(family.arrays["image"]).double() / 255.0).float()
     return {"image": image}, targets(PHASES[variant.name])
 
 
-def renumbered(arrays: Arrays, phases: Sequence[str]) -> Arrays:
+def renumbered(arrays: harness.Arrays, phases: Sequence[str]) -> harness.Arrays:
     """The fixture with the arrays of ``phases`` (``grad_atss/``, ...) as steps 1, 2, ... (``grad_1/``)."""
     renamed = {
         key.replace(f"_{phase}/", f"_{step}/"): value
@@ -85,15 +68,15 @@ def renumbered(arrays: Arrays, phases: Sequence[str]) -> Arrays:
     return dict(arrays, **renamed)
 
 
-def forward(family: Family, run: StepRun) -> Comparison:
+def forward(family: harness.Family, run: harness.StepRun) -> harness.Comparison:
     phase = run.variant.name
-    return Comparison(
+    return harness.Comparison(
         arrays={"cls_logits": (run.outputs["cls_logits"], family.arrays["cls_logits"])},
         values={term: (run.losses[term], family.arrays[f"loss_{phase}/{term}"]) for term in TERMS},
     )
 
 
-def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
+def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.Pair]:
     """Every loss term on PaddleDetection's head outputs, in the variant's phase."""
     phase = run.variant.name
     preds = {k: v.detach() if torch.is_tensor(v) else v for k, v in run.outputs.items()}
@@ -103,15 +86,15 @@ def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
     return {term: (ours[term].item(), family.arrays[f"loss_{phase}/{term}"]) for term in TERMS}
 
 
-TOLERANCE = Tolerance(outputs=1e-4, loss=1e-4, gradients=1e-3, statistics=1e-4)
+TOLERANCE = harness.Tolerance(outputs=1e-4, loss=1e-4, gradients=1e-3, statistics=1e-4)
 
-SPEC = StepSpec(
+SPEC = harness.StepSpec(
     name="det",
     fixture=lambda: load_arrays(FIXTURE),
     paddle_state=paddle_state,
     config=config,
     # the training forward and backward of each assigner phase, float32 (as the fixture's)
-    variants=tuple(Variant(phase, torch.float32, TOLERANCE) for phase in sorted(PHASES)),
+    variants=tuple(harness.Variant(phase, torch.float32, TOLERANCE) for phase in sorted(PHASES)),
     batch=batch,
     forward=forward,
     teacher=teacher,
@@ -119,15 +102,15 @@ SPEC = StepSpec(
     teacher_variants=tuple(sorted(PHASES)),
     statistics_variants=("atss",),  # the BatchNorm statistics after the first forward
     step_arrays=lambda arrays, phase: renumbered(arrays, (phase,)),
-    zero_gradients=ZeroGradients(),  # a few BatchNorm biases (ATSS: 7, TAL: 1)
+    zero_gradients=harness.ZeroGradients(),  # a few BatchNorm biases (ATSS: 7, TAL: 1)
     # Paddle's ATSS then TAL gradients through ppdist's Momentum + L2 at the recipe's LR from the
     # end of the warmup, each step followed by the EMA update (float64, as the fixture's replay)
-    replay=Replay(
+    replay=harness.Replay(
         tolerance=1e-5,
         steps_per_epoch=MAKE.STEPS_PER_EPOCH,
         start_step=MAKE.REPLAY_FROM,
         ema_tolerance=1e-5,
         arrays=lambda arrays: renumbered(arrays, ("atss", "tal")),
     ),
-    schedules=(Schedule("lr_values", steps_per_epoch=MAKE.STEPS_PER_EPOCH, lr_at=MAKE.lr_steps),),
+    schedules=(harness.Schedule("lr_values", steps_per_epoch=MAKE.STEPS_PER_EPOCH, lr_at=MAKE.lr_steps),),
 )

@@ -42,37 +42,21 @@ import os
 from typing import Dict
 
 import numpy as np
+import paddle_step_harness as harness
 import torch
 import torch.nn.functional as F
-from paddle_step_harness import (
-    ROOT,
-    STEP_DIR,
-    Arrays,
-    Batch,
-    Comparison,
-    Family,
-    Pair,
-    Replay,
-    Schedule,
-    StepRun,
-    StepSpec,
-    Tolerance,
-    Variant,
-    ZeroGradients,
-    fixture_script,
-)
 from paddle_step_testing import load_arrays
 
 from ppdist.components import build_loss
 from ppdist.config import load_config
 
-CONFIG = os.path.join(ROOT, "configs", "seg", "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml")
+CONFIG = os.path.join(harness.ROOT, "configs", "seg", "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml")
 TOLERANCE = 1e-4
 HEADS = ("head.cls_head", "head.aux_head")  # the head's two outputs before the resize
-MAKE = fixture_script("make_ocrnet.py")
+MAKE = harness.fixture_script("make_ocrnet.py")
 
 
-def label(arrays: Arrays, step: int) -> torch.Tensor:
+def label(arrays: harness.Arrays, step: int) -> torch.Tensor:
     return torch.from_numpy(arrays[f"label_{step}"].astype(np.int64))
 
 
@@ -93,14 +77,14 @@ def without_dropout(model: torch.nn.Module) -> None:
     dropout.p = 0.0
 
 
-def batch(family: Family, variant: Variant) -> Batch:
+def batch(family: harness.Family, variant: harness.Variant) -> harness.Batch:
     image = torch.from_numpy(MAKE.normalize(family.arrays["image_1"])).to(variant.dtype)
     return image, {"label": label(family.arrays, 1)}
 
 
-def forward(family: Family, run: StepRun) -> Comparison:
+def forward(family: harness.Family, run: harness.StepRun) -> harness.Comparison:
     """Each output's coef x cross entropy, the total, and the head's two outputs before the resize."""
-    arrays, compared = family.arrays, Comparison()
+    arrays, compared = family.arrays, harness.Comparison()
     assert [tuple(out.shape) for out in run.outputs] == [(2, 19, MAKE.HEIGHT, MAKE.WIDTH)] * 2
     for h, head in enumerate(HEADS):
         compared.values[f"loss_{h}"] = (run.losses[f"loss_{h}"], arrays[f"loss_1_{h}"])
@@ -109,7 +93,7 @@ def forward(family: Family, run: StepRun) -> Comparison:
     return compared
 
 
-def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
+def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.Pair]:
     """Teacher forcing: ppdist's MultiOutputLoss on the head outputs Paddle's loss was given (the
     float32-stored outputs, resized as the model does), both steps: each output's coef x cross
     entropy and the total."""
@@ -124,7 +108,7 @@ def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
     return compared
 
 
-def recipe_losses_and_optimizer_are_paddlesegs(family: Family) -> None:
+def recipe_losses_and_optimizer_are_paddlesegs(family: harness.Family) -> None:
     """What make_ocrnet.py found in PaddleSeg's config and builder (2 x CrossEntropyLoss, coef
     [1, 0.4]; Momentum 0.9 with weight_decay 4e-5; PolynomialDecay 0.01, power 0.9, to 0)."""
     config = family.config
@@ -139,9 +123,9 @@ def recipe_losses_and_optimizer_are_paddlesegs(family: Family) -> None:
     assert config["Global"]["max_iters"] == MAKE.ITERS
 
 
-SPEC = StepSpec(
+SPEC = harness.StepSpec(
     name="ocrnet",
-    fixture=lambda: MAKE.unpack(load_arrays(os.path.join(STEP_DIR, "ocrnet.npz"))),
+    fixture=lambda: MAKE.unpack(load_arrays(os.path.join(harness.STEP_DIR, "ocrnet.npz"))),
     paddle_state=MAKE.paddle_state,
     config=lambda family: load_config(CONFIG),
     # float32: how ppdist trains; float64: as the fixture was made, so only ppdist's float32 loss
@@ -149,10 +133,10 @@ SPEC = StepSpec(
     # run's (worst within 2x Paddle's, median within 3x), full norms within 5e-2; float64: each
     # gradient within 1e-5, full norms too.
     variants=(
-        Variant(
+        harness.Variant(
             "float32",
             torch.float32,
-            Tolerance(
+            harness.Tolerance(
                 outputs=TOLERANCE,
                 loss=TOLERANCE,
                 gradients=None,
@@ -161,10 +145,10 @@ SPEC = StepSpec(
                 paddle_float32=(2.0, 3.0),
             ),
         ),
-        Variant(
+        harness.Variant(
             "float64",
             torch.float64,
-            Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-5, statistics=1e-6, norms=1e-5),
+            harness.Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-5, statistics=1e-6, norms=1e-5),
         ),
     ),
     batch=batch,
@@ -173,7 +157,7 @@ SPEC = StepSpec(
     forward=forward,
     teacher=teacher,
     teacher_tolerance=1e-6,
-    zero_gradients=ZeroGradients(  # conv biases followed by a training-mode BatchNorm
+    zero_gradients=harness.ZeroGradients(  # conv biases followed by a training-mode BatchNorm
         names=(
             "head.aux_head.0.conv.bias",
             "head.conv3x3_ocr.conv.bias",
@@ -189,9 +173,11 @@ SPEC = StepSpec(
     parameter_tensors=955,
     statistics_layers=314,
     statistics=2 * 314,
-    replay=Replay(tolerance=1e-5, steps_per_epoch=1000, groups=(("weight_decay", 4e-5), ("momentum", 0.9))),
+    replay=harness.Replay(
+        tolerance=1e-5, steps_per_epoch=1000, groups=(("weight_decay", 4e-5), ("momentum", 0.9))
+    ),
     schedules=(  # poly 0.9 to 0
-        Schedule(
+        harness.Schedule(
             "lr_values",
             steps_per_epoch=1000,
             index="lr_index",

@@ -28,36 +28,20 @@ import os
 from typing import Any, Dict
 
 import numpy as np
+import paddle_step_harness as harness
 import torch
 import yaml
-from paddle_step_harness import (
-    ROOT,
-    Arrays,
-    Batch,
-    Comparison,
-    Config,
-    Family,
-    Pair,
-    Replay,
-    Schedule,
-    StepRun,
-    StepSpec,
-    Tolerance,
-    Variant,
-    ZeroGradients,
-    fixture_script,
-)
 from paddle_step_testing import load_arrays
 
 from ppdist.config import load_config
 
-RECIPE = os.path.join(ROOT, "configs", "rec", "PP-OCRv3", "ch_PP-OCRv3_rec_distillation.yml")
+RECIPE = os.path.join(harness.ROOT, "configs", "rec", "PP-OCRv3", "ch_PP-OCRv3_rec_distillation.yml")
 DROPOUTS = {"Neck": ("drop_rate", "attn_drop_rate"), "SARHead": ("enc_drop_rnn", "pred_dropout")}
 MODELS = ("Teacher", "Student")
 # gradients exactly zero in both: the constant they add is removed by the next softmax or BatchNorm
 # (the SAR attention score's bias and the svtr neck's last LayerNorm bias)
 ZERO_GRADIENTS = ("head.sar_head.decoder.conv1x1_2.bias", "head.ctc_encoder.encoder.norm.bias")
-SCRIPT = fixture_script("make_rec_ppocrv3.py")
+SCRIPT = harness.fixture_script("make_rec_ppocrv3.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,7 +50,7 @@ def manifest() -> Dict[str, Any]:
         return json.load(f)
 
 
-def paddle_state() -> Arrays:
+def paddle_state() -> harness.Arrays:
     return SCRIPT.synthetic_state(manifest()["tensors"], manifest()["seed"])
 
 
@@ -80,7 +64,7 @@ def fixture_recipe() -> Dict[str, Any]:
     return config
 
 
-def config(family: Family) -> Config:
+def config(family: harness.Family) -> harness.Config:
     """ppdist's config of the fixture's recipe (the shipped recipe's sections and the fixture's
     dictionary, dropouts off) with the recipe's Global.epoch_num, Metric and data sections."""
     raw = fixture_recipe()
@@ -112,7 +96,7 @@ def config(family: Family) -> Config:
     return load_config(str(path))
 
 
-def batch_of(arrays: Arrays, step: int) -> Dict[str, torch.Tensor]:
+def batch_of(arrays: harness.Arrays, step: int) -> Dict[str, torch.Tensor]:
     """The fixture's batch ``step`` as ppdist's loader gives it (float32 valid ratio), its image in
     float64 (the model's dtype here)."""
     images = [SCRIPT.normalize(p, w) for p, w in zip(arrays[f"image_{step}"], arrays[f"width_{step}"])]
@@ -123,19 +107,19 @@ def batch_of(arrays: Arrays, step: int) -> Dict[str, torch.Tensor]:
     return batch
 
 
-def batch(family: Family, variant: Variant) -> Batch:
+def batch(family: harness.Family, variant: harness.Variant) -> harness.Batch:
     inputs = batch_of(family.arrays, 1)
     return inputs, inputs
 
 
-def paddle_terms(arrays: Arrays, step: int) -> Dict[str, float]:
+def paddle_terms(arrays: harness.Arrays, step: int) -> Dict[str, float]:
     prefix = f"loss_{step}/"
     return {key[len(prefix) :]: float(value) for key, value in arrays.items() if key.startswith(prefix)}
 
 
-def forward(family: Family, run: StepRun) -> Comparison:
+def forward(family: harness.Family, run: harness.StepRun) -> harness.Comparison:
     """Both models' CTC and SAR head outputs, and every CombinedLoss term under Paddle's names."""
-    compared = Comparison()
+    compared = harness.Comparison()
     for name in MODELS:
         head = run.outputs[name]["head_out"]
         for key in ("ctc", "sar"):
@@ -147,7 +131,7 @@ def forward(family: Family, run: StepRun) -> Comparison:
     return compared
 
 
-def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
+def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.Pair]:
     """The loss alone: ppdist's CombinedLoss on PaddleOCR's head outputs (the backbone features of
     the L2 term are ppdist's own, checked by ``forward``)."""
     preds = {}
@@ -161,7 +145,7 @@ def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
     return {key: (ours[key], value) for key, value in paddle_terms(family.arrays, 1).items()}
 
 
-def the_shipped_recipe_is_the_one_paddleocr_ran(family: Family) -> None:
+def the_shipped_recipe_is_the_one_paddleocr_ran(family: harness.Family) -> None:
     """Architecture (but the dropouts), Loss and Optimizer of configs/rec/PP-OCRv3's recipe are the
     fixture's, less what PaddleOCR's tools/train.py injects (out_channels_list, SAR's ignore_index)."""
     with open(RECIPE, encoding="utf-8") as f:
@@ -178,28 +162,32 @@ def the_shipped_recipe_is_the_one_paddleocr_ran(family: Family) -> None:
     assert ours["Optimizer"] == theirs["Optimizer"]
 
 
-SPEC = StepSpec(
+SPEC = harness.StepSpec(
     name="ppocrv3",
     fixture=lambda: SCRIPT.unpack(load_arrays(SCRIPT.FIXTURE)),
     paddle_state=paddle_state,
     config=config,
     base_dtype=torch.float64,  # 27M parameters: float32 cannot hold the sampled indices
     variants=(
-        Variant(
-            "float64", torch.float64, Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-4, statistics=1e-6)
+        harness.Variant(
+            "float64",
+            torch.float64,
+            harness.Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-4, statistics=1e-6),
         ),
     ),
     batch=batch,
     forward=forward,
     teacher=teacher,
     teacher_tolerance=1e-6,
-    zero_gradients=ZeroGradients(
+    zero_gradients=harness.ZeroGradients(
         paddle_names=tuple(f"{name}.{key}" for name in MODELS for key in ZERO_GRADIENTS)
     ),
     # two steps: LR 0 (the warm-up's first), then 5e-5; L2 3e-5, CTC heads' fc_decay 1e-5, the
     # backbone BatchNorms' L2Decay(0)
-    replay=Replay(tolerance=1e-9, steps_per_epoch=SCRIPT.STEPS_PER_EPOCH),
-    schedules=(Schedule("schedule_lr", steps_per_epoch=SCRIPT.STEPS_PER_EPOCH),),  # Piecewise + warm-up
+    replay=harness.Replay(tolerance=1e-9, steps_per_epoch=SCRIPT.STEPS_PER_EPOCH),
+    schedules=(
+        harness.Schedule("schedule_lr", steps_per_epoch=SCRIPT.STEPS_PER_EPOCH),
+    ),  # Piecewise + warm-up
     checks=(the_shipped_recipe_is_the_one_paddleocr_ran,),
     slow=frozenset({"forward"}),
 )

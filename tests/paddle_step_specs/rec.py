@@ -20,26 +20,10 @@ import os
 from typing import Dict
 
 import numpy as np
+import paddle_step_harness as harness
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from paddle_step_harness import (
-    ROOT,
-    STEP_DIR,
-    Arrays,
-    Batch,
-    Comparison,
-    Config,
-    Family,
-    Pair,
-    Replay,
-    Schedule,
-    StepRun,
-    StepSpec,
-    Tolerance,
-    Variant,
-    ZeroGradients,
-)
 from paddle_step_testing import load_arrays, relative, sample_positions, to_torch
 from ppdist_testing import paddle_fixture_arrays, paddle_fixture_dir, paddle_fixture_script
 from torch.nn.parallel import DistributedDataParallel
@@ -48,10 +32,10 @@ from ppdist.components import build_loss, build_model
 from ppdist.config import load_config
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 
-CONFIG = os.path.join(ROOT, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
-QUICKSTART = os.path.join(ROOT, "configs", "rec", "quickstart_synth.yml")
-FIXTURE = os.path.join(STEP_DIR, "rec.npz")
-DIST_FIXTURE = os.path.join(STEP_DIR, "rec_dist.npz")
+CONFIG = os.path.join(harness.ROOT, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
+QUICKSTART = os.path.join(harness.ROOT, "configs", "rec", "quickstart_synth.yml")
+FIXTURE = os.path.join(harness.STEP_DIR, "rec.npz")
+DIST_FIXTURE = os.path.join(harness.STEP_DIR, "rec_dist.npz")
 STEPS_PER_EPOCH = 1000  # what make_rec.py gave PaddleOCR's builder (the LR is constant)
 WORLD = 2
 
@@ -61,7 +45,7 @@ def normalize(pixels: np.ndarray) -> torch.Tensor:
     return ((torch.from_numpy(pixels).double() / 255.0 - 0.5) / 0.5).float()
 
 
-def paddle_state() -> Arrays:
+def paddle_state() -> harness.Arrays:
     """The real-size CRNN's Paddle state dict (tests/fixtures/paddle_rec: seeded + calibrated)."""
     with open(os.path.join(paddle_fixture_dir("rec"), "rec_mv3_none_bilstm_ctc.json")) as f:
         manifest = json.load(f)
@@ -71,29 +55,29 @@ def paddle_state() -> Arrays:
     return state
 
 
-def config(family: Family) -> Config:
+def config(family: harness.Family) -> harness.Config:
     return load_config(CONFIG)
 
 
-def targets(arrays: Arrays, step: int, rows: slice = slice(None)) -> Dict[str, torch.Tensor]:
+def targets(arrays: harness.Arrays, step: int, rows: slice = slice(None)) -> Dict[str, torch.Tensor]:
     return {
         "label": torch.from_numpy(arrays[f"label_{step}"][rows]),
         "length": torch.from_numpy(arrays[f"length_{step}"][rows]),
     }
 
 
-def batch(family: Family, variant: Variant) -> Batch:
+def batch(family: harness.Family, variant: harness.Variant) -> harness.Batch:
     return normalize(family.arrays["image_1"]), targets(family.arrays, 1)
 
 
-def forward(family: Family, run: StepRun) -> Comparison:
-    return Comparison(
+def forward(family: harness.Family, run: harness.StepRun) -> harness.Comparison:
+    return harness.Comparison(
         arrays={"logits": (run.outputs, family.arrays["logits_1"])},
         values={"loss": (run.losses["loss"], family.arrays["loss_1"])},
     )
 
 
-def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
+def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.Pair]:
     """CTC on Paddle's logits of both batches."""
     arrays = family.arrays
     return {
@@ -151,7 +135,7 @@ def ddp_step(rank: int, out: str) -> None:
         torch.save(gathered, out)
 
 
-def two_process_ddp_step_equals_paddles_data_parallel_step(family: Family) -> None:
+def two_process_ddp_step_equals_paddles_data_parallel_step(family: harness.Family) -> None:
     """CTC's per-process batch mean, DDP's gradient average and per-process BatchNorm statistics
     are PaddleOCR's under paddle.DataParallel (fixture: 2 CPU processes, gloo)."""
     expected = load_arrays(DIST_FIXTURE)
@@ -178,27 +162,23 @@ def two_process_ddp_step_equals_paddles_data_parallel_step(family: Family) -> No
         assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max(), key
 
 
-SPEC = StepSpec(
+SPEC = harness.StepSpec(
     name="rec",
     fixture=lambda: load_arrays(FIXTURE),
     paddle_state=paddle_state,
     config=config,
-    variants=(
-        Variant(
-            "float32", torch.float32, Tolerance(outputs=1e-4, loss=1e-4, gradients=1e-3, statistics=1e-4)
-        ),
-    ),
+    variants=(harness.FLOAT32,),
     batch=batch,
     forward=forward,
     teacher=teacher,
     teacher_tolerance=1e-4,
     # The bias of a BatchNorm whose output feeds a convolution and a training-mode BatchNorm has no
     # effect (the next BatchNorm removes the constant): its gradient is 0 up to rounding in both.
-    zero_gradients=ZeroGradients(ending="bn.bias"),
+    zero_gradients=harness.ZeroGradients(ending="bn.bias"),
     statistics=2 * 47,
-    replay=Replay(tolerance=1e-5, steps_per_epoch=STEPS_PER_EPOCH),  # Adam
+    replay=harness.Replay(tolerance=1e-5, steps_per_epoch=STEPS_PER_EPOCH),  # Adam
     schedules=(  # the quick start's Cosine + warmup
-        Schedule(
+        harness.Schedule(
             "quickstart_lr",
             steps_per_epoch=250,
             config=lambda: load_config(QUICKSTART, ["Global.epoch_num=12"]),

@@ -42,38 +42,23 @@ import os
 from typing import Dict, Optional
 
 import numpy as np
+import paddle_step_harness as harness
 import torch
 import torch.nn.functional as F
-from paddle_step_harness import (
-    ROOT,
-    STEP_DIR,
-    Arrays,
-    Batch,
-    Comparison,
-    Config,
-    Family,
-    Pair,
-    Replay,
-    Schedule,
-    StepRun,
-    StepSpec,
-    Tolerance,
-    Variant,
-    ZeroGradients,
-    fixture_script,
-)
 from paddle_step_testing import load_arrays
 
 from ppdist.components import build_loss
 from ppdist.config import load_config
 
-CONFIG = os.path.join(ROOT, "configs", "seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml")
+CONFIG = os.path.join(
+    harness.ROOT, "configs", "seg", "pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml"
+)
 TOLERANCE = 1e-4
 HEADS = tuple(f"head.seg_heads.{h}" for h in range(3))
-MAKE = fixture_script("make_seg.py")
+MAKE = harness.fixture_script("make_seg.py")
 
 
-def recipe(min_kept: Optional[int] = None) -> Config:
+def recipe(min_kept: Optional[int] = None) -> harness.Config:
     """The recipe's config; with ``min_kept`` its three OHEM losses keep at least that many pixels."""
     overrides = []
     if min_kept is not None:
@@ -82,7 +67,7 @@ def recipe(min_kept: Optional[int] = None) -> Config:
     return load_config(CONFIG, overrides)
 
 
-def label(arrays: Arrays, step: int) -> torch.Tensor:
+def label(arrays: harness.Arrays, step: int) -> torch.Tensor:
     return torch.from_numpy(arrays[f"label_{step}"].astype(np.int64))
 
 
@@ -93,7 +78,7 @@ def resized(head_logits: np.ndarray) -> torch.Tensor:
     )
 
 
-def batch(family: Family, variant: Variant) -> Batch:
+def batch(family: harness.Family, variant: harness.Variant) -> harness.Batch:
     image = torch.from_numpy(MAKE.normalize(family.arrays["image_1"])).to(variant.dtype)
     return image, {"label": label(family.arrays, 1)}
 
@@ -107,9 +92,9 @@ def same_pixels_kept(
     return bool(np.array_equal(ours, theirs))
 
 
-def forward(family: Family, run: StepRun) -> Comparison:
+def forward(family: harness.Family, run: harness.StepRun) -> harness.Comparison:
     """Each head's loss and kept pixels, the total, and the heads' logits before the resize."""
-    arrays, target, compared = family.arrays, label(family.arrays, 1), Comparison()
+    arrays, target, compared = family.arrays, label(family.arrays, 1), harness.Comparison()
     for h, head in enumerate(HEADS):
         compared.values[f"loss_{h}"] = (run.losses[f"loss_{h}"], arrays[f"loss_1_{h}"])
         compared.arrays[head] = (run.captured[head], arrays[f"head_logits_1_{h}"])
@@ -118,7 +103,7 @@ def forward(family: Family, run: StepRun) -> Comparison:
     return compared
 
 
-def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
+def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.Pair]:
     """Teacher forcing: ppdist's MultiOutputLoss on Paddle's three heads' logits, both steps, and
     its OHEM on three seeded logit sets (``min_kept`` / 0.7 sets the threshold / all kept); OHEM
     keeps exactly Paddle's pixels in each."""
@@ -139,7 +124,7 @@ def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
     return compared
 
 
-def recipe_losses_and_optimizer_are_paddlesegs(family: Family) -> None:
+def recipe_losses_and_optimizer_are_paddlesegs(family: harness.Family) -> None:
     """What make_seg.py found in PaddleSeg's config and builder (3 x OHEM thresh 0.7, min_kept
     130000, coef [1, 1, 1]; Momentum 0.9 with weight_decay 5e-4; LinearWarmup + PolynomialDecay)."""
     config = recipe()
@@ -158,21 +143,15 @@ def recipe_losses_and_optimizer_are_paddlesegs(family: Family) -> None:
     assert config["Global"]["max_iters"] == MAKE.ITERS
 
 
-SPEC = StepSpec(
+SPEC = harness.StepSpec(
     name="seg",
-    fixture=lambda: load_arrays(os.path.join(STEP_DIR, "seg.npz")),
+    fixture=lambda: load_arrays(os.path.join(harness.STEP_DIR, "seg.npz")),
     paddle_state=MAKE.paddle_state,
     config=lambda family: recipe(family.arrays["min_kept"]),
     # float32: how ppdist trains; float64: as the fixture was made, so only ppdist's float32 loss rounds
     variants=(
-        Variant(
-            "float32",
-            torch.float32,
-            Tolerance(outputs=TOLERANCE, loss=TOLERANCE, gradients=1e-3, statistics=TOLERANCE),
-        ),
-        Variant(
-            "float64", torch.float64, Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-5, statistics=1e-6)
-        ),
+        harness.FLOAT32,
+        harness.FLOAT64,
     ),
     batch=batch,
     capture=HEADS,
@@ -181,7 +160,7 @@ SPEC = StepSpec(
     teacher_tolerance=TOLERANCE,
     # A conv bias followed by a training-mode BatchNorm has no effect (the BatchNorm removes the
     # constant): the four SPPM conv biases have a zero gradient up to rounding in both.
-    zero_gradients=ZeroGradients(
+    zero_gradients=harness.ZeroGradients(
         names=(
             "head.cm.conv_out.conv.bias",
             "head.cm.stages.0.1.conv.bias",
@@ -191,9 +170,13 @@ SPEC = StepSpec(
     ),
     parameter_tensors=151,
     statistics=2 * 48,
-    replay=Replay(tolerance=1e-5, steps_per_epoch=1000, groups=(("weight_decay", 5e-4), ("momentum", 0.9))),
+    replay=harness.Replay(
+        tolerance=1e-5, steps_per_epoch=1000, groups=(("weight_decay", 5e-4), ("momentum", 0.9))
+    ),
     schedules=(  # LinearWarmup + PolynomialDecay
-        Schedule("lr_values", steps_per_epoch=1000, config=recipe, index="lr_index", beyond=MAKE.ITERS),
+        harness.Schedule(
+            "lr_values", steps_per_epoch=1000, config=recipe, index="lr_index", beyond=MAKE.ITERS
+        ),
     ),
     checks=(recipe_losses_and_optimizer_are_paddlesegs,),
     # One intra-op thread: the step is small, and 2 threads on a shared 2-core CI machine are

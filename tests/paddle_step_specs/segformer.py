@@ -45,26 +45,9 @@ import os
 from typing import Any, Dict, List
 
 import numpy as np
+import paddle_step_harness as harness
 import torch
 import torch.nn.functional as F
-from paddle_step_harness import (
-    ROOT,
-    STEP_DIR,
-    Arrays,
-    Batch,
-    Comparison,
-    Config,
-    Family,
-    Pair,
-    Replay,
-    Schedule,
-    StepRun,
-    StepSpec,
-    Tolerance,
-    Variant,
-    ZeroGradients,
-    fixture_script,
-)
 from paddle_step_testing import load_arrays
 from torch import nn
 
@@ -72,10 +55,10 @@ from ppdist.components import build_loss
 from ppdist.config import load_config
 from ppdist.modeling.layers import DropPath
 
-CONFIG = os.path.join(ROOT, "configs", "seg", "segformer_b0_cityscapes_1024x1024_160k.yml")
+CONFIG = os.path.join(harness.ROOT, "configs", "seg", "segformer_b0_cityscapes_1024x1024_160k.yml")
 TOLERANCE = 1e-4
 LOGITS = "head.linear_pred"  # the logits before the resize
-MAKE = fixture_script("make_segformer.py")
+MAKE = harness.fixture_script("make_segformer.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,12 +66,12 @@ def images() -> List[np.ndarray]:
     return MAKE.images()
 
 
-def recipe(**backbone: Any) -> Config:
+def recipe(**backbone: Any) -> harness.Config:
     """The recipe's config; ``backbone`` keywords override ``Architecture.Backbone``."""
     return load_config(CONFIG, [f"Architecture.Backbone.{key}={value}" for key, value in backbone.items()])
 
 
-def label(arrays: Arrays, step: int) -> torch.Tensor:
+def label(arrays: harness.Arrays, step: int) -> torch.Tensor:
     return torch.from_numpy(arrays[f"label_{step}"].astype(np.int64))
 
 
@@ -114,27 +97,27 @@ def train_without_noise(model: torch.nn.Module) -> None:
     assert not noisy, noisy
 
 
-def batch(family: Family, variant: Variant) -> Batch:
+def batch(family: harness.Family, variant: harness.Variant) -> harness.Batch:
     image = torch.from_numpy(MAKE.normalize(images()[0])).to(variant.dtype)
     return image, {"label": label(family.arrays, 1)}
 
 
-def forward(family: Family, run: StepRun) -> Comparison:
+def forward(family: harness.Family, run: harness.StepRun) -> harness.Comparison:
     assert run.outputs[0].shape == (MAKE.BATCH, MAKE.NUM_CLASSES, MAKE.HEIGHT, MAKE.WIDTH)
-    return Comparison(
+    return harness.Comparison(
         arrays={LOGITS: (run.captured[LOGITS], family.arrays["head_logits_1"])},
         values={"loss": (run.losses["loss"], family.arrays["loss_1"])},
     )
 
 
-def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
+def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.Pair]:
     """Teacher forcing: ppdist's loss on Paddle's logits (10% of the pixels ignored)."""
     arrays = family.arrays
     ours = build_loss(family.config)([resized(arrays["head_logits_1"])], {"label": label(arrays, 1)})
     return {"loss": (ours["loss"].item(), arrays["loss_1"])}
 
 
-def recipe_loss_and_optimizer_are_paddlesegs(family: Family) -> None:
+def recipe_loss_and_optimizer_are_paddlesegs(family: harness.Family) -> None:
     """What make_segformer.py found in PaddleSeg's config and builder (one CrossEntropyLoss, coef
     [1]; AdamW beta1 0.9, beta2 0.999, weight_decay 0.01; PolynomialDecay 6e-5, power 1, end_lr 0
     over the 160000 iterations, no warmup) and the model the step used."""
@@ -154,21 +137,15 @@ def recipe_loss_and_optimizer_are_paddlesegs(family: Family) -> None:
     assert (architecture["Head"]["name"], architecture["Head"]["embedding_dim"]) == ("SegFormerHead", 256)
 
 
-SPEC = StepSpec(
+SPEC = harness.StepSpec(
     name="segformer",
-    fixture=lambda: load_arrays(os.path.join(STEP_DIR, "segformer.npz")),
+    fixture=lambda: load_arrays(os.path.join(harness.STEP_DIR, "segformer.npz")),
     paddle_state=MAKE.paddle_state,
     config=lambda family: recipe(drop_path_rate=0.0),
     # float32: how ppdist trains; float64: as the fixture was made, so only ppdist's float32 loss rounds
     variants=(
-        Variant(
-            "float32",
-            torch.float32,
-            Tolerance(outputs=TOLERANCE, loss=TOLERANCE, gradients=1e-3, statistics=TOLERANCE),
-        ),
-        Variant(
-            "float64", torch.float64, Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-5, statistics=1e-6)
-        ),
+        harness.FLOAT32,
+        harness.FLOAT64,
     ),
     batch=batch,
     prepare=train_without_noise,
@@ -179,7 +156,7 @@ SPEC = StepSpec(
     # What only adds a per-channel constant before the training-mode ``linear_fuse`` BatchNorm has
     # no effect: the four embedding biases and the last backbone LayerNorm's bias have a zero
     # gradient up to rounding in both.
-    zero_gradients=ZeroGradients(
+    zero_gradients=harness.ZeroGradients(
         names=(
             "backbone.norm4.bias",
             "head.linear_c1.proj.bias",
@@ -192,7 +169,7 @@ SPEC = StepSpec(
     statistics_layers=1,
     statistics=2,
     # an update is ~1e-4 of the parameter: float64
-    replay=Replay(
+    replay=harness.Replay(
         tolerance=1e-5,
         steps_per_epoch=1000,
         steps=MAKE.STEPS,
@@ -200,7 +177,9 @@ SPEC = StepSpec(
         every_parameter=True,
     ),
     schedules=(  # PolynomialDecay, no warmup
-        Schedule("lr_values", steps_per_epoch=1000, config=recipe, index="lr_index", beyond=MAKE.ITERS),
+        harness.Schedule(
+            "lr_values", steps_per_epoch=1000, config=recipe, index="lr_index", beyond=MAKE.ITERS
+        ),
     ),
     checks=(recipe_loss_and_optimizer_are_paddlesegs,),
     # One intra-op thread: the step is small, and 2 threads on a shared 2-core CI machine are

@@ -39,34 +39,18 @@ import os
 from typing import Any, Dict
 
 import numpy as np
+import paddle_step_harness as harness
 import torch
 import yaml
-from paddle_step_harness import (
-    ROOT,
-    Arrays,
-    Batch,
-    Comparison,
-    Config,
-    Family,
-    Pair,
-    Replay,
-    Schedule,
-    StepRun,
-    StepSpec,
-    Tolerance,
-    Variant,
-    ZeroGradients,
-    fixture_script,
-)
 from paddle_step_testing import load_arrays
 
 from ppdist.components import build_loss
 from ppdist.config import load_config
 
-RECIPE = os.path.join(ROOT, "configs", "table", "SLANet.yml")
+RECIPE = os.path.join(harness.ROOT, "configs", "table", "SLANet.yml")
 LOSS_TERMS = ("loss", "structure_loss", "loc_loss")
 OUTPUTS = ("structure_probs", "loc_preds")
-SCRIPT = fixture_script("make_table.py")
+SCRIPT = harness.fixture_script("make_table.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,11 +59,11 @@ def manifest() -> Dict[str, Any]:
         return json.load(f)
 
 
-def paddle_state() -> Arrays:
+def paddle_state() -> harness.Arrays:
     return SCRIPT.synthetic_state(manifest()["tensors"], manifest()["seed"])
 
 
-def recipe(**lr: Any) -> Config:
+def recipe(**lr: Any) -> harness.Config:
     """configs/table/SLANet.yml at the fixture's size; ``lr`` keywords override ``Optimizer.lr``."""
     overrides = [  # Global's max_text_length reaches the head (and wins, as in PaddleOCR's transforms)
         f"Global.max_text_length={SCRIPT.MAX_TEXT_LENGTH}",
@@ -89,33 +73,33 @@ def recipe(**lr: Any) -> Config:
     return load_config(RECIPE, overrides + [f"Optimizer.lr.{key}={value}" for key, value in lr.items()])
 
 
-def fixture_batch(arrays: Arrays) -> Dict[str, torch.Tensor]:
+def fixture_batch(arrays: harness.Arrays) -> Dict[str, torch.Tensor]:
     return {
         key: torch.from_numpy(arrays[key]) for key in ("image", "structure", "bboxes", "bbox_masks", "shape")
     }
 
 
-def batch(family: Family, variant: Variant) -> Batch:
+def batch(family: harness.Family, variant: harness.Variant) -> harness.Batch:
     """The fixture's batch, teacher-forced (the image in the variant's dtype)."""
     raw = fixture_batch(family.arrays)
     inputs = dict(raw, image=raw["image"].to(variant.dtype))
     return inputs, inputs
 
 
-def paddle_terms(arrays: Arrays, step: int) -> Dict[str, float]:
+def paddle_terms(arrays: harness.Arrays, step: int) -> Dict[str, float]:
     return {key: float(arrays[f"loss_{step}/{key}"]) for key in LOSS_TERMS}
 
 
-def forward(family: Family, run: StepRun) -> Comparison:
+def forward(family: harness.Family, run: harness.StepRun) -> harness.Comparison:
     ours = {key: float(value.detach()) for key, value in run.losses.items()}
     assert set(ours) == set(LOSS_TERMS)
-    return Comparison(
+    return harness.Comparison(
         arrays={key: (run.outputs[key], family.arrays[f"{key}_1"]) for key in OUTPUTS},
         values={key: (ours[key], value) for key, value in paddle_terms(family.arrays, 1).items()},
     )
 
 
-def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
+def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.Pair]:
     """The loss alone: ppdist's SLALoss on PaddleOCR's teacher-forced outputs (float32 as stored;
     the loss computes in float32)."""
     preds = {key: torch.from_numpy(family.arrays[f"{key}_1"]).double() for key in OUTPUTS}
@@ -123,7 +107,7 @@ def teacher(family: Family, run: StepRun) -> Dict[str, Pair]:
     return {key: (float(ours[key]), value) for key, value in paddle_terms(family.arrays, 1).items()}
 
 
-def the_shipped_recipe_is_the_one_paddleocr_ran(family: Family) -> None:
+def the_shipped_recipe_is_the_one_paddleocr_ran(family: harness.Family) -> None:
     """configs/table/SLANet.yml's Architecture (but the size and the injected class count), Loss
     and Optimizer are PaddleOCR's SLANet.yml's, as make_table.py read them."""
     with open(RECIPE, encoding="utf-8") as f:
@@ -149,7 +133,7 @@ def the_shipped_recipe_is_the_one_paddleocr_ran(family: Family) -> None:
     assert ours["Optimizer"]["clip_norm"] == 5.0
 
 
-def clip_norm_clips_some_gradients_at_every_step(family: Family) -> None:
+def clip_norm_clips_some_gradients_at_every_step(family: harness.Family) -> None:
     """The fixture exercises the clip: at each step some gradient norms exceed clip_norm 5.0 (the
     first convolution's always; the global norm too: 50, 26, 19) and most do not."""
     arrays, positions = family.arrays, family.positions
@@ -160,8 +144,8 @@ def clip_norm_clips_some_gradients_at_every_step(family: Family) -> None:
         assert np.sqrt(sum(norm**2 for norm in norms.values())) > 3 * 5.0
 
 
-def lr_schedule(name: str, warmup: float) -> Schedule:
-    return Schedule(
+def lr_schedule(name: str, warmup: float) -> harness.Schedule:
+    return harness.Schedule(
         name,
         steps_per_epoch=SCRIPT.STEPS_PER_EPOCH,
         config=functools.partial(recipe, warmup_epoch=warmup),
@@ -169,32 +153,28 @@ def lr_schedule(name: str, warmup: float) -> Schedule:
     )
 
 
-SPEC = StepSpec(
+SPEC = harness.StepSpec(
     name="table",
     fixture=lambda: SCRIPT.unpack(load_arrays(SCRIPT.FIXTURE)),
     paddle_state=paddle_state,
     config=lambda family: recipe(),
     base_dtype=torch.float64,
     variants=(
-        Variant(
-            "float64", torch.float64, Tolerance(outputs=1e-6, loss=1e-6, gradients=1e-5, statistics=1e-6)
-        ),
-        Variant(
-            "float32", torch.float32, Tolerance(outputs=1e-4, loss=1e-4, gradients=1e-3, statistics=1e-4)
-        ),
+        harness.FLOAT64,
+        harness.FLOAT32,
     ),
     batch=batch,
     forward=forward,
     teacher=teacher,
     teacher_tolerance=1e-6,
-    zero_gradients=ZeroGradients(names=()),  # all 243, before the clip
+    zero_gradients=harness.ZeroGradients(names=()),  # all 243, before the clip
     parameter_tensors=243,
     parameters=1875714,
     statistics_layers=73,
     # Three steps at the Piecewise schedule's 0.001, each gradient clipped to norm 5 by ppdist's
     # clipper, then Adam (beta 0.9 / 0.999, L2 0). Without the clip the replay misses Paddle's
     # update by far more than the tolerance.
-    replay=Replay(
+    replay=harness.Replay(
         tolerance=1e-9,
         steps_per_epoch=SCRIPT.STEPS_PER_EPOCH,
         steps=SCRIPT.STEPS,
