@@ -109,6 +109,19 @@ def _check_loss_list(loss: Mapping[str, Any]) -> None:
         LOSSES.check(name, {k: v for k, v in params.items() if k not in consumed}, f"{where}[{i}].{name}")
 
 
+def _check_finite_numbers(value: Any, where: str) -> None:
+    """Every number of ``value`` (a Loss section: weights, coefficients, margins) is finite: a
+    ``.nan`` / ``.inf`` weight would make every step's loss non-finite."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite_numbers(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_finite_numbers(item, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+
+
 def _validate_data_section(config: Dict[str, Any], section: str) -> None:
     part = config.get(section)
     if part is None:
@@ -348,6 +361,7 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
     for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
         _check_component(LOSSES, entry, f"Loss.types[{i}]", config)
     _check_loss_list(config["Loss"])
+    _check_finite_numbers(config["Loss"], "Loss")
     _validate_optimizer(config)
     if config.get("Train") is None and config.get("Eval") is None:
         raise ConfigError("the config needs a Train and/or an Eval section")

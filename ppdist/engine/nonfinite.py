@@ -163,19 +163,21 @@ class NonFiniteWatch:
         shown = ", ".join(f"{name}: {value:.6g}" for name, value in terms.items())
         raise NonFiniteError(
             f"training diverged: the loss, the gradients or the BatchNorm statistics are not finite at "
-            f"global_step {step} (rank {rank}: {shown}); nothing after it is saved, {last_good_text(last_good)}, "
-            f"and lower the learning rate, set Global.grad_clip, or set Global.nan_policy: skip to leave "
+            f"global_step {step} (rank {rank}: {shown}); nothing after it is saved; {last_good_text(last_good)} "
+            f"with a lower learning rate, with Global.grad_clip, or with Global.nan_policy: skip to leave "
             f"such steps out"
         )
 
 
 def last_good_text(last_good: Optional[Tuple[str, int]]) -> str:
-    """Where to resume from: the last checkpoint written (or resumed from) with finite tensors."""
+    """Where to go on from, a clause that the caller ends with what to change (``... with a lower
+    learning rate``): resume from the last checkpoint written (or resumed from) with finite
+    tensors, or start again when there is none."""
     if not last_good:
-        return "no checkpoint of this run was written before it"
+        return "no checkpoint of this run was written before it: start the run again"
     return (
-        f"the last good checkpoint is {last_good[0]} (global_step {last_good[1]}); resume from it "
-        f"with -o Global.checkpoints={last_good[0]}"
+        f"the last good checkpoint is {last_good[0]} (global_step {last_good[1]}): resume from it "
+        f"(-o Global.checkpoints={last_good[0]})"
     )
 
 

@@ -431,7 +431,7 @@ class Trainer:
         if found:
             raise NonFiniteError(
                 f"the model is not finite at global_step {self.position.global_step}: {describe(found)}; "
-                f"{consequence}, {last_good_text(self.last_good)}, and lower the learning rate or set "
+                f"{consequence}; {last_good_text(self.last_good)} with a lower learning rate or with "
                 f"Global.grad_clip"
             )
 

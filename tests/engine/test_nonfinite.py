@@ -226,3 +226,16 @@ def test_predictions_that_are_not_finite_never_make_a_best_model(tmp_path, digit
     log = capsys.readouterr().out
     assert "the model's predictions hold NaN/Inf values in 7 batch(es)" in log
     assert "eval at step 0: the predictions hold NaN/Inf values: not a best model" in log
+
+
+def test_the_divergence_message_at_the_first_step_reads_as_one_piece_of_advice():
+    trainer, batches = poisoned_crnn_steps("stop", loss_at={1})
+    trainer.step(batches[0])
+    with pytest.raises(NonFiniteError) as caught:
+        trainer.check_finite()
+    assert str(caught.value) == (
+        "training diverged: the loss, the gradients or the BatchNorm statistics are not finite at global_step 1 "
+        "(rank 0: loss: nan); nothing after it is saved; no checkpoint of this run was written before it: start "
+        "the run again with a lower learning rate, with Global.grad_clip, or with Global.nan_policy: skip to "
+        "leave such steps out"
+    )
