@@ -8,10 +8,10 @@ its keys (``scales`` 1.0 unless given, absent flips off), ``--is_slide`` all thr
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, Dict, List
 
 from ppdist.errors import ConfigError
+from ppdist.utils import strict_json
 
 
 def add_seg_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,4 +53,4 @@ def seg_eval_overrides(args: argparse.Namespace) -> Dict[str, Any]:
 
 def override_items(overrides: Dict[str, Any]) -> List[str]:
     """``-o`` items (``PostProcess.key=value``, values as YAML) for the config loader."""
-    return [f"PostProcess.{key}={json.dumps(value)}" for key, value in overrides.items()]
+    return [f"PostProcess.{key}={strict_json.dumps(value)}" for key, value in overrides.items()]

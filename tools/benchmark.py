@@ -17,7 +17,6 @@ training step by phase (about one GPU kernel launch each): how launch-bound a re
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -42,6 +41,7 @@ from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.session import open_session
 from ppdist.errors import ConfigError
 from ppdist.inference.runners import list_images
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import write_text_atomic
 
 PARTS = ("loader", "bare", "trainer", "eval", "infer", "scaling")
@@ -146,7 +146,7 @@ def build_parser():
 
 
 def write_json(result, path: str) -> None:
-    write_text_atomic(path, json.dumps(result, indent=2, default=str))
+    write_text_atomic(path, strict_json.dumps(result, indent=2, default=str))
 
 
 def run_trainer_part(args, config, env, save_dir: str) -> None:

@@ -11,7 +11,6 @@ per image. See docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -19,6 +18,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 from ppdist.benchmark.data_scale import format_tables, run
 from ppdist.metrics.coco import BACKENDS
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import write_text_atomic
 
 
@@ -45,7 +45,7 @@ def main(argv=None) -> None:
     report = run(args.workdir, args.lines, args.coco, args.eval, args.backends)
     print(format_tables(report))
     if args.json:
-        write_text_atomic(args.json, json.dumps(report, indent=1))
+        write_text_atomic(args.json, strict_json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Runs on all processes under torchrun (exact, unpadded shards) and prints the met
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import sys
@@ -22,6 +21,7 @@ from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.session import open_session
 from ppdist.errors import ConfigError, OutputPathError
 from ppdist.eval_runner import evaluate_checkpoint, set_picture_options
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import write_text_atomic
 from ppdist.utils.writable import check_output_dir, check_output_file
 
@@ -87,7 +87,7 @@ def main() -> int:
     if env.is_main:
         if args.output_json:
             try:
-                write_text_atomic(args.output_json, json.dumps(metrics, indent=2))
+                write_text_atomic(args.output_json, strict_json.dumps(metrics, indent=2))
             except OSError as exc:  # the metrics are printed above
                 raise OutputPathError(f"--output_json {args.output_json}: cannot write it: {exc}") from None
             logger.info("metrics written to %s", args.output_json)

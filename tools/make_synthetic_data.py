@@ -27,7 +27,6 @@ prints a JSON summary.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import List, Optional
@@ -36,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ppdist.data.synthetic_table import CELL_HEIGHT, CELL_WIDTH
 from ppdist.registry import SYNTHETIC_DATA
+from ppdist.utils import strict_json
 
 COMMON_KEYS = ("out", "num", "num_val", "seed", "task")
 
@@ -111,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
     summary = SYNTHETIC_DATA.get(args.task)(
         args.out, num_train=args.num, num_val=num_val, seed=args.seed, **task_options
     )
-    print(json.dumps(summary, indent=2))
+    print(strict_json.dumps(summary, indent=2))
     return summary
 
 

@@ -25,6 +25,7 @@ from ppdist.data.det import COCODataSet
 from ppdist.data.index_cache import BUILDS
 from ppdist.data.rec import SimpleDataSet
 from ppdist.metrics.coco import BACKENDS, COCOMetric
+from ppdist.utils import strict_json
 
 
 def _status_mib() -> Dict[str, float]:
@@ -200,6 +201,6 @@ def format_tables(report: Dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1] == "measure":
-        print(json.dumps(measure_build(sys.argv[2], sys.argv[3], sys.argv[4])))
+        print(strict_json.dumps(measure_build(sys.argv[2], sys.argv[3], sys.argv[4])))
     elif sys.argv[1] == "eval":
-        print(json.dumps(measure_eval(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
+        print(strict_json.dumps(measure_eval(sys.argv[2], int(sys.argv[3]), sys.argv[4])))

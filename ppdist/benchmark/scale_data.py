@@ -7,11 +7,12 @@ an 18M-line file or an Objects365-size json does not have to fit in memory as Py
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterator
 
 import numpy as np
+
+from ppdist.utils import strict_json
 
 ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CHUNK = 200_000
@@ -81,5 +82,5 @@ def write_coco_json(path: str, images: int, boxes: int, classes: int = 80, seed:
         for n, chunk in enumerate(_annotation_chunks(rng, sizes, boxes, classes)):
             handle.write(("," if n else "") + chunk)
         categories = [{"id": c, "name": f"class_{c}"} for c in range(1, classes + 1)]
-        handle.write('],"categories":' + json.dumps(categories) + "}")
+        handle.write('],"categories":' + strict_json.dumps(categories) + "}")
     return os.path.getsize(path)

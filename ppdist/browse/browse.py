@@ -3,7 +3,6 @@ the summary (``summary.json`` and ``summary.md``) of those N or of the whole spl
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Sequence
@@ -17,6 +16,7 @@ from ppdist.browse.dataset_browser import (
 )
 from ppdist.browse.sample_grid import draw_samples
 from ppdist.errors import ConfigError, DataError
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import write_text_atomic
 
 
@@ -90,5 +90,5 @@ def browse_dataset(config: Mapping[str, Any], options: BrowseOptions) -> Dict[st
 
 def _write_summary(summary: Mapping[str, Any], out_dir: str) -> None:
     """``summary.json`` and ``summary.md`` in ``out_dir``."""
-    write_text_atomic(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=1) + "\n")
+    write_text_atomic(os.path.join(out_dir, "summary.json"), strict_json.dumps(summary, indent=1) + "\n")
     write_text_atomic(os.path.join(out_dir, "summary.md"), summary_markdown(summary))

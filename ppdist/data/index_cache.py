@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
 
 from ppdist.data.packed import IndexFileError, PackedIndex
 from ppdist.errors import ConfigError
+from ppdist.utils import strict_json
 from ppdist.utils.memory import release_free_memory
 
 logger = logging.getLogger("ppdist")
@@ -70,7 +71,7 @@ def source_stamp(paths: Sequence[str]) -> list:
 
 def cache_file(folder: str, kind: str, sources: Sequence[str], options: Mapping[str, Any]) -> str:
     """``<folder>/<kind>-<hash of the inputs' paths and the options>.idx``."""
-    ident = json.dumps(
+    ident = strict_json.dumps(
         {"kind": kind, "sources": [os.path.abspath(p) for p in sources], "options": options},
         sort_keys=True,
         default=str,
@@ -143,7 +144,7 @@ def cached_index(
     if folder is None:
         return _build(build)
     key = {"format": FORMAT_VERSION, "sources": source_stamp(sources), "options": dict(options)}
-    key = json.loads(json.dumps(key, sort_keys=True, default=str))  # the form a file holds
+    key = json.loads(strict_json.dumps(key, sort_keys=True, default=str))  # the form a file holds
     path = cache_file(folder, kind, sources, key["options"])
     index = _fresh(path, key, report=False)  # a damaged file is reported under the lock
     if index is not None:

@@ -25,6 +25,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import atomic_file
 
 MAGIC = b"PPDIST-INDEX-2\n"
@@ -78,7 +79,7 @@ class PackedIndex:
         for name, array in arrays.items():
             specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "offset": offset}
             offset += -(-array.nbytes // ALIGN) * ALIGN
-        header = json.dumps({"meta": self.meta, "key": key, "arrays": specs}).encode("utf-8")
+        header = strict_json.dumps({"meta": self.meta, "key": key, "arrays": specs}).encode("utf-8")
         start = _data_start(len(header))
         with atomic_file(path, binary=True) as handle:
             checksum = _Checksum(handle)

@@ -14,7 +14,6 @@ the images (``empty_ratio``) holds no object. ``train.txt`` / ``val.txt`` list t
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
@@ -24,6 +23,7 @@ import numpy as np
 from ppdist.data.synthetic_io import build_atomically
 from ppdist.data.synthetic_seg import SHAPES, _background, _shape_fill, image_shape
 from ppdist.registry import SYNTHETIC_DATA
+from ppdist.utils import strict_json
 
 CLASS_NAMES = ("ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
 MIN_VISIBLE = 0.4  # fraction of an object's pixels that must stay visible
@@ -132,7 +132,7 @@ def _write_split(
         lines.append(f"images/{split}/{name}\n")
     os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
     with open(os.path.join(root, "annotations", f"instances_{split}.json"), "w", encoding="utf-8") as handle:
-        json.dump({"images": images, "annotations": annotations, "categories": categories}, handle)
+        strict_json.dump({"images": images, "annotations": annotations, "categories": categories}, handle)
     with open(os.path.join(root, f"{split}.txt"), "w", encoding="utf-8", newline="\n") as handle:
         handle.writelines(lines)
     return len(annotations)

@@ -17,6 +17,8 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from ppdist.utils import strict_json
+
 SETTINGS_FILE = "synthetic_settings.json"
 
 
@@ -93,7 +95,7 @@ def build_atomically(
     if num_train < 0 or num_val < 0:
         raise ValueError("num_train and num_val must be >= 0")
     requested = json.loads(
-        json.dumps({**settings, "num_train": num_train, "num_val": num_val}, default=_plain)
+        strict_json.dumps({**settings, "num_train": num_train, "num_val": num_val}, default=_plain)
     )
     train_txt = os.path.join(out_dir, "train.txt")
     if os.path.exists(train_txt):
@@ -105,7 +107,7 @@ def build_atomically(
     try:
         extra = write(tmp) or {}
         with open(os.path.join(tmp, SETTINGS_FILE), "w", encoding="utf-8") as handle:
-            json.dump(requested, handle, indent=1, sort_keys=True)
+            strict_json.dump(requested, handle, indent=1, sort_keys=True)
         os.chmod(tmp, 0o755)
         move_into_place(tmp, out_dir)
     except BaseException:

@@ -19,7 +19,6 @@ text; an empty cell has no tokens and no bbox, as in PubTabNet.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from ppdist.data.synthetic_io import build_atomically
 from ppdist.registry import SYNTHETIC_DATA
+from ppdist.utils import strict_json
 
 TEXT_CHARS = "ABCDEFGHKLMNPRSTXabcdefghkmnoprstuxyz0123456789.%-"
 LINE_STYLES = ("full", "horizontal", "none")
@@ -179,7 +179,9 @@ def _write_split(
             with open(os.path.join(root, rel), "wb") as out:
                 out.write(buf.tobytes())
             spans += html["structure"]["tokens"].count("<td")
-            handle.write(json.dumps({"filename": rel, "split": split, "imgid": i, "html": html}) + "\n")
+            handle.write(
+                strict_json.dumps({"filename": rel, "split": split, "imgid": i, "html": html}) + "\n"
+            )
     return spans
 
 

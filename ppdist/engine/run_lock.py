@@ -24,6 +24,7 @@ import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ppdist.errors import ConfigError
+from ppdist.utils import strict_json
 
 LOCK_NAME = ".ppdist.lock"
 TAKEOVER_SUFFIX = ".takeover"
@@ -149,7 +150,7 @@ class RunDirLock:
             raise ConfigError(f"cannot create Global.save_model_dir {self.folder}: {_reason(exc)}") from None
         tmp = f"{self.path}.{secrets.token_hex(6)}.tmp"
         try:
-            _write_new(tmp, json.dumps(_holder()).encode("utf-8"))
+            _write_new(tmp, strict_json.dumps(_holder()).encode("utf-8"))
         except OSError as exc:
             raise ConfigError(
                 f"cannot write the lock file {self.path} in Global.save_model_dir: {_reason(exc)}; "

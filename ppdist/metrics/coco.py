@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import time
@@ -26,6 +25,7 @@ from ppdist.metrics.base import Metric
 from ppdist.metrics.det_confusion import detection_confusion
 from ppdist.metrics.report import ConfusionMatrix, PRCurves, ReportItem, TextFile, markdown_table
 from ppdist.registry import METRICS
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import atomic_file
 
 try:  # a dependency of ppdist, optional here: without it COCOMetric evaluates with pycocotools
@@ -178,7 +178,7 @@ def write_detections_json(path: str, table: np.ndarray) -> None:
             handle.write(", " if start else "")
             handle.write(
                 ", ".join(
-                    json.dumps(
+                    strict_json.dumps(
                         {"image_id": int(r[0]), "category_id": int(r[6]), "bbox": r[1:5], "score": r[5]}
                     )
                     for r in rows.tolist()

@@ -32,6 +32,7 @@ from ppdist.tasks.runner import (
     Sample,
     build_postprocess_of,
 )
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import write_text_atomic
 from ppdist.visualize.palette import class_colour
 
@@ -210,7 +211,7 @@ class DetWriter:
 
     def close(self) -> List[str]:
         path = os.path.join(self.output_dir, "bbox.json")
-        write_text_atomic(path, json.dumps(self.records))
+        write_text_atomic(path, strict_json.dumps(self.records))
         return [path] + self.drawn
 
     def abort(self) -> None:

@@ -5,7 +5,6 @@ benchmark set."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections import Counter
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -33,6 +32,7 @@ from ppdist.tasks.runner import (
     Sample,
     build_postprocess_of,
 )
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import temporary_path
 
 INPUTS, OUTPUTS = ("image",), ("probs",)
@@ -137,7 +137,7 @@ class RecWriter:
                 print(line)
             if "models" in r:
                 self._per_model_handle().write(
-                    f"{r['path']}\t{json.dumps(r['models'], ensure_ascii=False)}\n"
+                    f"{r['path']}\t{strict_json.dumps(r['models'], ensure_ascii=False)}\n"
                 )
 
     def _per_model_handle(self) -> IO[str]:

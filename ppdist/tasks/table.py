@@ -5,7 +5,6 @@ benchmark set."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -35,6 +34,7 @@ from ppdist.tasks.table_browse import (
     table_grid,
     table_summary,
 )
+from ppdist.utils import strict_json
 from ppdist.utils.atomic import temporary_path, write_text_atomic
 from ppdist.visualize.palette import class_colour
 
@@ -152,7 +152,7 @@ class TableWriter:
         for r in results:
             boxes = np.asarray(r["boxes"], dtype=np.float32)
             record = {"path": r["path"], "html": r["html"], "score": r["score"], "boxes": boxes.tolist()}
-            self.handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.handle.write(strict_json.dumps(record, ensure_ascii=False) + "\n")
             html_path = os.path.join(self.output_dir, file_stem(r["path"]) + ".html")
             write_text_atomic(html_path, r["html"])
             self.written += [html_path, self.draw(r["path"], boxes)]
