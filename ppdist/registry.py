@@ -163,6 +163,14 @@ class Registry:
         keys = [k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         return keys, any(p.kind == p.VAR_KEYWORD for p in params.values())
 
+    def value_of(self, entry: Mapping[str, Any], key: str) -> Any:
+        """The value the component of ``entry`` (``{name, **kwargs}``) gets for ``key``: the entry's,
+        else its constructor's default (None when it has neither)."""
+        if key in entry:
+            return entry[key]
+        param = _signature_params(self.get(entry["name"])).get(key)
+        return None if param is None or param.default is param.empty else param.default
+
 
 def _signature_params(target: Callable[..., Any]) -> Dict[str, inspect.Parameter]:
     sig = inspect.signature(target.__init__ if inspect.isclass(target) else target)

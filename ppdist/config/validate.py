@@ -55,6 +55,9 @@ def _check_component(
     check_values = getattr(component, "check_values", None)  # value rules (SegPostProcess's test_config)
     if callable(check_values):
         check_values(kwargs, where)
+    check_config = getattr(component, "check_config", None)  # values that must agree with other sections
+    if callable(check_config):
+        check_config(kwargs, where, config)
     nested = getattr(component, "nested_entries", None)  # components built from inner entries (MultiHead)
     if callable(nested):
         for inner_registry, inner, inner_where, inner_injected in nested(entry, where):

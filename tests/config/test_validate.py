@@ -31,3 +31,25 @@ CRNN = os.path.join(REPO, "configs", "rec", "rec_mv3_none_bilstm_ctc.yml")
 def test_a_non_finite_loss_number_is_refused_naming_its_key(path, override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(path, [override])
+
+
+SLANET = os.path.join(REPO, "configs", "table", "SLANet.yml")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["Architecture.Head.loc_reg_num=8"],
+            r": Train.dataset.transforms\[1\].TableLabelEncode.loc_reg_num is 4 but Architecture.Head.loc_reg_num "
+            r"is 8: the head predicts as many box coordinates per cell as the labels hold",
+        ),
+        (
+            ["Eval.dataset.transforms.1.TableLabelEncode.loc_reg_num=8"],
+            r": Eval.dataset.transforms\[1\].TableLabelEncode.loc_reg_num is 8 but Architecture.Head.loc_reg_num is 4",
+        ),
+    ],
+)
+def test_the_heads_box_coordinates_must_be_the_labels(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(SLANET, overrides)

@@ -10,7 +10,7 @@ silently is a ``RejectedSample`` here, with the reason.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -18,7 +18,7 @@ import numpy as np
 from ppdist.data.base import RejectedSample
 from ppdist.data.charset import load_characters
 from ppdist.errors import ConfigError
-from ppdist.registry import TRANSFORMS
+from ppdist.registry import HEADS, TRANSFORMS
 
 Sample = Dict[str, Any]
 
@@ -141,6 +141,24 @@ class TableLabelEncode:
         self.is_cell = np.zeros(len(self.character), dtype=bool)
         for token, i in self.dict.items():
             self.is_cell[i] = token in CELL_TOKENS
+
+    @staticmethod
+    def check_config(options: Mapping[str, Any], where: str, config: Mapping[str, Any]) -> None:
+        """Config validation against the model: a head that predicts ``loc_reg_num`` coordinates per
+        cell (SLAHead) must predict as many as the labels hold (``ConfigError`` naming both keys)."""
+        head = (config.get("Architecture") or {}).get("Head")
+        if not isinstance(head, Mapping) or head.get("name") not in HEADS:
+            return
+        if "loc_reg_num" not in HEADS.accepted_keys(head["name"])[0]:
+            return
+        predicted = HEADS.value_of(head, "loc_reg_num")
+        labelled = TRANSFORMS.value_of(dict(options, name="TableLabelEncode"), "loc_reg_num")
+        if predicted != labelled:
+            raise ConfigError(
+                f"{where}.loc_reg_num is {labelled!r} but Architecture.Head.loc_reg_num is {predicted!r}: the head "
+                f"predicts as many box coordinates per cell as the labels hold; give both the same value "
+                f"(4: xyxy boxes, 8: polygons)"
+            )
 
     @property
     def padded_length(self) -> int:
