@@ -85,7 +85,7 @@ def _check_forwarded_keys(registry: Any, entry: Mapping[str, Any], where: str) -
         check({k: v for k, v in entry.items() if k != "name"}, where)
 
 
-def _check_loss_list(loss: Mapping[str, Any]) -> None:
+def _check_loss_list(loss: Mapping[str, Any], config: Mapping[str, Any]) -> None:
     """The ``{LossName: params}`` entries of a composite loss's ``loss_config_list`` (CombinedLoss,
     MultiLoss): known names and keywords; the keys the composite itself takes from every entry
     (its ``required_entry_keys``, CombinedLoss's ``weight``) must be there."""
@@ -108,8 +108,12 @@ def _check_loss_list(loss: Mapping[str, Any]) -> None:
         for key in consumed:
             if key not in params:
                 raise ConfigError(f"{where}[{i}].{name}.{key} is required by {loss['name']}")
-        LOSSES.get(name, f"{where}[{i}]")
-        LOSSES.check(name, {k: v for k, v in params.items() if k not in consumed}, f"{where}[{i}].{name}")
+        component = LOSSES.get(name, f"{where}[{i}]")
+        own = {k: v for k, v in params.items() if k not in consumed}
+        LOSSES.check(name, own, f"{where}[{i}].{name}")
+        check_config = getattr(component, "check_config", None)
+        if callable(check_config):
+            check_config(own, f"{where}[{i}].{name}", config)
 
 
 def _check_finite_numbers(value: Any, where: str) -> None:
@@ -363,7 +367,7 @@ def validate(config: Dict[str, Any]) -> Dict[str, Any]:
         _check_forwarded_keys(registry, config[section], section)
     for i, entry in enumerate(config["Loss"].get("types") or []):  # MultiOutputLoss entries
         _check_component(LOSSES, entry, f"Loss.types[{i}]", config)
-    _check_loss_list(config["Loss"])
+    _check_loss_list(config["Loss"], config)
     _check_finite_numbers(config["Loss"], "Loss")
     _validate_optimizer(config)
     if config.get("Train") is None and config.get("Eval") is None:

@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from ppdist.config.model_names import check_model_names
+from ppdist.errors import ConfigError
 from ppdist.losses.basic import DistanceLoss, DMLLoss
 from ppdist.losses.ctc import CTCLoss
 from ppdist.losses.precision import full_precision
@@ -56,6 +58,33 @@ def model_names(names: Any) -> List[str]:
     return list(names)
 
 
+def check_pair_names(options: Mapping[str, Any], where: str, config: Mapping[str, Any]) -> None:
+    """Config validation: every name of ``model_name_pairs`` is a model of ``Architecture.Models``."""
+    if "model_name_pairs" not in options:
+        return
+    try:
+        pairs = name_pairs(options["model_name_pairs"])
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    used = [
+        (f"{where}.model_name_pairs[{i}][{j}]", name)
+        for i, pair in enumerate(pairs)
+        for j, name in enumerate(pair)
+    ]
+    check_model_names(used, config)
+
+
+def check_list_names(options: Mapping[str, Any], where: str, config: Mapping[str, Any]) -> None:
+    """Config validation: every name of ``model_name_list`` is a model of ``Architecture.Models``."""
+    if "model_name_list" not in options:
+        return
+    try:
+        names = model_names(options["model_name_list"])
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    check_model_names([(f"{where}.model_name_list[{i}]", name) for i, name in enumerate(names)], config)
+
+
 def _check_branch(dis_head: str) -> str:
     if dis_head not in MULTI_HEAD_BRANCHES:
         raise ValueError(f"dis_head must be one of {MULTI_HEAD_BRANCHES}, got {dis_head!r}")
@@ -80,6 +109,8 @@ class DistillationDMLLoss(DMLLoss):
     """``DMLLoss`` between the outputs of each pair of ``model_name_pairs``; terms ``{name}_{i}``
     (e.g. ``dml_ctc_0``) and their sum ``loss``. With ``multi_head`` the ``dis_head`` branch
     (ctc or sar) of the ``key`` output is compared."""
+
+    check_config = staticmethod(check_pair_names)
 
     def __init__(
         self,
@@ -111,6 +142,8 @@ class DistillationDMLLoss(DMLLoss):
 class DistillationDistanceLoss(DistanceLoss):
     """``DistanceLoss`` between the ``key`` outputs of each pair; terms
     ``{name}_l2_{first}_{second}_{i}`` (PaddleOCR appends ``_l2`` whatever the mode), no total."""
+
+    check_config = staticmethod(check_pair_names)
 
     def __init__(
         self,
@@ -144,6 +177,8 @@ class DistillationCTCLoss(nn.Module):
 
     host_keys = CTCLoss.host_keys
 
+    check_config = staticmethod(check_list_names)
+
     def __init__(
         self,
         model_name_list: Sequence[str] = (),
@@ -175,6 +210,8 @@ class DistillationSARLoss(nn.Module):
     With ``multi_head`` the ``sar`` branch is scored against ``batch["label_sar"]``, otherwise the
     output against ``batch["label"]``. ``ignore_index``: the padding index (CombinedLoss sets
     n + 1 from the dictionary as PaddleOCR's tools/train.py does)."""
+
+    check_config = staticmethod(check_list_names)
 
     def __init__(
         self,

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
+from ppdist.config.model_names import check_model_names
 from ppdist.metrics.base import Metric
 from ppdist.metrics.report import ReportItem
-from ppdist.registry import METRICS
+from ppdist.registry import METRICS, POSTPROCESSES
 
 
 @METRICS.register(name="DistillationMetric")
@@ -45,6 +46,25 @@ class DistillationMetric(Metric):
         own = ("key", "base_metric_name")
         base = kwargs.get("base_metric_name", "RecMetric")
         METRICS.check(base, {k: v for k, v in kwargs.items() if k not in own}, where)
+
+    @staticmethod
+    def check_config(options: Mapping[str, Any], where: str, config: Mapping[str, Any]) -> None:
+        """Config validation: ``key`` is a model of ``Architecture.Models`` and one of those the
+        post-process decodes (its ``model_name``): the results hold no other."""
+        if "key" not in options:
+            return
+        used = [(f"{where}.key", options["key"])]
+        check_model_names(used, config)
+        post = config.get("PostProcess") or {}
+        if post.get("name") in POSTPROCESSES and "model_name" in POSTPROCESSES.accepted_keys(post["name"])[0]:
+            decoded = POSTPROCESSES.value_of(post, "model_name")
+            decoded = [decoded] if isinstance(decoded, str) else list(decoded or [])
+            check_model_names(
+                used,
+                config,
+                decoded,
+                known_as="one of the models PostProcess.model_name decodes (the results hold no other)",
+            )
 
     @property
     def nothing_evaluated(self) -> Optional[str]:  # type: ignore[override]

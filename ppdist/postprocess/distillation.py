@@ -5,8 +5,20 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ppdist.config.model_names import check_model_names
+from ppdist.errors import ConfigError
 from ppdist.postprocess.ctc_decode import CTCLabelDecode
 from ppdist.registry import POSTPROCESSES
+
+DEFAULT_MODEL = "student"  # PaddleOCR's default model_name
+
+
+def decoded_models(model_name: Any) -> List[str]:
+    """``model_name`` (a name or a list of them) as a list; ``ValueError`` for anything else."""
+    names = [model_name] if isinstance(model_name, str) else model_name
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"model_name must be a model name or a list of them, got {model_name!r}")
+    return list(names)
 
 
 @POSTPROCESSES.register(name="DistillationCTCLabelDecode")
@@ -20,17 +32,28 @@ class DistillationCTCLabelDecode(CTCLabelDecode):
         self,
         character_dict_path: Optional[str] = None,
         use_space_char: bool = False,
-        model_name: Union[str, List[str]] = "student",
+        model_name: Union[str, List[str]] = DEFAULT_MODEL,
         key: Optional[str] = None,
         multi_head: bool = False,
     ) -> None:
         super().__init__(character_dict_path, use_space_char)
-        names = [model_name] if isinstance(model_name, str) else list(model_name)
-        if not names or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"model_name must be a model name or a list of them, got {model_name!r}")
-        self.model_name = names
+        self.model_name = decoded_models(model_name)
         self.key = key
         self.multi_head = multi_head
+
+    @staticmethod
+    def check_config(options: Mapping[str, Any], where: str, config: Mapping[str, Any]) -> None:
+        """Config validation: the decoded models (``model_name``, PaddleOCR's default ``student``
+        when unset) are models of ``Architecture.Models``."""
+        try:
+            names = decoded_models(options.get("model_name", DEFAULT_MODEL))
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{exc}") from None
+        key = "model_name" if "model_name" in options else "model_name (default)"
+        check_model_names(
+            [(f"{where}.{key}" + (f"[{i}]" if len(names) > 1 else ""), n) for i, n in enumerate(names)],
+            config,
+        )
 
     def __call__(  # type: ignore[override]
         self, preds: Mapping[str, Any], batch: Optional[Mapping[str, Any]] = None
