@@ -91,6 +91,20 @@ def _check_branch(dis_head: str) -> str:
     return dis_head
 
 
+def check_same_shape(loss: str, key: Optional[str], names: Sequence[str], outputs: Sequence[Any]) -> None:
+    """Both outputs a pair loss compares element by element have one shape, else one
+    ``ConfigError`` naming the loss, the key and both shapes (a Teacher of another backbone
+    scale); a shape is host metadata, nothing is read from the device."""
+    shapes = [tuple(out.shape) if isinstance(out, torch.Tensor) else None for out in outputs]
+    if None in shapes or shapes[0] == shapes[1]:
+        return
+    raise ConfigError(
+        f"{loss}: {key or 'the output'!r} of {names[0]} has shape {shapes[0]} and of {names[1]} {shapes[1]}; "
+        f"the loss compares them element by element: give both models outputs of one shape there "
+        f"(e.g. the same Backbone scale), or remove this loss"
+    )
+
+
 def sum_tensors(values: Sequence[torch.Tensor]) -> torch.Tensor:
     """``values[0] + values[1] + ...`` in order (as Paddle's running sums; the shapes may broadcast)."""
     total = values[0]
@@ -134,6 +148,8 @@ class DistillationDMLLoss(DMLLoss):
         for idx, (first, second) in enumerate(self.model_name_pairs):
             out1 = pick(preds, first, self.key, self.dis_head)
             out2 = pick(preds, second, self.key, self.dis_head)
+            key = f"{self.key}.{self.dis_head}" if self.key and self.dis_head else self.key or self.dis_head
+            check_same_shape(f"DistillationDMLLoss {self.name!r}", key, (first, second), (out1, out2))
             terms[f"{self.name}_{idx}"] = super().forward(out1, out2)
         return with_total(terms)
 
@@ -161,12 +177,14 @@ class DistillationDistanceLoss(DistanceLoss):
 
     @full_precision
     def forward(self, preds: Mapping[str, Any], batch: Any = None) -> Dict[str, torch.Tensor]:  # type: ignore[override]
-        return {
-            f"{self.name}_{first}_{second}_{idx}": super(DistillationDistanceLoss, self).forward(
-                pick(preds, first, self.key), pick(preds, second, self.key)
+        terms = {}
+        for idx, (first, second) in enumerate(self.model_name_pairs):
+            out1, out2 = pick(preds, first, self.key), pick(preds, second, self.key)
+            check_same_shape(
+                f"DistillationDistanceLoss {self.name!r}", self.key, (first, second), (out1, out2)
             )
-            for idx, (first, second) in enumerate(self.model_name_pairs)
-        }
+            terms[f"{self.name}_{first}_{second}_{idx}"] = super().forward(out1, out2)
+        return terms
 
 
 @LOSSES.register(name="DistillationCTCLoss")
