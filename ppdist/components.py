@@ -8,7 +8,7 @@ package ``ppdist`` imports it, so the registries are complete before any config 
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, List, Mapping, MutableMapping
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional
 
 from torch import nn
 
@@ -43,6 +43,29 @@ def _class_count(config: Mapping[str, Any]) -> int:
         glob = config.get("Global") or {}
         count = len(load_characters(glob.get("character_dict_path"), bool(glob.get("use_space_char")))) + 1
     return int(count)
+
+
+def class_vocabulary(config: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """What the model's output classes mean, as the checkpoints record it
+    (``ppdist.engine.checkpoint.classes``): the post-process's class list (``character``, the
+    attribute every PaddleOCR label decoder has: CTC's blank and characters, SLANet's structure
+    tokens), the dictionary it was read from and the config key naming that dictionary (Global's,
+    which wins, else the post-process's own). None when the post-process has no class list
+    (detection, segmentation: their class count is a config value)."""
+    if not config.get("PostProcess"):
+        return None
+    classes = getattr(build_postprocess(config), "character", None)
+    if classes is None:
+        return None
+    entry = config["PostProcess"]
+    path = component_kwargs(POSTPROCESSES, entry, config).get("character_dict_path")
+    in_global = (config.get("Global") or {}).get("character_dict_path") is not None
+    key = (
+        "Global.character_dict_path"
+        if in_global or "character_dict_path" not in entry
+        else "PostProcess.character_dict_path"
+    )
+    return {"classes": [str(c) for c in classes], "dictionary": path, "key": key}
 
 
 def multi_head_channels(count: int) -> Dict[str, int]:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
-from ppdist.components import build_metric, build_model, build_postprocess
+from ppdist.components import build_metric, build_model, build_postprocess, class_vocabulary
 from ppdist.data.build import build_dataloader
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.checkpoint import weights_source
@@ -76,7 +76,7 @@ def evaluate_checkpoint(
     runtime = build_runtime(glob, env.device)
     model = build_model(config)
     data, source = ckpt.load_across_ranks(source, env)  # also when only some nodes have the file
-    ckpt.load_inference_weights(model, data, source)
+    ckpt.load_inference_weights(model, data, source, class_vocabulary(config))
     warn_if_not_finite(model, source)
     if "metrics" in data:
         logger.info("metrics stored in the checkpoint: %s", data["metrics"])

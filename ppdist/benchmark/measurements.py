@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 from ppdist.benchmark.steady_state import StepClock
-from ppdist.components import build_loss, build_metric, build_model, build_postprocess
+from ppdist.components import build_loss, build_metric, build_model, build_postprocess, class_vocabulary
 from ppdist.config import compile_options
 from ppdist.data.base import BAD_SAMPLES_KEY
 from ppdist.data.build import build_dataloader
@@ -195,7 +195,9 @@ def build_weighted_model(
     seed_everything(config["Global"]["seed"])
     model = build_model(config)
     if weights:
-        ckpt.load_inference_weights(model, ckpt.load_file(ckpt.checkpoint_path(weights)), weights)
+        ckpt.load_inference_weights(
+            model, ckpt.load_file(ckpt.checkpoint_path(weights)), weights, class_vocabulary(config)
+        )
     return model.to(device).eval()
 
 

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import ppdist.optim as optim
 from ppdist.builder import build_component
-from ppdist.components import build_loss, build_metric, build_model, build_postprocess
+from ppdist.components import build_loss, build_metric, build_model, build_postprocess, class_vocabulary
 from ppdist.config import (
     auto_scale_lr_base,
     compile_options,
@@ -304,6 +304,7 @@ def build_trainer(
         writer=writer,
         save_dir=glob["save_model_dir"],
         config=config,
+        classes=class_vocabulary(config),
     )
     log_lr_scaling(glob, trainer, sampler)
     seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own

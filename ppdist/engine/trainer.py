@@ -85,6 +85,8 @@ class Trainer:
     steps, EMA; a plain optimizer step by default). ``train_metric`` = (post-process,
     metric) computes the metric of a training batch for the log lines (``train_metric_values``).
     Batch entries named in the loss's ``host_keys`` (e.g. CTC's label lengths) stay on the host.
+    ``classes`` (``ppdist.components.class_vocabulary``: what the outputs mean, a recognition
+    model's dictionary) is written into every checkpoint, and a resume with other classes is refused.
 
     With a sampler that accumulates (``TrainBatchSampler(accumulate_steps=K)``) each optimizer
     step is ``K`` micro-batches: DDP syncs gradients on the last only, and the gradient is that
@@ -116,6 +118,7 @@ class Trainer:
         writer: Optional[ScalarWriter] = None,
         save_dir: Optional[str] = None,
         config: Optional[Mapping[str, Any]] = None,
+        classes: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_loader = train_loader
@@ -148,6 +151,7 @@ class Trainer:
         self.last_good: Optional[Tuple[str, int]] = None  # the last checkpoint written: (path, global_step)
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
+        self.classes = dict(classes) if classes else None  # what the outputs mean (checkpoint.classes)
         layout = Layout.of(self.sampler)
         if layout.steps_per_epoch == 0:
             raise ConfigError(
@@ -399,6 +403,7 @@ class Trainer:
             "position": self.position.state_dict(),
             "hooks": {hook.hook_name: hook.state_dict() for hook in self.hooks},
             "config": self.config,
+            **({ckpt.CLASSES_KEY: self.classes} if self.classes else {}),
         }
 
     def save(self, name: str, extra: Optional[Mapping[str, Any]] = None) -> None:
@@ -449,10 +454,12 @@ class Trainer:
             raise CheckpointError(
                 f"{source} holds weights only; use Global.pretrained_model to start from it"
             )
+        ckpt.check_classes(state.get(ckpt.CLASSES_KEY), self.classes, source)  # another dictionary
         misfit = ckpt.mismatch_summary(self.model, state["model"])
         if misfit is not None:  # another task or architecture: say so before anything else
+            hint = ckpt.class_count_hint(self.model.state_dict(), state["model"], self.classes)
             raise CheckpointError(
-                f"{source} does not fit Architecture: {misfit}; resume it with the config it was trained "
+                f"{source} does not fit Architecture: {misfit}{hint}; resume it with the config it was trained "
                 f"with (stored in the checkpoint, and as config.yml beside it), or start from its weights "
                 f"with Global.pretrained_model"
             )

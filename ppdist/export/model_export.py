@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
-from ppdist.components import build_model
+from ppdist.components import build_model, class_vocabulary
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.checkpoint import weights_source
 from ppdist.errors import ConfigError, PPDistError
@@ -38,7 +38,7 @@ def load_trained_model(
         raise ConfigError(f"{purpose} needs trained weights: -o Global.checkpoints=path/to/best_accuracy")
     data = ckpt.load_file(ckpt.checkpoint_path(source))
     model = build_model(config)
-    ckpt.load_inference_weights(model, data, source)
+    ckpt.load_inference_weights(model, data, source, class_vocabulary(config))
     model.eval()
     return model, {"weights": os.path.abspath(ckpt.checkpoint_path(source)), "ema": bool(data.get("ema"))}
 

@@ -1,9 +1,11 @@
-"""Checkpoints: the files (``io``) and the weights they give a model (``weights``).
+"""Checkpoints: the files (``io``), the weights they give a model (``weights``) and the record of what
+the model's classes mean (``classes``).
 
-``from ppdist.engine import checkpoint as ckpt`` gives both: ``ckpt.save_atomic``,
+``from ppdist.engine import checkpoint as ckpt`` gives them all: ``ckpt.save_atomic``,
 ``ckpt.load_across_ranks``, ``ckpt.load_inference_weights``, ...
 """
 
+from ppdist.engine.checkpoint.classes import CLASSES_KEY, check_classes, class_count_hint
 from ppdist.engine.checkpoint.io import (
     PADDLE_KEY,
     PADDLE_SUFFIX,
@@ -31,10 +33,13 @@ from ppdist.engine.checkpoint.weights import (
 )
 
 __all__ = [
+    "CLASSES_KEY",
     "PADDLE_KEY",
     "PADDLE_SUFFIX",
     "SUFFIX",
+    "check_classes",
     "checkpoint_path",
+    "class_count_hint",
     "converted_paddle_weights",
     "extract_model_state",
     "inference_weights",

@@ -13,6 +13,7 @@ from torch import nn
 
 from ppdist.config import STAGE_PRETRAINED_KEY
 from ppdist.convert.weights.convert import ConversionReport, convert_state_dict, load_paddle_weights
+from ppdist.engine.checkpoint.classes import CLASSES_KEY, check_classes, class_count_hint
 from ppdist.engine.checkpoint.io import PADDLE_KEY, checkpoint_path, load_file, save_atomic
 from ppdist.errors import CheckpointError, ConfigError
 
@@ -51,7 +52,8 @@ def load_matching_weights(
     """Copy the tensors whose name and shape match; return (loaded, mismatched, missing).
 
     Shape mismatches (e.g. a new dictionary size in the head) and missing or unexpected
-    keys are listed in the log, never raised, as PaddleOCR's ``pretrained_model`` does.
+    keys are listed in the log, never raised, as PaddleOCR's ``pretrained_model`` does; a
+    mis-shaped tensor is listed once, as a mismatch (``missing``: those the file does not hold).
     """
     own = model.state_dict()
     loaded, mismatched = [], []
@@ -67,7 +69,7 @@ def load_matching_weights(
             continue
         filtered[key] = value
         loaded.append(key)
-    missing = [k for k in own if k not in filtered]
+    missing = [k for k in own if not isinstance(state.get(k), torch.Tensor)]  # mis-shaped ones: above
     model.load_state_dict(filtered, strict=False)
     logger.info("loaded %d/%d tensors from %s", len(loaded), len(own), source)
     for line in mismatched:
@@ -117,16 +119,21 @@ def weights_for(
     return inference_weights(data) if prefer_ema else extract_model_state(data)
 
 
-def load_inference_weights(model: nn.Module, data: Mapping[str, Any], source: str) -> None:
+def load_inference_weights(
+    model: nn.Module, data: Mapping[str, Any], source: str, classes: Optional[Mapping[str, Any]] = None
+) -> None:
     """Put ``weights_for(..., prefer_ema=True)`` into ``model``; every tensor must fit (evaluation and
-    export of a trained model, unlike ``pretrained_model``)."""
-    _, mismatched, missing = load_matching_weights(
-        model, weights_for(model, data, source, prefer_ema=True), source
-    )
+    export of a trained model, unlike ``pretrained_model``). ``classes``: the config's record of what
+    the outputs mean (``ppdist.components.class_vocabulary``), refused when the checkpoint recorded
+    others (``classes.check_classes``: a dictionary of the same size but other characters)."""
+    check_classes(data.get(CLASSES_KEY), classes, source)
+    state = weights_for(model, data, source, prefer_ema=True)
+    _, mismatched, missing = load_matching_weights(model, state, source)
     if mismatched or missing:
         raise ConfigError(
             f"{source} does not fit Architecture: {len(mismatched)} shape mismatch(es), "
             f"{len(missing)} missing tensor(s) (see the warnings above)"
+            f"{class_count_hint(model.state_dict(), state, classes)}"
         )
 
 
@@ -140,7 +147,7 @@ def load_pretrained(model: nn.Module, path: str, key: str = "Global.pretrained_m
     )
     if not loaded:
         raise ConfigError(
-            f"{key} {path}: none of its tensors fits Architecture (0/{len(missing)} loaded, "
+            f"{key} {path}: none of its tensors fits Architecture (0/{len(missing) + len(mismatched)} loaded, "
             f"{len(mismatched)} shape mismatch(es)): it was trained for another model or task; give weights "
             f"of this architecture, or remove {key} to train from scratch"
         )
