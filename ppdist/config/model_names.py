@@ -32,6 +32,4 @@ def check_model_names(
         return
     for where, name in used:
         if name not in models:
-            raise ConfigError(
-                f"{where}: {name!r} is not {known_as}.{did_you_mean(str(name), models)}"
-            )
+            raise ConfigError(f"{where}: {name!r} is not {known_as}.{did_you_mean(str(name), models)}")
