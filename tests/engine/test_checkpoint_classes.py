@@ -108,13 +108,13 @@ def test_a_dictionary_of_another_size_names_the_checkpoints_count(tmp_path, digi
         resumed.load_state_dict(dict(state, **{ckpt.CLASSES_KEY: None}), "old")
 
 
-def test_a_checkpoint_without_the_record_loads_with_its_dictionary(tmp_path, digits_dir):
+def test_a_checkpoint_without_the_record_or_with_a_copy_of_the_dictionary_loads(tmp_path, digits_dir):
     config = tiny_run_config(tmp_path, digits_dir, "a")
-    model = build_model(config)
-    ckpt.load_inference_weights(
-        model, {"model": build_model(config).state_dict()}, "old.pt", class_vocabulary(config)
-    )
-    same = dict(class_vocabulary(config), dictionary="a copy of it.txt")
-    ckpt.load_inference_weights(
-        model, {"model": model.state_dict(), ckpt.CLASSES_KEY: same}, "copy.pt", class_vocabulary(config)
-    )
+    classes = class_vocabulary(config)
+    for data in (
+        {"model": build_model(config).state_dict()},  # older checkpoints: no record
+        {"model": build_model(config).state_dict(), ckpt.CLASSES_KEY: dict(classes, dictionary="copy.txt")},
+    ):
+        model = build_model(config)
+        ckpt.load_inference_weights(model, data, "w.pt", classes)
+        assert all(torch.equal(value, data["model"][key]) for key, value in model.state_dict().items())
