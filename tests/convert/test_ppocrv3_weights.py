@@ -124,6 +124,19 @@ def test_per_model_pretrained_loads_into_that_model_only(dictionary):
     assert diff(out["Teacher"]["head_out"], EXPECTED["Teacher"]) > 0.1  # the teacher kept its own weights
 
 
+def test_per_model_pretrained_takes_its_model_of_a_paddleocr_distillation_file(dictionary):
+    """PaddleOCR's whole distillation file as ``Models.Teacher.pretrained``: its Teacher. part (issue
+    44); ``#Teacher`` gives the Student the Teacher's weights."""
+    arch = architecture(pretrained=DISTILL + "#Teacher")
+    arch["Models"]["Teacher"]["pretrained"] = DISTILL
+    model, config = build(arch, dictionary)
+    assert model.pretrained_parts == {"Teacher": DISTILL, "Student": DISTILL + "#Teacher"}
+    load_initial_weights(model, config)
+    out = eval_outputs(model)
+    assert diff(out["Teacher"]["head_out"], EXPECTED["Teacher"]) <= TOLERANCE
+    assert diff(out["Student"]["head_out"], EXPECTED["Teacher"]) <= TOLERANCE
+
+
 def test_weights_of_another_model_are_refused_in_one_line(dictionary):
     other = os.path.join(paddle_fixture_dir("rec"), "crnn_small.pdparams")  # a CRNN's Paddle file
     model, config = build(architecture(pretrained=other), dictionary)

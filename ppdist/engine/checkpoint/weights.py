@@ -15,7 +15,8 @@ from ppdist.config import STAGE_PRETRAINED_KEY
 from ppdist.convert.weights.convert import ConversionReport, convert_state_dict, load_paddle_weights
 from ppdist.engine.checkpoint.classes import CLASSES_KEY, check_classes, class_count_hint
 from ppdist.engine.checkpoint.io import PADDLE_KEY, checkpoint_path, load_file, save_atomic
-from ppdist.errors import CheckpointError, ConfigError
+from ppdist.engine.checkpoint.parts import describe, model_parts, part_state, split_part
+from ppdist.errors import CheckpointError, CheckpointPathError, ConfigError
 
 logger = logging.getLogger("ppdist")
 
@@ -125,7 +126,12 @@ def load_inference_weights(
     """Put ``weights_for(..., prefer_ema=True)`` into ``model``; every tensor must fit (evaluation and
     export of a trained model, unlike ``pretrained_model``). ``classes``: the config's record of what
     the outputs mean (``ppdist.components.class_vocabulary``), refused when the checkpoint recorded
-    others (``classes.check_classes``: a dictionary of the same size but other characters)."""
+    others (``classes.check_classes``: a dictionary of the same size but other characters). A
+    distillation checkpoint for one model, or the reverse, is refused saying which kind of
+    checkpoint it is and which config fits it."""
+    kind = kind_mismatch(model, data)
+    if kind is not None:
+        raise ConfigError(f"{source} is {kind}")
     check_classes(data.get(CLASSES_KEY), classes, source)
     state = weights_for(model, data, source, prefer_ema=True)
     _, mismatched, missing = load_matching_weights(model, state, source)
@@ -137,11 +143,87 @@ def load_inference_weights(
         )
 
 
-def load_pretrained(model: nn.Module, path: str, key: str = "Global.pretrained_model") -> None:
+def file_state(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The tensors of what ``load_file`` read, by their names in the file: a Paddle file's arrays,
+    else the model weights (the EMA weights have the same names)."""
+    return data[PADDLE_KEY] if PADDLE_KEY in data else extract_model_state(data)
+
+
+def kind_mismatch(model: nn.Module, data: Mapping[str, Any]) -> Optional[str]:
+    """When ``data`` (read by ``load_file``) is a distillation checkpoint and ``model`` one model, or
+    the reverse: what the file is and which config fits it, to follow "<file> is "; else None."""
+    state = file_state(data)
+    held, own = model_parts(state), model_parts(model.state_dict())
+    if not state or bool(held) == bool(own):
+        return None
+    stored = (
+        "; its config is stored in it (and as config.yml in its run folder)"
+        if isinstance(data.get("config"), Mapping)
+        else ""
+    )
+    if held:
+        return (
+            f"{describe(held)} and Architecture is one model: use the distillation config it was "
+            f"trained with (Architecture.Models: {', '.join(held)}){stored}"
+        )
+    fits = (
+        []
+        if PADDLE_KEY in data
+        else [n for n in own if mismatch_summary(model.get_submodule(n), state) is None]
+    )
+    fitting = f" (its tensors fit Architecture.Models.{' and '.join(fits)})" if fits else ""
+    return (
+        f"{describe(held)} and Architecture is a distillation model of {', '.join(own)}: use a config "
+        f"with one model, the one it was trained with{fitting}{stored}"
+    )
+
+
+def select_part(data: Mapping[str, Any], name: str, where: str) -> Dict[str, Any]:
+    """``data`` (read by ``load_file``) narrowed to model ``name`` of a distillation checkpoint: its
+    Paddle arrays, or its model and EMA weights, without the ``name.`` prefix. A file without such a
+    model is a ``ConfigError`` naming ``where`` and the models it holds."""
+    held = model_parts(file_state(data))
+    if name not in held:
+        hint = f"choose one with #{held[-1]}" if held else f"give the path without #{name}"
+        raise ConfigError(f"{where}: {describe(held)}, with no model {name!r} in it; {hint}")
+    if PADDLE_KEY in data:
+        return {PADDLE_KEY: part_state(data[PADDLE_KEY], name)}
+    chosen: Dict[str, Any] = {"model": part_state(extract_model_state(data), name)}
+    ema = data.get("ema")
+    if isinstance(ema, Mapping) and isinstance(ema.get("module"), Mapping):
+        chosen["ema"] = {"module": part_state(ema["module"], name)}
+    return chosen
+
+
+def resolve_weights_path(path: str, key: str) -> str:
+    """``checkpoint_path(path)``; a missing file's error names the config ``key`` that gives it."""
+    try:
+        return checkpoint_path(path)
+    except CheckpointPathError as exc:
+        raise CheckpointPathError(f"{key}: {exc}") from None
+
+
+def load_pretrained(
+    model: nn.Module, path: str, key: str = "Global.pretrained_model", part: Optional[str] = None
+) -> None:
     """``Global.pretrained_model`` (or the config ``key`` naming ``path``): weights only, shape
     mismatches skipped and listed; a file of which nothing fits the model (another task or
-    architecture) is an error, not a silent training from scratch."""
-    data = load_file(checkpoint_path(path))
+    architecture) is an error, not a silent training from scratch.
+
+    ``path#Name`` loads model ``Name`` of a distillation checkpoint; ``part`` (the name of the model
+    being loaded, for ``Architecture.Models.<part>.pretrained``) picks that model of a distillation
+    checkpoint without a suffix. A whole distillation checkpoint for one model, or a single-model
+    one for a distillation model, is an error saying what to give."""
+    file, chosen = split_part(path)
+    data = load_file(resolve_weights_path(file, key))
+    held = model_parts(file_state(data))
+    if chosen is None and part is not None and part in held:
+        chosen = part
+        logger.info("%s %s is %s: loading its %s", key, file, describe(held), part)
+    if chosen is not None:
+        data = select_part(data, chosen, f"{key} {path}")
+    else:
+        _refuse_other_kind(model, data, key, path, part)
     loaded, mismatched, missing = load_matching_weights(
         model, weights_for(model, data, path, prefer_ema=False), path
     )
@@ -150,6 +232,25 @@ def load_pretrained(model: nn.Module, path: str, key: str = "Global.pretrained_m
             f"{key} {path}: none of its tensors fits Architecture (0/{len(missing) + len(mismatched)} loaded, "
             f"{len(mismatched)} shape mismatch(es)): it was trained for another model or task; give weights "
             f"of this architecture, or remove {key} to train from scratch"
+        )
+
+
+def _refuse_other_kind(
+    model: nn.Module, data: Mapping[str, Any], key: str, path: str, part: Optional[str]
+) -> None:
+    """A ``ConfigError`` when ``data`` is a whole distillation checkpoint and ``model`` one model, or
+    the reverse: what to give instead."""
+    held, own = model_parts(file_state(data)), model_parts(model.state_dict())
+    if held and not own:
+        target = f"with no model named {part}" if part else "and Architecture is one model"
+        raise ConfigError(
+            f"{key} {path} is a whole {describe(held)[2:]} {target}: choose the model to load with "
+            f"a #<name> suffix, e.g. {key}: {path}#{held[-1]}"
+        )
+    if own and not held and file_state(data):
+        raise ConfigError(
+            f"{key} {path} is {describe(held)} and Architecture is a distillation model of "
+            f"{', '.join(own)}: give it to one of them as Architecture.Models.<name>.{STAGE_PRETRAINED_KEY}"
         )
 
 
@@ -177,7 +278,7 @@ def mismatch_summary(model: nn.Module, state: Mapping[str, Any]) -> Optional[str
 def load_stage_pretrained(model: nn.Module, stage: str, path: str) -> None:
     """``Architecture.Backbone.pretrained``: weights of one stage (e.g. ImageNet backbone weights,
     with or without a ``backbone.`` prefix, Paddle or ppdist); mismatches skipped and listed."""
-    data = load_file(checkpoint_path(path))
+    data = load_file(resolve_weights_path(path, f"Architecture.{stage.capitalize()}.{STAGE_PRETRAINED_KEY}"))
     module = model.get_submodule(stage)
     state = converted_paddle_weights(model, data, path, stage)
     if state is None:
@@ -201,7 +302,9 @@ def load_initial_weights(model: nn.Module, config: Mapping[str, Any]) -> bool:
     after). Returns whether any weights were loaded."""
     parts = dict(getattr(model, "pretrained_parts", None) or {})
     for part, path in parts.items():
-        load_pretrained(model.get_submodule(part), path, f"Architecture.Models.{part}.pretrained")
+        load_pretrained(
+            model.get_submodule(part), path, f"Architecture.Models.{part}.{STAGE_PRETRAINED_KEY}", part
+        )
     backbone_weights = ((config.get("Architecture") or {}).get("Backbone") or {}).get(STAGE_PRETRAINED_KEY)
     model_weights = config["Global"].get("pretrained_model")
     if backbone_weights is True:
