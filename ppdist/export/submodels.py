@@ -13,13 +13,16 @@ This is the only module of export/inference that knows about composite models.
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import yaml
 from torch import nn
 
 from ppdist.components import build_model
 from ppdist.config.schema import STAGE_PRETRAINED_KEY
 from ppdist.errors import ConfigError
+from ppdist.export.inference_config import FILE_NAME
 from ppdist.modeling.deploy import convert_to_deploy
 from ppdist.registry import POSTPROCESSES
 
@@ -129,3 +132,33 @@ def deployed_part(model: nn.Module, config: Mapping[str, Any]) -> Tuple[nn.Modul
         return model, config
     name = deployed_name(config)
     return split_model(model, config, [name])[name]
+
+
+def exported_sub_models(model_dir: str) -> Dict[str, bool]:
+    """``{sub-model name: whether it is the deployed one}`` of the folders of ``model_dir`` that
+    ``export_model`` wrote for a composite model (``<name>/inference.yml`` whose ``export.sub_model``
+    is ``<name>``); empty when ``model_dir`` has an ``inference.yml`` of its own or no such folder."""
+    if not os.path.isdir(model_dir) or os.path.isfile(os.path.join(model_dir, FILE_NAME)):
+        return {}
+    found = {}
+    for name in sorted(os.listdir(model_dir)):
+        path = os.path.join(model_dir, name, FILE_NAME)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                export = (yaml.safe_load(handle) or {}).get("export")
+        except (OSError, yaml.YAMLError, UnicodeDecodeError, AttributeError):
+            continue
+        if isinstance(export, dict) and export.get("sub_model") == name:
+            found[name] = export.get("deployed") is True
+    return found
+
+
+def deployed_export_dir(model_dir: str) -> Optional[str]:
+    """The deployed sub-model's folder when ``model_dir`` is a composite model's export root (the
+    one marked deployed, else ``Student``, else the first); None for any other folder."""
+    found = exported_sub_models(model_dir)
+    if not found:
+        return None
+    marked = [name for name, deployed in found.items() if deployed]
+    name = marked[0] if marked else DEFAULT_DEPLOYED if DEFAULT_DEPLOYED in found else next(iter(found))
+    return os.path.join(model_dir, name)

@@ -12,7 +12,7 @@ from ppdist.errors import ConfigError
 from ppdist.export.deploy_modules import build_deploy
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import load_deploy_model
-from ppdist.export.submodels import inference_parts
+from ppdist.export.submodels import deployed_export_dir, exported_sub_models, inference_parts
 from ppdist.inference.backends import NamedBackends, OnnxBackend, TorchBackend
 from ppdist.inference.runners import build_runner, inference_info_from_config
 from ppdist.tasks.runner import ImageReadError, Runner
@@ -21,7 +21,17 @@ logger = logging.getLogger("ppdist")
 
 
 def from_exported(model_dir: str) -> Tuple[Dict[str, Any], Runner, OnnxBackend]:
-    """Info, runner and ONNX Runtime backend of an exported model directory."""
+    """Info, runner and ONNX Runtime backend of an exported model directory; of a distillation
+    export's root (``<dir>/Student/``, ``<dir>/Teacher/``), the deployed model's, with one info line."""
+    deployed = deployed_export_dir(model_dir)
+    if deployed is not None:
+        logger.info(
+            "%s holds the exported models of a distillation run (%s): running the deployed one, %s",
+            model_dir,
+            ", ".join(exported_sub_models(model_dir)),
+            deployed,
+        )
+        model_dir = deployed
     info = read_inference_config(model_dir)
     if "onnx" not in info["files"]:
         raise ConfigError(f"{model_dir} has no ONNX model (export with --format onnx or both)")

@@ -293,6 +293,25 @@ def test_infer_reads_the_students_texts_from_the_checkpoint_and_the_exported_fol
     assert not (root / "ort" / "results_per_model.txt").exists()  # one exported model: its results only
 
 
+def test_infer_on_the_export_root_runs_the_student_with_one_info_line(run, tmp_path, capsys):
+    """tools/infer.py --model <export root> (issue 44: "run export first" before) reads with the
+    deployed Student/ folder, as PaddleOCR's deploy does, and says so."""
+    images = str(run["data"] / "images")
+    common = ["--input", images, "--no_progress"]
+    root = _tool("infer").run(["--model", run["out"], "--output_dir", str(tmp_path / "root"), *common])
+    printed = capsys.readouterr()
+    student = _tool("infer").run(
+        ["--model", os.path.join(run["out"], "Student"), "--output_dir", str(tmp_path / "s"), *common]
+    )
+    capsys.readouterr()
+    assert _texts(root) == _texts(student) and len(_texts(root)) == 5
+    lines = [line for line in (printed.out + printed.err).splitlines() if "distillation run" in line]
+    assert len(lines) == 1 and lines[0].endswith(
+        f"{run['out']} holds the exported models of a distillation run (Student, Teacher): running the "
+        f"deployed one, {os.path.join(run['out'], 'Student')}"
+    )
+
+
 def test_eval_reports_the_students_metrics_and_the_teachers_prefixed(run, tmp_path, monkeypatch):
     """tools/eval.py's metrics equal a direct evaluation of each sub-model saved alone as a plain
     recogniser; the labels are the models' own readings, so that the accuracies differ (Student at
