@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any, Dict, List, Union
 
-from ppdist.data.base import BaseDataSet, inside_root
+from ppdist.data.base import BaseDataSet, RejectedSample, inside_root
 from ppdist.data.index_cache import cached_index
 from ppdist.data.label_index import LabelLines, build_label_index
 from ppdist.data.rec import Ratio, _ratios, _section
@@ -102,8 +102,9 @@ class PubTabDataSet(BaseDataSet):
         return f"{self.label_files[file_idx]}:{line_no}"
 
     def parse(self, index: int) -> Dict[str, Any]:
-        """Line ``index`` parsed (see ``parse_table_line``); ``ValueError`` names ``file:line``."""
-        file_idx, line_no, raw = self.lines.line(index)
+        """Line ``index`` parsed (see ``parse_table_line``); a malformed line is a ``RejectedSample``
+        saying what is wrong (the sample's origin, ``file:line``, is reported with it)."""
+        _, line_no, raw = self.lines.line(index)
         try:
             text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
             return parse_table_line(text)
@@ -111,13 +112,13 @@ class PubTabDataSet(BaseDataSet):
             why = f"not valid UTF-8 ({exc.reason})"
         except ValueError as exc:
             why = str(exc)
-        raise ValueError(f"{self.label_files[file_idx]}:{line_no}: malformed line: {why}")
+        raise RejectedSample(f"malformed line: {why}")
 
     def origin(self, index: int) -> str:
         where = self._where(index)
         try:
             return f"{where} ({self.parse(index)['filename']})"
-        except ValueError:
+        except RejectedSample:
             return where
 
     def read(self, index: int) -> Dict[str, Any]:

@@ -112,7 +112,8 @@ def test_bad_lines_are_reported_as_file_and_line(datasets):
         item = dataset[len(NAMES) + k]
         assert isinstance(item, BadSample)
         assert item.origin == f"{label_file}:{line_no}"
-        assert f"{label_file}:{line_no}: malformed line:" in item.reason and message in item.reason
+        assert item.reason.startswith("malformed line: ") and message in item.reason
+        assert str(item).count(label_file) == 1  # the warning names the place once (issue 44)
 
 
 def test_train_mode_replaces_a_bad_line_and_says_which(table_root):
@@ -192,6 +193,10 @@ def test_label_encode_learn_empty_box_and_bad_boxes():
     np.testing.assert_array_equal(out["bbox_masks"], [0, 0, 1, 0, 1, 0, 0, 0])
     with pytest.raises(RejectedSample, match=r"html.cells\[0\].bbox has 3 values; loc_reg_num is 4"):
         encode({"structure": ["<td>", "</td>"], "cells": [{"tokens": ["a"], "bbox": [1, 2, 3]}]})
+    for bad in (["a", 2, 3, 4], [1, 2, 3, float("nan")], "1,2,3,4", [[1, 2], [3]]):  # issue 44: named
+        with pytest.raises(RejectedSample) as info:
+            encode({"structure": ["<td>", "</td>"], "cells": [{"tokens": ["a"], "bbox": bad}]})
+        assert str(info.value) == f"html.cells[0].bbox must be finite numbers, got {bad!r}"
     with pytest.raises(RejectedSample, match="7 tokens; TableLabelEncode takes 1 to max_text_length 6"):
         encode({"structure": ["<tr>"] * 7, "cells": []})
 

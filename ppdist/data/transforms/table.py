@@ -200,7 +200,7 @@ class TableLabelEncode:
         for k, i in enumerate(np.flatnonzero(self.is_cell[structure]).tolist()):
             cell = _cell(cells, k)
             if "bbox" in cell and len(cell["tokens"]) > 0:
-                box = np.asarray(cell["bbox"], dtype=np.float32).reshape(-1)
+                box = _box(cell["bbox"], k)
                 if box.size != self.loc_reg_num:
                     raise RejectedSample(
                         f"html.cells[{k}].bbox has {box.size} values; loc_reg_num is {self.loc_reg_num}"
@@ -214,6 +214,18 @@ class TableLabelEncode:
         data["bbox_masks"] = bbox_masks
         data["length"] = np.int64(len(ids))
         return data
+
+
+def _box(value: Any, k: int) -> np.ndarray:
+    """``html.cells[k].bbox`` as a flat float32 array; a ``RejectedSample`` naming the field when
+    it is not made of finite numbers (text, nested objects, NaN)."""
+    try:
+        box = np.asarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        box = None
+    if box is None or not np.isfinite(box).all():
+        raise RejectedSample(f"html.cells[{k}].bbox must be finite numbers, got {repr(value)[:80]}")
+    return box
 
 
 @TRANSFORMS.register
