@@ -10,9 +10,11 @@ det ``bbox.json`` (COCO results) and the images with boxes above ``--draw_thresh
 ``<name>.png`` (palette PNG of class ids) and ``<name>_overlay.jpg`` (above a legend naming its
 classes: the data set's ``labels.txt`` names, recorded in ``inference.yml``); table ``results.jsonl``
 (``{"path", "html", "score", "boxes"}`` a line: the structure as ``<html><body><table>...``, the
-cell boxes on the original image), ``<name>.html`` and the image with the cell boxes drawn. Unreadable files
-are reported and skipped; a failed run keeps the previous ``results.txt`` / ``bbox.json`` /
-``results.jsonl``.
+cell boxes on the original image), ``<name>.html`` and the image with the cell boxes drawn.
+Unreadable files and unusable ones (e.g. too small for the model) are reported with the reason and
+skipped; a failed run keeps the previous ``results.txt`` / ``bbox.json`` / ``results.jsonl``; a run
+that succeeds removes the files of the previous run into the folder that it did not write again
+(listed in ``.ppdist_infer_files``; nothing else is removed).
 """
 
 from __future__ import annotations
@@ -99,8 +101,9 @@ def run(argv=None) -> dict:
         raise ConfigError(f"no image could be predicted ({len(summary['skipped'])} skipped, see above)")
     summary["written"] = writer.close()
     backend_name = "onnxruntime" if args.model else "pytorch"
+    skipped = len(summary["skipped"])  # unreadable, or unusable (e.g. too small for the model)
     print(
-        f"{summary['images']} image(s) predicted, {len(summary['skipped'])} skipped (unreadable), "
+        f"{summary['images']} image(s) predicted, {skipped} skipped{' (each named above)' if skipped else ''}, "
         f"{summary['images_per_s']:.1f} images/s ({backend_name}, batch {args.batch_size}); "
         f"results in {args.output_dir}"
     )

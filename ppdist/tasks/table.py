@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import cv2
@@ -42,6 +43,14 @@ INPUTS, OUTPUTS = ("image",), ("structure_probs", "loc_preds")
 STRUCTURE_FILE = "structure_tokens.txt"
 
 
+def scripted(module: nn.Module) -> torch.jit.ScriptModule:
+    """``torch.jit.script(module)`` without the deprecation warning recent torch versions print
+    on each call: TorchScript is what keeps the decode one loop in the exported graphs, used knowingly."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is", category=FutureWarning)
+        return torch.jit.script(module)
+
+
 class TableDeploy(nn.Module):
     """image [N, 3, H, W] (PaddingTableImage's size) -> ``structure_probs`` [N, L, C] (softmax) and
     ``loc_preds`` [N, L, R] (normalised boxes), L = max_text_length + 1: SLANet's eval forward. The
@@ -53,7 +62,7 @@ class TableDeploy(nn.Module):
         self.backbone = model.backbone
         self.neck = model.neck
         self.flat_features = model.head.flat_features  # no parameters: (B, C, H, W) -> (B, H*W, C)
-        self.decode = torch.jit.script(model.head.decoder())
+        self.decode = scripted(model.head.decoder())
 
     def forward(self, image: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         feats = self.backbone(image)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import warnings
 
+import cv2
 import numpy as np
 import onnx
 import pytest
@@ -27,6 +29,7 @@ from ppdist.data.synthetic_table import generate_table_dataset
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.inference.runners import build_runner
+from ppdist.inference.writers import FILE_LIST
 
 pytest.importorskip("onnxruntime")
 SIZE, STEPS = 64, 41  # PaddingTableImage 64x64; max_text_length 40 + 1
@@ -159,3 +162,47 @@ def test_infer_from_checkpoint_and_export_gives_the_same_tables_and_files(export
         np.abs(from_onnx["results"][0]["boxes"] - expected[: len(from_onnx["results"][0]["boxes"])]).max()
         < 1e-3
     )
+
+
+def test_a_second_infer_replaces_the_first_ones_files_and_a_narrow_table_is_skipped_saying_why(
+    exported, tmp_path, capsys
+):
+    """Issue 44: a second run into the same folder removes the first run's per-image files that it
+    did not write again (never a file put there by hand); a 300x1 image is skipped as too narrow, not
+    counted as unreadable; PyTorch table inference prints no torch.jit.script deprecation warning."""
+    cfg, overrides, _, _, _, images = exported
+    first = sorted(os.listdir(images))
+    few = tmp_path / "few"
+    few.mkdir()
+    for name in first[1:]:
+        os.symlink(os.path.realpath(images / name), few / name)
+    cv2.imwrite(str(few / "narrow.png"), np.full((300, 1, 3), 255, np.uint8))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    tool = _tool()
+    common = ["-c", cfg, "-o", *overrides, "--output_dir", str(out), "--no_progress"]
+    tool.run([*common, "--input", str(images)])
+    stems = [os.path.splitext(name)[0] for name in first]
+    assert sorted(os.listdir(out)) == sorted(
+        [FILE_LIST, "notes.txt", "results.jsonl", *first, *(f"{s}.html" for s in stems)]
+    )
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = tool.run([*common, "--input", str(few)])
+    printed = capsys.readouterr()
+    assert not [w for w in caught if "torch.jit.script" in str(w.message)]
+    assert [json.loads(line)["path"] for line in (out / "results.jsonl").read_text().splitlines()] == [
+        str(few / name) for name in first[1:]
+    ]
+    assert sorted(os.listdir(out)) == sorted(
+        [FILE_LIST, "notes.txt", "results.jsonl", *first[1:], *(f"{s}.html" for s in stems[1:])]
+    )  # the first image's picture and HTML are gone, the hand-made notes stay
+    assert (out / "notes.txt").read_text() == "mine"
+    assert summary["images"] == 2 and [os.path.basename(p) for p, _ in summary["skipped"]] == ["narrow.png"]
+    assert (
+        f"skipped: {few / 'narrow.png'}: image 300x1 is too narrow to resize to max_len {SIZE}" in printed.err
+    )
+    assert "2 image(s) predicted, 1 skipped (each named above), " in printed.out
+    assert "unreadable" not in printed.out + printed.err

@@ -22,6 +22,7 @@ from ppdist.errors import ConfigError
 from ppdist.export.inference_config import read_inference_config
 from ppdist.export.model_export import export_model
 from ppdist.inference.runners import build_runner, inference_info_from_config
+from ppdist.inference.writers import FILE_LIST
 from ppdist.registry import SYNTHETIC_DATA
 from ppdist.tasks.result_files import pseudo_colour_palette
 from ppdist.tasks.runner import ImageReadError
@@ -105,7 +106,7 @@ def test_rec_checkpoint_and_onnx_agree(tmp_path, capsys):
             ["--model", str(tmp_path / "inf"), "--output_dir", str(tmp_path / "ort"), "--input", str(broken)]
         )
     assert (tmp_path / "ort" / "results.txt").read_text().splitlines() == lines
-    assert sorted(os.listdir(tmp_path / "ort")) == ["results.txt"]  # no temporary file left
+    assert sorted(os.listdir(tmp_path / "ort")) == [FILE_LIST, "results.txt"]  # no temporary file left
 
 
 def test_default_output_folder_is_per_model():
