@@ -5,7 +5,10 @@ from setuptools import find_packages, setup
 setup(
     name="ppdist",
     version="0.1.0",
-    description="Config-driven PyTorch training of CRNN, PP-YOLOE and PP-LiteSeg with a shared torchrun trainer",
+    description=(
+        "Config-driven PyTorch training of CRNN, PP-OCRv3, SLANet, PP-YOLOE, PP-LiteSeg, OCRNet and "
+        "SegFormer with a shared torchrun trainer"
+    ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["ppdist", "ppdist.*"]),
