@@ -110,6 +110,10 @@ def test_a_suffix_chooses_the_model_of_a_distillation_checkpoint(files):
     single, _ = built(config(models=None))
     load_pretrained(single, f"{path}#Teacher")  # Global.pretrained_model of a single-model config
     assert same(single, files["distill"].Teacher)
+    named = files["root"] / "single#v2.pt"  # a file named with a '#' is that file
+    named.write_bytes((files["root"] / "single.pt").read_bytes())
+    load_pretrained(single, str(files["root"] / "single#v2"))
+    assert same(single, files["single"])
 
 
 @pytest.mark.parametrize(

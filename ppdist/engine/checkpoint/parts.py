@@ -8,6 +8,7 @@ wanted (``Global.pretrained_model``, ``Architecture.Models.<name>.pretrained``).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -18,9 +19,12 @@ PART_SUFFIX = re.compile(r"^(?P<path>.+)#(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 
 def split_part(path: str) -> Tuple[str, Optional[str]]:
     """``"out/distill/best_accuracy#Student"`` -> ``("out/distill/best_accuracy", "Student")``; a path
-    without a ``#Name`` suffix -> ``(path, None)``."""
+    without a ``#Name`` suffix, or a weights file that is named so (``path``, ``path.pt`` or
+    ``path.pdparams`` exists) -> ``(path, None)``."""
     match = PART_SUFFIX.match(path)
-    return (match["path"], match["name"]) if match else (path, None)
+    if not match or any(os.path.isfile(path + ext) for ext in ("", ".pt", ".pdparams")):
+        return path, None
+    return match["path"], match["name"]
 
 
 def _names(keys: Iterable[str]) -> List[str]:
