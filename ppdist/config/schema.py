@@ -158,7 +158,20 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "faster for all three models) and with CUDA AMP, off with CUDA fp32 (docs/benchmarks.md).",
     ),
     "cudnn_benchmark": GlobalKey(
-        (bool,), True, "Let cuDNN time its algorithms once per input shape and keep the fastest (CUDA)."
+        (bool, NONE_TYPE),
+        None,
+        "Let cuDNN time its algorithms once per input shape and keep the fastest (CUDA); null: on, "
+        "except with several training input sizes (multi-scale batch transforms) and no "
+        "cudnn_warmup, where cuDNN's heuristics pick (Paddle's default, FLAGS_cudnn_exhaustive_search=0).",
+    ),
+    "cudnn_warmup": GlobalKey(
+        (str, NONE_TYPE),
+        None,
+        "'all_sizes': before the first step, one forward and backward at every training input size "
+        "of the multi-scale batch transforms (cuDNN autotunes each once, before training, with "
+        "cudnn_benchmark null or true); the weights, statistics, optimizer, RNG streams and position "
+        "are left as they were. null: sizes are met (and tuned, if on) as training draws them.",
+        choices=(None, "all_sizes"),
     ),
     "deterministic": GlobalKey(
         (bool,),

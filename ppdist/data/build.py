@@ -181,11 +181,31 @@ def build_input_pipeline(config: Mapping[str, Any], section: str, mode: str) -> 
     return dataset, Collate(batch_ops, transform)
 
 
+def batch_input_sizes(batch_ops: Sequence[Any]) -> List[Tuple[int, int]]:
+    """The (h, w) input sizes batch transforms draw from (``training_sizes()`` of a multi-scale
+    transform such as PP-YOLOE's ``BatchRandomResize``, in its order); empty when none fixes the size."""
+    sizes: List[Tuple[int, int]] = []
+    for op in batch_ops:
+        if hasattr(op, "training_sizes"):
+            sizes += [tuple(size) for size in op.training_sizes() if tuple(size) not in sizes]
+    return sizes
+
+
+def loader_input_sizes(loader: Any) -> List[Tuple[int, int]]:
+    """``batch_input_sizes`` of ``loader``'s collate (empty for a loader without batch transforms)."""
+    return batch_input_sizes(getattr(getattr(loader, "collate_fn", None), "batch_ops", ()))
+
+
+def train_input_sizes(config: Mapping[str, Any]) -> List[Tuple[int, int]]:
+    """``batch_input_sizes`` of ``config``'s Train batch transforms (built, no data read)."""
+    ops_cfg = (config.get("Train") or {}).get("dataset", {}).get("batch_transforms")
+    return batch_input_sizes(build_transforms(ops_cfg, config, "Train.dataset.batch_transforms"))
+
+
 def input_size_count(loader: Any) -> int:
-    """How many input sizes ``loader``'s batches come in: the number of ``sizes`` of its
-    multi-scale batch transform (PP-YOLOE's ``BatchRandomResize``), else 1."""
-    ops = getattr(getattr(loader, "collate_fn", None), "batch_ops", ())
-    return max([len(getattr(op, "sizes", ())) for op in ops] + [1])
+    """How many input sizes ``loader``'s batches come in: those of its multi-scale batch
+    transform (``loader_input_sizes``), else 1."""
+    return max(len(loader_input_sizes(loader)), 1)
 
 
 class WorkerInit:

@@ -42,8 +42,9 @@ class Runtime:
         return Evaluator(loader, postprocess, metric, env, self.autocast, self.channels_last)
 
 
-def build_runtime(glob: Mapping[str, Any], device: torch.device) -> Runtime:
-    """Apply ``Global``'s backend settings on ``device`` and return the runtime they make."""
-    apply_backend_settings(glob, device)
+def build_runtime(glob: Mapping[str, Any], device: torch.device, input_sizes: int = 1) -> Runtime:
+    """Apply ``Global``'s backend settings on ``device`` and return the runtime they make
+    (``input_sizes``: how many input sizes training draws, for cuDNN's autotuning)."""
+    apply_backend_settings(glob, device, input_sizes)
     autocast, loss_scaling = make_autocast(glob, device)
     return Runtime(device, channels_last(glob, device), autocast, loss_scaling)

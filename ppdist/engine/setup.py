@@ -30,7 +30,7 @@ from ppdist.config import (
     profiler_settings,
     wandb_settings,
 )
-from ppdist.data.build import build_dataloader, input_size_count
+from ppdist.data.build import build_dataloader, input_size_count, loader_input_sizes
 from ppdist.engine.amp import make_grad_scaler
 from ppdist.engine.device_settings import broadcast_buffers, channels_last
 from ppdist.engine.dist import DistEnv
@@ -55,6 +55,7 @@ from ppdist.engine.position import run_length
 from ppdist.engine.resume import resume_or_initialize
 from ppdist.engine.runtime import build_runtime
 from ppdist.engine.session import open_session
+from ppdist.engine.size_warmup import warm_training_sizes
 from ppdist.engine.trainer import Trainer
 from ppdist.engine.update import WeightUpdate
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
@@ -262,7 +263,8 @@ def build_trainer(
     sampler = train_loader.batch_sampler
     steps_per_epoch = sampler.steps_per_epoch  # optimizer steps (micro-batches / Global.accumulate_steps)
     seed_everything(glob["seed"])  # identical initial weights on every rank
-    runtime = build_runtime(glob, env.device)
+    input_sizes = loader_input_sizes(train_loader)
+    runtime = build_runtime(glob, env.device, len(input_sizes))
     keep_freed_memory()  # each step frees and re-allocates its activations: reuse the pages
     model = place_model(build_model(config), glob, env)
     loss_fn = build_loss(config)
@@ -309,6 +311,14 @@ def build_trainer(
     log_lr_scaling(glob, trainer, sampler)
     seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own
     resume_or_initialize(trainer, config)
+    if glob["cudnn_warmup"] == "all_sizes" and len(input_sizes) > 1:
+        warmed = warm_training_sizes(trainer, config, input_sizes)
+        if env.is_main:
+            logger.info(
+                "Global.cudnn_warmup: visited the %d training input sizes once in %.1f s",
+                len(warmed["sizes"]),
+                warmed["seconds"],
+            )
     return trainer
 
 

@@ -424,6 +424,10 @@ class BatchRandomResize:
         self.interp = cv_interp(interp, "BatchRandomResize.interp")
         self.random_interp = bool(random_interp)
 
+    def training_sizes(self) -> List[Tuple[int, int]]:
+        """Every (h, w) size a training batch can take, in ``target_size``'s order."""
+        return list(self.sizes)
+
     def draw(self) -> Tuple[Tuple[int, int], int]:
         """The (h, w) size and cv2 interpolation for one batch."""
         size = self.sizes[int(np.random.randint(len(self.sizes)))]

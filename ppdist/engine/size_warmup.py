@@ -1,0 +1,79 @@
+"""Visit every training input size once before the first step, leaving no trace in the run.
+
+A multi-scale recipe (PP-YOLOE's ``BatchRandomResize``: 15 sizes) with cuDNN autotuning on pays
+a search per convolution shape the first time training draws each size, in the middle of
+training, on every rank and after every restart. ``warm_input_sizes`` runs one forward and
+backward of the model at each size on synthetic batches (``Task.training_sample``) before
+training, so the searches (and the allocator's and the heads' per-shape caches) happen there,
+once. It is a pure side trip: the gradients go to ``torch.autograd.grad`` (not ``.grad``), the
+parameters and buffers (BatchNorm statistics) are put back bit for bit, the RNG streams
+restored, and the optimizer, LR schedule, EMA and run position are never touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+
+import torch
+from torch.utils.data._utils.collate import default_collate
+
+from ppdist.engine.trainer import EPOCH_KEY, Trainer
+from ppdist.tasks import get_task
+from ppdist.utils.rng import capture_rng_state, restore_rng_state
+
+Size = Tuple[int, int]
+
+
+def synthetic_batch(config: Mapping[str, Any], size: Size, batch_size: int) -> Dict[str, Any]:
+    """A host batch of ``batch_size`` synthetic training samples of ``config``'s task at ``size``."""
+    task = get_task(config)
+    if task.training_sample is None:
+        raise ValueError(f"task {task.name!r} has no synthetic training samples to warm its sizes with")
+    return default_collate([task.training_sample(config, size, i) for i in range(batch_size)])
+
+
+def warm_input_sizes(
+    trainer: Trainer, sizes: Sequence[Size], make_batch: Callable[[Size], Dict[str, Any]]
+) -> List[Size]:
+    """One forward (under the trainer's autocast) and backward of ``trainer.model`` on
+    ``make_batch(size)`` for each of ``sizes`` in order, with no effect on the run; returns the
+    sizes visited."""
+    model = trainer.model
+    tensors = list(itertools.chain(model.parameters(), model.buffers()))
+    saved = [t.detach().clone() for t in tensors]
+    params = [p for p in model.parameters() if p.requires_grad]
+    rng = capture_rng_state()
+    was_training = model.training
+    visited: List[Size] = []
+    model.train()
+    try:
+        for size in sizes:
+            batch = trainer.to_device(make_batch(size))
+            batch[EPOCH_KEY] = trainer.position.next_epoch - 1
+            with trainer.autocast():
+                preds = model(batch)
+            loss = trainer.loss_fn(preds, batch)["loss"]
+            torch.autograd.grad(loss, params, allow_unused=True)
+            visited.append(tuple(size))
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved):
+                tensor.copy_(value)
+        restore_rng_state(rng)
+        model.train(was_training)
+    return visited
+
+
+def warm_training_sizes(trainer: Trainer, config: Mapping[str, Any], sizes: Sequence[Size]) -> Dict[str, Any]:
+    """``warm_input_sizes`` over ``sizes`` with synthetic batches of the trainer's per-process
+    batch size; returns ``{sizes, seconds}``."""
+    batch_size = trainer.position.layout.batch_size
+    start = time.perf_counter()
+    if trainer.env.device.type == "cuda":
+        torch.cuda.synchronize(trainer.env.device)
+    visited = warm_input_sizes(trainer, sizes, lambda size: synthetic_batch(config, size, batch_size))
+    if trainer.env.device.type == "cuda":
+        torch.cuda.synchronize(trainer.env.device)
+    return {"sizes": visited, "seconds": time.perf_counter() - start}
