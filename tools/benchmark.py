@@ -33,6 +33,7 @@ from ppdist.benchmark.op_count import format_op_count, measure_step_ops
 from ppdist.benchmark.pipeline_data import with_synthetic_data
 from ppdist.benchmark.report import best_run, format_report
 from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
+from ppdist.benchmark.workers import loader_workers, with_workers
 from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
 from ppdist.convert.configs import load_config
 from ppdist.engine.checkpoint import weights_source
@@ -92,6 +93,12 @@ def build_parser():
         "--infer_images", type=int, default=200, help="at most this many images (default 200)"
     )
     parser.add_argument("--infer_batch_size", type=int, default=8)
+    parser.add_argument(
+        "--workers",
+        default="auto",
+        help="Train loader workers per process: 'auto' (default) = the node's cores per training "
+        "process minus 1, at least 1; 'config' = the recipe's num_workers; or a count",
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="measurements to leave out")
     parser.add_argument(
         "--output_dir",
@@ -187,11 +194,15 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
             trainer_runs.append(m.measure_trainer(train_cfg, env, args.warmup, args.iters))
     if "bare" not in skip:
         del batches
-        result["bare_loop"] = dict(best_run(bare_runs), runs=[r["samples_per_s"] for r in bare_runs])
+        result["bare_loop"] = dict(best_run(bare_runs), runs=[r["median_samples_per_s"] for r in bare_runs])
     if trainer_runs:
-        result["trainer"] = dict(best_run(trainer_runs), runs=[r["samples_per_s"] for r in trainer_runs])
+        result["trainer"] = dict(
+            best_run(trainer_runs), runs=[r["median_samples_per_s"] for r in trainer_runs]
+        )
     if "bare_loop" in result and "trainer" in result:
-        result["trainer_overhead"] = result["trainer"]["samples_per_s"] / result["bare_loop"]["samples_per_s"]
+        trainer, bare = result["trainer"], result["bare_loop"]
+        result["trainer_overhead"] = trainer["median_samples_per_s"] / bare["median_samples_per_s"]
+        result["trainer_overhead_window"] = trainer["samples_per_s"] / bare["samples_per_s"]
     if "loader" in skip:
         result.pop("loader", None)
     weights = args.weights or weights_source(glob)
@@ -240,9 +251,12 @@ def run_all(args, config, env, overrides, output_dir: str) -> dict:
                         args.iters,
                         threads,
                         os.path.join(output_dir, "scaling"),
+                        args.workers,
                     )
                 )
-        single, multi = (dict(best_run(runs[n]), runs=[r["samples_per_s"] for r in runs[n]]) for n in runs)
+        single, multi = (
+            dict(best_run(runs[n]), runs=[r["median_samples_per_s"] for r in runs[n]]) for n in runs
+        )
         result["scaling"] = scaling_summary(single, multi, args.nproc)
     print(format_report(result), flush=True)
     return result
@@ -310,6 +324,8 @@ def main() -> int:
             config = synthetic_recipe(config, output_dir, args.images)
         else:
             ensure_synthetic_data(config, env)
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size)) if env.distributed else 1
+        config = with_workers(config, loader_workers(args.workers, config, processes))
         if args.part == "trainer":
             run_trainer_part(args, config, env, output_dir)
             return 0

@@ -4,6 +4,9 @@ Each takes a validated config and returns plain numbers. The trainer and the bar
 the same model, loss, optimizer and LR schedule (and EMA / gradient clipping when the config
 uses them) on the same batches; the bare loop gets them pre-loaded on the device, the trainer
 reads them through its data loader and does everything it normally does (logging, DDP, ...).
+Before their steps both visit every input size of a multi-scale recipe once (cuDNN's searches,
+if autotuning is on, and per-shape caches land there, not in the timed window), and both time
+each step (``steady_state``).
 """
 
 from __future__ import annotations
@@ -15,17 +18,18 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from ppdist.benchmark.steady_state import StepClock
+from ppdist.benchmark.steady_state import StepClock, StepMarks, window_summary
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess, class_vocabulary
 from ppdist.config import compile_options
 from ppdist.data.base import BAD_SAMPLES_KEY
-from ppdist.data.build import build_dataloader
+from ppdist.data.build import build_dataloader, train_input_sizes
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.runtime import build_runtime
 from ppdist.engine.setup import build_trainer
+from ppdist.engine.size_warmup import synthetic_batch, warm_input_sizes, warm_training_sizes
 from ppdist.engine.trainer import EPOCH_KEY
 from ppdist.export.deploy_modules import build_deploy
 from ppdist.inference.backends import TorchBackend
@@ -54,17 +58,16 @@ def training_config(config: Mapping[str, Any], warmup: int, iters: int, save_dir
     return config
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure_trainer(config: Dict[str, Any], env: DistEnv, warmup: int, iters: int) -> Dict[str, Any]:
     """Steady-state samples/s of ``Trainer.train()`` (all processes together) and its costs."""
     clock = StepClock(warmup, iters, env.device)
     trainer = build_trainer(config, env, hooks=[clock])
+    sizes = train_input_sizes(config)
+    warmed = config["Global"]["cudnn_warmup"] == "all_sizes"  # then build_trainer visited them
+    visited = sizes if warmed or len(sizes) < 2 else warm_training_sizes(trainer, config, sizes)["sizes"]
     trainer.train()
     result = clock.throughput()
+    result["warmed_sizes"] = [list(size) for size in visited] if len(sizes) > 1 else []
     result["world_size"] = env.world_size
     ddp = getattr(trainer.train_model, "_orig_mod", trainer.train_model)  # under Global.compile
     if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
@@ -132,7 +135,8 @@ def measure_bare_loop(
     glob = config["Global"]
     opt_cfg = config["Optimizer"]
     seed_everything(glob["seed"])
-    runtime = build_runtime(glob, device)
+    sizes = train_input_sizes(config)
+    runtime = build_runtime(glob, device, len(sizes))
     model = runtime.place(build_model(config))
     apply_statistics_rule(model, glob["bn_statistics"])
     model.train()
@@ -156,12 +160,22 @@ def measure_bare_loop(
         else None
     )
     clip = needs_clipping(opt_cfg, glob["grad_clip"])
-    start = None
-    samples = 0
+    batch_size = int(config["Train"]["loader"]["batch_size_per_card"])
+
+    def warm_batch(size: Tuple[int, int]) -> Dict[str, Any]:
+        batch = move_to_device(
+            synthetic_batch(config, size, batch_size), device, runtime.channels_last, keep_on_host=host_keys
+        )
+        return dict(batch, **{EPOCH_KEY: 0})
+
+    visited = (
+        warm_input_sizes(network, loss_fn, sizes, warm_batch, runtime.autocast) if len(sizes) > 1 else []
+    )
+    clock = StepMarks(device)
+    steps: List[Dict[str, Any]] = []
     for index, batch in enumerate(batches):
         if index == warmup:
-            _sync(device)
-            start = time.perf_counter()
+            clock.mark()  # the end of the last warm-up step
         with runtime.autocast():
             preds = network(dict(batch))
         loss = loss_fn(preds, dict(batch))["loss"]
@@ -176,15 +190,11 @@ def measure_bare_loop(
         if ema is not None:
             ema.update(model)
         if index >= warmup:
-            samples += batch_size_of(batch)
-    _sync(device)
-    seconds = time.perf_counter() - start if start is not None else 0.0
-    return {
-        "samples_per_s": samples / seconds if seconds > 0 else 0.0,
-        "steps": total - warmup,
-        "samples": samples,
-        "seconds": seconds,
-    }
+            clock.mark()
+            steps.append({"samples": batch_size_of(batch)})
+    result = window_summary(steps, clock.intervals())
+    result["warmed_sizes"] = [list(size) for size in visited]
+    return result
 
 
 def build_weighted_model(

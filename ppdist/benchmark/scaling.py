@@ -24,6 +24,7 @@ def trainer_command(
     threads: int,
     json_path: str,
     output_dir: str,
+    workers: str = "auto",
 ) -> List[str]:
     """``torchrun --standalone --nproc_per_node K tools/benchmark.py ... --part trainer``."""
     command = [
@@ -51,6 +52,8 @@ def trainer_command(
         json_path,
         "--output_dir",
         output_dir,
+        "--workers",
+        workers,
     ]
 
 
@@ -62,6 +65,7 @@ def run_trainer_processes(
     iters: int,
     threads: int,
     work_dir: str,
+    workers: str = "auto",
 ) -> Dict[str, Any]:
     """The trainer measurement with ``nproc`` processes of ``threads`` threads each."""
     os.makedirs(work_dir, exist_ok=True)
@@ -76,6 +80,7 @@ def run_trainer_processes(
         threads,
         json_path,
         os.path.join(work_dir, f"run_{nproc}proc"),
+        workers,
     )
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     with open(log_path, "w", encoding="utf-8") as log:
@@ -91,7 +96,8 @@ def run_trainer_processes(
 
 
 def scaling_summary(single: Dict[str, Any], multi: Dict[str, Any], nproc: int) -> Dict[str, Any]:
-    speedup = multi["samples_per_s"] / single["samples_per_s"] if single["samples_per_s"] > 0 else 0.0
+    rate = "median_samples_per_s"  # per step, epoch ends left out (steady_state)
+    speedup = multi[rate] / single[rate] if single[rate] > 0 else 0.0
     return {
         "processes": nproc,
         "threads_per_process": multi["threads_per_process"],

@@ -12,11 +12,13 @@ restored, and the optimizer, LR schedule, EMA and run position are never touched
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import torch
+from torch import nn
 from torch.utils.data._utils.collate import default_collate
 
 from ppdist.engine.trainer import EPOCH_KEY, Trainer
@@ -35,12 +37,15 @@ def synthetic_batch(config: Mapping[str, Any], size: Size, batch_size: int) -> D
 
 
 def warm_input_sizes(
-    trainer: Trainer, sizes: Sequence[Size], make_batch: Callable[[Size], Dict[str, Any]]
+    model: nn.Module,
+    loss_fn: Callable[..., Mapping[str, Any]],
+    sizes: Sequence[Size],
+    make_batch: Callable[[Size], Dict[str, Any]],
+    autocast: Callable[[], Any] = contextlib.nullcontext,
 ) -> List[Size]:
-    """One forward (under the trainer's autocast) and backward of ``trainer.model`` on
-    ``make_batch(size)`` for each of ``sizes`` in order, with no effect on the run; returns the
-    sizes visited."""
-    model = trainer.model
+    """One forward (under ``autocast``) and backward of ``model`` with ``loss_fn`` on the device
+    batch ``make_batch(size)`` for each of ``sizes`` in order, with no effect on the run; returns
+    the sizes visited."""
     tensors = list(itertools.chain(model.parameters(), model.buffers()))
     saved = [t.detach().clone() for t in tensors]
     params = [p for p in model.parameters() if p.requires_grad]
@@ -50,11 +55,10 @@ def warm_input_sizes(
     model.train()
     try:
         for size in sizes:
-            batch = trainer.to_device(make_batch(size))
-            batch[EPOCH_KEY] = trainer.position.next_epoch - 1
-            with trainer.autocast():
+            batch = make_batch(size)
+            with autocast():
                 preds = model(batch)
-            loss = trainer.loss_fn(preds, batch)["loss"]
+            loss = loss_fn(preds, batch)["loss"]
             torch.autograd.grad(loss, params, allow_unused=True)
             visited.append(tuple(size))
     finally:
@@ -73,7 +77,14 @@ def warm_training_sizes(trainer: Trainer, config: Mapping[str, Any], sizes: Sequ
     start = time.perf_counter()
     if trainer.env.device.type == "cuda":
         torch.cuda.synchronize(trainer.env.device)
-    visited = warm_input_sizes(trainer, sizes, lambda size: synthetic_batch(config, size, batch_size))
+    epoch = trainer.position.next_epoch - 1
+
+    def make_batch(size: Size) -> Dict[str, Any]:
+        batch = trainer.to_device(synthetic_batch(config, size, batch_size))
+        batch[EPOCH_KEY] = epoch
+        return batch
+
+    visited = warm_input_sizes(trainer.model, trainer.loss_fn, sizes, make_batch, trainer.autocast)
     if trainer.env.device.type == "cuda":
         torch.cuda.synchronize(trainer.env.device)
     return {"sizes": visited, "seconds": time.perf_counter() - start}

@@ -6,6 +6,8 @@ import os
 import pytest
 from ppdist_testing import HANG_TIMEOUT_S, check_ok, run_tool, tiny_config
 
+from ppdist.benchmark.workers import auto_workers
+
 
 @pytest.mark.slow
 def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
@@ -47,9 +49,13 @@ def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
     # trainer and bare loop: the same 3 timed steps of 16 samples after 2 warm-up steps
     assert data["trainer"]["steps"] == 3 and data["trainer"]["samples"] == 3 * batch
     assert data["bare_loop"]["steps"] == 3 and data["bare_loop"]["samples"] == 3 * batch
-    assert data["trainer_overhead"] == data["trainer"]["samples_per_s"] / data["bare_loop"]["samples_per_s"]
+    trainer, bare = data["trainer"], data["bare_loop"]
+    assert data["trainer_overhead"] == trainer["median_samples_per_s"] / bare["median_samples_per_s"]
+    assert data["trainer_overhead_window"] == trainer["samples_per_s"] / bare["samples_per_s"]
+    assert trainer["median_samples_per_s"] == 16 / trainer["median_step_s"]
     assert 0 <= data["trainer"]["reader_fraction"] < 1
-    assert data["loader"]["samples"] == 3 * batch and data["loader"]["num_workers"] == 1
+    # loader workers sized from the cores (--workers auto), not the config's 1
+    assert data["loader"]["samples"] == 3 * batch and data["loader"]["num_workers"] == auto_workers(1)
     # scaling: 1 process, then 2 under torchrun with the DDP switches of the overrides
     scaling = data["scaling"]
     assert scaling["single"]["world_size"] == 1 and scaling["multi"]["world_size"] == 2
@@ -60,16 +66,22 @@ def test_benchmark_reports_every_measurement(tmp_path, digits_dir):
         "bucket_cap_mb": 5.0,
         "find_unused_parameters": False,
     }
-    assert scaling["speedup"] == scaling["multi"]["samples_per_s"] / scaling["single"]["samples_per_s"]
+    assert (
+        scaling["speedup"]
+        == scaling["multi"]["median_samples_per_s"] / scaling["single"]["median_samples_per_s"]
+    )
     # eval over the whole val set (51 lines), infer over 10 files
     assert data["eval"]["samples"] == 51 and set(data["eval"]["metric"]) == {"acc"}
     assert data["infer"]["images"] == 10 and data["infer"]["images_per_s"] > 0
     env = data["environment"]
-    assert env["channels_last"] is True and env["compile"] == "off" and env["train_workers"] == 1
+    assert (
+        env["channels_last"] is True and env["compile"] == "off" and env["train_workers"] == auto_workers(1)
+    )
     assert (env["pin_memory"], env["persistent_workers"], env["prefetch_factor"]) == (False, True, 2)
     assert data["loader"]["steps_per_epoch"] == 512 // batch
     assert "eval/infer ran on the initial weights (--weights for a trained checkpoint)" in data["notes"]
-    assert "trainer overhead  ratio" in result.stdout and "speed-up" in result.stdout
+    assert "trainer/bare" in result.stdout and "a bare PyTorch loop at" in result.stdout
+    assert "speed-up" in result.stdout
     # the trainer's own log lines went to the log file, not the report
     assert "global_step: 5" in (tmp_path / "bench" / "benchmark.log").read_text()
     assert "global_step" not in result.stdout

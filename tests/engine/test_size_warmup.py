@@ -65,9 +65,12 @@ def test_warming_visits_every_size_and_leaves_weights_statistics_and_rngs_alone(
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     rng = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
     seen = []
-    visited = warm_input_sizes(
-        trainer, train_input_sizes(config), lambda size: seen.append(size) or synthetic_batch(config, size, 2)
-    )
+
+    def make_batch(size):
+        seen.append(size)
+        return dict(trainer.to_device(synthetic_batch(config, size, 2)), epoch_id=0)
+
+    visited = warm_input_sizes(trainer.model, trainer.loss_fn, train_input_sizes(config), make_batch)
     assert visited == seen == [(64, 64), (96, 96), (80, 80)]
     after = trainer.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
