@@ -13,6 +13,10 @@ recipe's real image size instead of the config's data.
 
 ``--count_ops [--count_size H W] [--count_batch N]`` instead counts the ATen operators of one
 training step by phase (about one GPU kernel launch each): how launch-bound a recipe's step is.
+
+``--step_time [--step_size H W] [--step_batch N] [--precisions fp32 bf16] [--size_costs]`` instead
+times and profiles the bare training step on device-resident synthetic batches (and, for a
+multi-scale recipe, what each size's first step costs with cuDNN autotuning on and off).
 """
 
 from __future__ import annotations
@@ -33,9 +37,16 @@ from ppdist.benchmark.op_count import format_op_count, measure_step_ops
 from ppdist.benchmark.pipeline_data import with_synthetic_data
 from ppdist.benchmark.report import best_run, format_report
 from ppdist.benchmark.scaling import run_trainer_processes, scaling_summary
+from ppdist.benchmark.step_time import (
+    format_step_time,
+    measure_size_costs,
+    measure_step_time,
+    size_cost_summary,
+)
 from ppdist.benchmark.workers import loader_workers, with_workers
 from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
 from ppdist.convert.configs import load_config
+from ppdist.data.build import train_input_sizes
 from ppdist.engine.checkpoint import weights_source
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.prepare import ensure_synthetic_data
@@ -142,6 +153,50 @@ def build_parser():
     )
     parser.add_argument(
         "--count_batch", type=positive_int, default=2, help="--count_ops: samples per step (default 2)"
+    )
+    parser.add_argument(
+        "--step_time",
+        action="store_true",
+        help="only time and profile the bare training step (Trainer.step: no loader, no hooks) on "
+        "synthetic batches already on the device, at --step_size with --step_batch, per precision of "
+        "--precisions: median ms/step, samples/s, the host's time to issue a step, and on CUDA kernels "
+        "per step, GPU-busy share and the top kernels (what the issue-41 GPU probe measured)",
+    )
+    parser.add_argument(
+        "--step_size",
+        type=positive_int,
+        nargs=2,
+        default=None,
+        metavar=("H", "W"),
+        help="--step_time: the recipe's real training input (e.g. 640 640 for PP-YOLOE-s, 512 1024 for "
+        "the 1024x512 Cityscapes crops); default: the largest size of a multi-scale recipe",
+    )
+    parser.add_argument(
+        "--step_batch",
+        type=positive_int,
+        default=None,
+        help="--step_time: samples per step (default: the recipe's per-card batch)",
+    )
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["config"],
+        choices=("config", "fp32", "bf16"),
+        help="--step_time: 'config' (as configured), 'fp32' (Global.use_amp=false) and/or 'bf16' "
+        "(Global.use_amp=true Global.amp_dtype=bfloat16; channels_last follows), one after the other",
+    )
+    parser.add_argument(
+        "--profile_steps",
+        type=int,
+        default=2,
+        help="--step_time: steps under torch.profiler (0: none; default 2)",
+    )
+    parser.add_argument(
+        "--size_costs",
+        action="store_true",
+        help="--step_time on a multi-scale recipe: also the first step at each training size against the "
+        "next ones, cuDNN autotuning on (even positions) and off (odd): the search each size costs and "
+        "the steady price of heuristics, for Global.cudnn_warmup / cudnn_benchmark",
     )
     parser.add_argument(
         "--part",
@@ -285,6 +340,40 @@ def run_input_pipeline_part(args, config, output_dir: str) -> dict:
     return result
 
 
+PRECISIONS = {
+    "config": [],
+    "fp32": ["Global.use_amp=false"],
+    "bf16": ["Global.use_amp=true", "Global.amp_dtype=bfloat16"],
+}
+
+
+def run_step_time(args, overrides, name: str) -> dict:
+    """``--step_time``: each precision's bare step, then (``--size_costs``) the per-size costs."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    result = {"config": args.config, "overrides": overrides, "device": str(device), "steps": {}}
+    for precision in args.precisions:
+        config = load_config(args.config, overrides + PRECISIONS[precision])
+        sizes = train_input_sizes(config)
+        size = tuple(args.step_size or (max(sizes, key=lambda hw: hw[0] * hw[1]) if sizes else ()))
+        if not size:
+            raise ConfigError("--step_time needs --step_size H W: the recipe's training input size")
+        batch = args.step_batch or int(config["Train"]["loader"]["batch_size_per_card"])
+        record = measure_step_time(config, batch, size, device, args.warmup, args.iters, args.profile_steps)
+        result["steps"][precision] = record
+        print(format_step_time(name, precision, record), flush=True)
+        if args.size_costs and len(sizes) > 1:
+            records = measure_size_costs(config, batch, sizes, device)
+            summary = size_cost_summary(records, len(sizes))
+            result.setdefault("size_costs", {})[precision] = {"sizes": records, "summary": summary}
+            for r in records:
+                print(f"size {name} {precision}: {json.dumps(r)}", flush=True)
+            print(f"size costs {name} {precision}: {json.dumps(summary)}", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+    return result
+
+
 def main() -> int:
     args = build_parser().parse_args()
     if args.threads:
@@ -300,6 +389,10 @@ def main() -> int:
         result["config"] = args.config
         print(format_op_count(stem, result), flush=True)
         write_json(result, args.json or os.path.join(output_dir, "op_count.json"))
+        return 0
+    if args.step_time:
+        result = run_step_time(args, overrides, stem)
+        write_json(result, args.json or os.path.join(output_dir, "step_time.json"))
         return 0
     if args.input_pipeline:
         if not args.synthetic:
