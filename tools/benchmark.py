@@ -42,6 +42,7 @@ from ppdist.benchmark.step_time import (
     measure_size_costs,
     measure_step_time,
     size_cost_summary,
+    spread,
 )
 from ppdist.benchmark.workers import loader_workers, with_workers
 from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
@@ -193,10 +194,13 @@ def build_parser():
     )
     parser.add_argument(
         "--size_costs",
-        action="store_true",
-        help="--step_time on a multi-scale recipe: also the first step at each training size against the "
-        "next ones, cuDNN autotuning on (even positions) and off (odd): the search each size costs and "
-        "the steady price of heuristics, for Global.cudnn_warmup / cudnn_benchmark",
+        type=int,
+        default=0,
+        metavar="K",
+        help="--step_time on a multi-scale recipe: also the first step at K of its training sizes "
+        "(spread over the list; all when K >= their number) against the next ones, cuDNN autotuning "
+        "on and off in turn: the search a size costs and the steady price of heuristics, for "
+        "Global.cudnn_warmup / cudnn_benchmark (default 0: not measured)",
     )
     parser.add_argument(
         "--part",
@@ -361,8 +365,8 @@ def run_step_time(args, overrides, name: str) -> dict:
         record = measure_step_time(config, batch, size, device, args.warmup, args.iters, args.profile_steps)
         result["steps"][precision] = record
         print(format_step_time(name, precision, record), flush=True)
-        if args.size_costs and len(sizes) > 1:
-            records = measure_size_costs(config, batch, sizes, device)
+        if args.size_costs > 0 and len(sizes) > 1:
+            records = measure_size_costs(config, batch, spread(sizes, args.size_costs), device)
             summary = size_cost_summary(records, len(sizes))
             result.setdefault("size_costs", {})[precision] = {"sizes": records, "summary": summary}
             for r in records:

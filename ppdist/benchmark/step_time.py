@@ -185,6 +185,16 @@ def _first_steps(
     return records
 
 
+def spread(sizes: Sequence[Size], count: int) -> List[Size]:
+    """``count`` of ``sizes`` evenly spread over the list, first and last included (all of them
+    when ``count`` is at least their number)."""
+    if count >= len(sizes):
+        return list(sizes)
+    if count <= 1:
+        return [sizes[0]]
+    return [sizes[round(i * (len(sizes) - 1) / (count - 1))] for i in range(count)]
+
+
 def size_cost_summary(records: Sequence[Mapping[str, Any]], sizes: int) -> Dict[str, Any]:
     """What the two choices cost. A size's first step costs ``first - min(next)`` more than a
     steady one: with autotuning the search plus per-shape start-up (allocator, cached anchors),

@@ -4,7 +4,7 @@ and a multi-scale recipe's first step per size with cuDNN autotuning on and off.
 import pytest
 from ppdist_testing import tiny_det_config
 
-from ppdist.benchmark.step_time import measure_size_costs, measure_step_time, size_cost_summary
+from ppdist.benchmark.step_time import measure_size_costs, measure_step_time, size_cost_summary, spread
 from ppdist.config import load_config
 
 CPU = __import__("torch").device("cpu")
@@ -26,6 +26,12 @@ def test_the_size_cost_summary_separates_the_search_from_the_start_up():
     assert summary["ms_per_megapixel_autotuned"] == 1000.0
     assert summary["ms_per_megapixel_heuristics"] == 1083.33
     assert summary["heuristics_over_autotuned"] == 1.083
+
+
+def test_spread_picks_sizes_over_the_whole_list():
+    sizes = [(s, s) for s in range(320, 769, 32)]  # PP-YOLOE's 15
+    assert spread(sizes, 6) == [(s, s) for s in (320, 416, 512, 576, 672, 768)]
+    assert spread(sizes, 20) == sizes and spread(sizes, 1) == [(320, 320)]
 
 
 @pytest.mark.slow
