@@ -218,6 +218,14 @@ NOT_RUN: List[Tuple[str, str]] = [
         "an operator count of a recipe (tests/benchmark/test_op_count.py runs the tool)",
     ),
     ("--input_pipeline --synthetic --images 256", BENCH),
+    ("--synthetic --images 256 --warmup 5 --iters 40", BENCH),
+    ("ocrnet_hrnetw18_cityscapes_1024x512_160k.yml --step_time", BENCH + "; measured on a GPU"),
+    ("--step_time --step_size 640 640", BENCH + "; measured on a GPU"),
+    (
+        "configs/table/SLANet.yml --step_time",
+        BENCH + " (tests/benchmark/test_step_time.py runs the measurement on a tiny detector)",
+    ),
+    ("= OUT=$OUT bash tools/gpu_session.sh", "the next GPU session: about 10 minutes on a GPU"),
     ("--input_pipeline --synthetic --images 64", BENCH),
     ("--input_pipeline --synthetic --images 512", BENCH),
     (

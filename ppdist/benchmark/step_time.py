@@ -228,12 +228,12 @@ def size_cost_summary(records: Sequence[Mapping[str, Any]], sizes: int) -> Dict[
 
 def format_step_time(name: str, precision: str, record: Mapping[str, Any]) -> str:
     """One report line (and its top kernel or operator) of ``measure_step_time``."""
-    top = (record.get("top_kernels") or record.get("top_cpu_ops") or [["-", 0, 0]])[0]
+    ranked = record.get("top_kernels") or record.get("top_cpu_ops")
+    top = f"; top: {ranked[0][0][:60]} ({ranked[0][1]} ms/step)" if ranked else ""
     busy = f", GPU busy {record['gpu_busy_pct']}%" if "gpu_busy_pct" in record else ""
     kernels = f", {record['kernels_per_step']:.0f} kernels/step" if "kernels_per_step" in record else ""
     return (
         f"step {name} {precision}: batch {record['batch_size']} at {record['size'][0]}x{record['size'][1]}: "
         f"{record['ms_per_step']} ms/step (median of {record['steps']}; mean {record['mean_ms_per_step']}), "
-        f"{record['samples_per_s']} samples/s, issue {record['issue_ms']} ms{busy}{kernels}; top: {top[0][:60]} "
-        f"({top[1]} ms/step)"
+        f"{record['samples_per_s']} samples/s, issue {record['issue_ms']} ms{busy}{kernels}{top}"
     )
