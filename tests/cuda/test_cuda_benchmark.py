@@ -32,3 +32,7 @@ def test_benchmark_tool_on_cuda(tmp_path):
         report = json.load(handle)
     assert report["environment"]["cuda"] is not None, report["environment"]
     assert report["trainer"]["samples_per_s"] > 0 and report["bare_loop"]["samples_per_s"] > 0
+    # per-step times from CUDA events: the median step and the window, every size warmed first
+    for run in (report["trainer"], report["bare_loop"]):
+        assert run["median_samples_per_s"] > 0 and run["steps"] == 20
+        assert run["warmed_sizes"] == [[128, 128], [160, 160], [192, 192]]
