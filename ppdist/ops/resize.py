@@ -1,0 +1,135 @@
+"""Segmentation logits resized to the label's size: upcast to float32 first, then a bilinear upsample
+whose backward has no atomic scatter (two interpolation-matrix GEMMs), then the loss.
+
+``F.interpolate``'s bilinear backward on CUDA scatters every output pixel's gradient into its 4
+input cells with ``atomicAdd``: upsampling 8x-32x to 1024x512, 64 to 1,024 output pixels contend
+for each input cell. Bilinear interpolation is separable and linear, so the same values are
+``A_h @ x @ A_w^T`` with fixed (out x in) matrices holding PyTorch's weights, whose backward
+``A_h^T @ g @ A_w`` is two GEMMs as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Iterator, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# The GEMMs do (in + out) / out multiply-adds per output value along each axis; past this bound
+# (inputs over ~400 pixels on a side at 4x) F.interpolate is kept.
+MAX_MACS_PER_OUTPUT = 512
+
+
+@functools.lru_cache(maxsize=64)
+def interpolation_matrix(
+    in_size: int, out_size: int, align_corners: bool, device: torch.device, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """(out_size, in_size) matrix of 1-D linear interpolation with PyTorch's arithmetic
+    (``area_pixel_compute_source_index`` in float32, in float64 for float64; the upper neighbour
+    clamped to the edge), built once per shape on the host."""
+    real = np.float64 if dtype == torch.float64 else np.float32
+    dst = np.arange(out_size, dtype=real)
+    if align_corners:
+        scale = real(in_size - 1) / real(out_size - 1) if out_size > 1 else real(0.0)
+        src = dst * scale
+    else:
+        src = np.maximum(real(in_size) / real(out_size) * (dst + real(0.5)) - real(0.5), real(0.0))
+    low = np.minimum(src.astype(np.int64), in_size - 1)
+    high = np.where(low < in_size - 1, low + 1, low)
+    frac = src - low.astype(real)
+    matrix = np.zeros((out_size, in_size), dtype=real)
+    rows = np.arange(out_size)
+    np.add.at(matrix, (rows, low), real(1.0) - frac)
+    np.add.at(matrix, (rows, high), frac)
+    return torch.from_numpy(matrix).to(device=device, dtype=dtype)
+
+
+@contextlib.contextmanager
+def _ieee_matmul(tensor: torch.Tensor) -> Iterator[None]:
+    """Full float32 GEMMs on CUDA whatever ``Global.float32_matmul_precision`` says (TF32 would
+    round the logits to 10 mantissa bits); a compiled graph follows the global setting."""
+    previous = torch.get_float32_matmul_precision()
+    if tensor.device.type != "cuda" or previous == "highest" or torch.compiler.is_compiling():
+        yield
+        return
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def _width_first(in_hw: Sequence[int], out_hw: Sequence[int]) -> bool:
+    """Whether resizing along W before H does fewer multiply-adds."""
+    (hi, wi), (ho, wo) = in_hw, out_hw
+    return hi * wo * (wi + ho) <= ho * wi * (hi + wo)
+
+
+def _separable(x: torch.Tensor, a_h: torch.Tensor, a_w: torch.Tensor) -> torch.Tensor:
+    """``a_h @ x @ a_w^T`` over the last two dimensions of ``x``, the cheaper axis first."""
+    with _ieee_matmul(x):
+        if _width_first(x.shape[-2:], (a_h.shape[0], a_w.shape[0])):
+            return torch.matmul(a_h, torch.matmul(x, a_w.t()))
+        return torch.matmul(torch.matmul(a_h, x), a_w.t())
+
+
+class _SeparableBilinear(torch.autograd.Function):
+    """Bilinear resize as two GEMMs, forward and backward (a custom Function so that the backward's
+    GEMMs run in full float32 too)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, a_h: torch.Tensor, a_w: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(a_h, a_w)
+        return _separable(x, a_h, a_w)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> Tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        a_h, a_w = ctx.saved_tensors
+        return _separable(grad, a_h.t(), a_w.t()), None, None
+
+
+def separable_bilinear(x: torch.Tensor, size: Sequence[int], align_corners: bool) -> torch.Tensor:
+    """``F.interpolate(x, size, mode="bilinear", align_corners=align_corners)`` of a float32 (or
+    float64) (N, C, H, W) tensor as interpolation-matrix GEMMs (atomic-free backward)."""
+    (hi, wi), (ho, wo) = x.shape[-2:], size
+    a_h = interpolation_matrix(hi, ho, align_corners, x.device, x.dtype)
+    a_w = interpolation_matrix(wi, wo, align_corners, x.device, x.dtype)
+    return _SeparableBilinear.apply(x, a_h, a_w)
+
+
+def gemm_resize_usable(in_hw: Sequence[int], out_hw: Sequence[int]) -> bool:
+    """Whether the GEMM form pays: an upsample (no axis shrinks) whose dense matrices cost at most
+    ``MAX_MACS_PER_OUTPUT`` multiply-adds per output value."""
+    (hi, wi), (ho, wo) = in_hw, out_hw
+    if ho < hi or wo < wi:
+        return False
+    macs = min(hi * wo * (wi + ho), ho * wi * (hi + wo))
+    return macs <= MAX_MACS_PER_OUTPUT * ho * wo
+
+
+@contextlib.contextmanager
+def _autocast_off(device_type: str) -> Iterator[None]:
+    if torch.is_autocast_enabled(device_type):
+        with torch.autocast(device_type, enabled=False):
+            yield
+    else:
+        yield
+
+
+def upsample_logits(logits: torch.Tensor, size: Sequence[int], align_corners: bool = False) -> torch.Tensor:
+    """A head's (N, C, h, w) logits bilinearly resized to ``size`` in float32 (float64 stays), for
+    the loss and the post-process: upcast first (under autocast the low-resolution logits, not the full-resolution
+    ones), then resize with autocast off. While autograd records (training) an upsample the GEMMs
+    can afford (``gemm_resize_usable``) runs as ``separable_bilinear``; otherwise (evaluation,
+    inference, export, downsampling, very large inputs) ``F.interpolate``."""
+    out_hw = (int(size[0]), int(size[1]))
+    with _autocast_off(logits.device.type):
+        x = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+        if torch.is_grad_enabled() and x.requires_grad and gemm_resize_usable(x.shape[-2:], out_hw):
+            if tuple(x.shape[-2:]) == out_hw:
+                return x
+            return separable_bilinear(x, out_hw, align_corners)
+        return F.interpolate(x, out_hw, mode="bilinear", align_corners=align_corners)
