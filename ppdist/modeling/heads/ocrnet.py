@@ -20,6 +20,7 @@ from torch import nn
 
 from ppdist.modeling.layers import ConvBNAct
 from ppdist.modeling.paddle_names import PaddleNames
+from ppdist.ops.resize import upsample_logits
 from ppdist.registry import HEADS
 
 
@@ -139,4 +140,4 @@ class OCRHead(nn.Module):
         ocr = self.spatial_ocr(pixels, spatial_gather(pixels, soft_regions))
         logits = [self.cls_head(ocr), soft_regions] if self.training else [self.cls_head(ocr)]
         size = list(input_size) if input_size is not None else [s * 4 for s in deep.shape[2:]]
-        return [F.interpolate(x, size, mode="bilinear", align_corners=self.align_corners) for x in logits]
+        return [upsample_logits(x, size, self.align_corners) for x in logits]

@@ -16,6 +16,7 @@ from torch import nn
 from ppdist.modeling.heads.uafm import FUSION_MODULES
 from ppdist.modeling.layers import AdaptiveAvgPool2d, ConvBNAct, init_paddle_conv_default
 from ppdist.modeling.paddle_names import PaddleNames
+from ppdist.ops.resize import upsample_logits
 from ppdist.registry import HEADS
 
 
@@ -140,7 +141,4 @@ class PPLiteSegHead(nn.Module):
             fused.insert(0, high)
         size = list(input_size) if input_size is not None else [s * 8 for s in fused[0].shape[2:]]
         heads = self.seg_heads if self.training else self.seg_heads[:1]
-        return [
-            F.interpolate(head(x), size, mode="bilinear", align_corners=False)
-            for head, x in zip(heads, fused)
-        ]
+        return [upsample_logits(head(x), size, align_corners=False) for head, x in zip(heads, fused)]

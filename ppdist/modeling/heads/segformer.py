@@ -17,6 +17,7 @@ from torch import nn
 
 from ppdist.modeling.layers import ConvBNAct, init_paddle_conv_default
 from ppdist.modeling.paddle_names import PaddleNames
+from ppdist.ops.resize import upsample_logits
 from ppdist.registry import HEADS
 
 LEVELS = 4
@@ -94,4 +95,4 @@ class SegFormerHead(nn.Module):
             embedded.append(x)
         logits = self.linear_pred(self.dropout(self.linear_fuse(torch.cat(embedded, dim=1))))
         out_size = list(input_size) if input_size is not None else [s * 4 for s in size]
-        return [F.interpolate(logits, out_size, mode="bilinear", align_corners=self.align_corners)]
+        return [upsample_logits(logits, out_size, self.align_corners)]
