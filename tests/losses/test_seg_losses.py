@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -161,3 +162,48 @@ def test_seg_losses_are_fp32_under_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inside = loss(logit.bfloat16(), label)
     assert inside.dtype == torch.float32 and torch.equal(inside, loss(logit.bfloat16(), label))
+
+
+def paddleseg_ohem(logit, label, thresh, min_kept, ignore_index=255):
+    """PaddleSeg's OhemCrossEntropyLoss as written there (numpy, a full argsort of every pixel) on
+    torch's float32 probabilities: the kept mask and the loss (float64), for the selection without
+    a sort to equal."""
+    c = logit.shape[1]
+    prob = torch.softmax(logit.float(), dim=1).transpose(0, 1).reshape(c, -1).numpy()
+    log_p = torch.log_softmax(logit.double(), dim=1).transpose(0, 1).reshape(c, -1).numpy()
+    label = label.numpy().reshape(-1)
+    valid = (label != ignore_index).astype(np.int64)
+    label = label * valid
+    num_valid = valid.sum()
+    if min_kept < num_valid and num_valid > 0:
+        prob = prob + (1 - valid).astype(np.float32)
+        prob = prob[label, np.arange(label.size)]
+        threshold = thresh
+        if min_kept > 0:
+            index = prob.argsort()
+            threshold_index = index[min(len(index), min_kept) - 1]
+            if prob[threshold_index] > thresh:
+                threshold = prob[threshold_index]
+            valid = valid * (prob < threshold).astype(np.int64)
+    loss = -log_p[label, np.arange(label.size)] * valid
+    return valid.astype(bool), loss.mean() / (valid.mean() + 1e-5)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("ignored", [0.0, 0.5])
+@pytest.mark.parametrize("min_kept", [1, 100, 383, 384, 5000])  # 384 = valid pixels at ignored 0.5
+@pytest.mark.parametrize("thresh", [0.05, 0.7, 1.0])  # 1.0: above every probability
+def test_ohem_selection_without_a_sort_equals_paddlesegs_full_argsort(thresh, min_kept, ignored, tied):
+    generator = torch.Generator().manual_seed(min_kept + int(100 * thresh) + int(10 * ignored) + tied)
+    logit = torch.randn(2, 5, 16, 24, generator=generator) * 3
+    if tied:  # few distinct probabilities: ties at the k-th
+        logit = logit.round().clamp(-1, 1)
+    label = torch.randint(0, 5, (2, 16, 24), generator=generator)
+    if ignored:
+        drop = torch.randperm(label.numel(), generator=generator)[: int(ignored * label.numel())]
+        label.view(-1)[drop] = 255
+    ohem = OhemCrossEntropyLoss(thresh=thresh, min_kept=min_kept)
+    expected_mask, expected_loss = paddleseg_ohem(logit, label, thresh, min_kept)
+    mask = ohem.kept_mask(logit, label).reshape(-1).numpy()
+    assert np.array_equal(mask, expected_mask), int((mask != expected_mask).sum())
+    assert ohem(logit, label).item() == pytest.approx(expected_loss, rel=1e-5)
