@@ -23,6 +23,7 @@ is the check on real hardware (the CUDA test suite uses both).
 
 from __future__ import annotations
 
+import sys
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -189,6 +190,12 @@ class HostSyncCounter(TorchDispatchMode):
         while self._patches:
             owner, name, original = self._patches.pop()
             setattr(owner, name, original)
+        # torch._dynamo maps torch's functions to trace rules once per process; a map built while
+        # the factories were wrapped would not know the restored ones (torch.compile would refuse
+        # torch.arange afterwards)
+        trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+        if trace_rules is not None:
+            trace_rules.get_torch_obj_rule_map.cache_clear()
 
     def _patch_readers(self) -> None:
         counter = self

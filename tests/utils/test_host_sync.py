@@ -93,3 +93,13 @@ def test_patches_are_removed_on_exit():
     with HostSyncCounter():
         pass
     assert torch.Tensor.tolist is tolist and torch.tensor is tensor
+
+
+def test_torch_compile_traces_the_factories_after_a_count():
+    with HostSyncCounter():  # wraps torch.arange & co. while it counts
+        torch.arange(3)
+
+    def shifted(x: torch.Tensor) -> torch.Tensor:
+        return torch.arange(4, dtype=x.dtype, device=x.device) + x
+
+    assert torch.compile(shifted, backend="eager", fullgraph=True)(torch.zeros(4)).tolist() == [0, 1, 2, 3]
