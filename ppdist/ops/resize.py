@@ -14,7 +14,6 @@ import contextlib
 import functools
 from typing import Iterator, Sequence, Tuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -23,36 +22,42 @@ import torch.nn.functional as F
 MAX_MACS_PER_OUTPUT = 512
 
 
-@functools.lru_cache(maxsize=64)
 def interpolation_matrix(
     in_size: int, out_size: int, align_corners: bool, device: torch.device, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """(out_size, in_size) matrix of 1-D linear interpolation with PyTorch's arithmetic
-    (``area_pixel_compute_source_index`` in float32, in float64 for float64; the upper neighbour
-    clamped to the edge), built once per shape on the host."""
-    real = np.float64 if dtype == torch.float64 else np.float32
-    dst = np.arange(out_size, dtype=real)
+    (``area_pixel_compute_source_index`` in ``dtype``, the upper neighbour clamped to the edge)."""
+    dst = torch.arange(out_size, dtype=dtype, device=device)
     if align_corners:
-        scale = real(in_size - 1) / real(out_size - 1) if out_size > 1 else real(0.0)
-        src = dst * scale
+        src = dst * ((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0)
     else:
-        src = np.maximum(real(in_size) / real(out_size) * (dst + real(0.5)) - real(0.5), real(0.0))
-    low = np.minimum(src.astype(np.int64), in_size - 1)
-    high = np.where(low < in_size - 1, low + 1, low)
-    frac = src - low.astype(real)
-    matrix = np.zeros((out_size, in_size), dtype=real)
-    rows = np.arange(out_size)
-    np.add.at(matrix, (rows, low), real(1.0) - frac)
-    np.add.at(matrix, (rows, high), frac)
-    return torch.from_numpy(matrix).to(device=device, dtype=dtype)
+        src = ((dst + 0.5) * (in_size / out_size) - 0.5).clamp(min=0.0)
+    low = src.long().clamp(max=in_size - 1)
+    high = torch.where(low < in_size - 1, low + 1, low)
+    frac = (src - low.to(dtype)).unsqueeze(1)
+    columns = torch.arange(in_size, device=device)
+    return (columns == low.unsqueeze(1)) * (1.0 - frac) + (columns == high.unsqueeze(1)) * frac
+
+
+_cached_matrix = functools.lru_cache(maxsize=64)(interpolation_matrix)
+
+
+def _matrix(in_size: int, out_size: int, align_corners: bool, like: torch.Tensor) -> torch.Tensor:
+    """The matrix for ``like``'s device and dtype: built once per shape in eager mode, traced (and
+    constant-folded) in a compiled graph."""
+    build = interpolation_matrix if torch.compiler.is_compiling() else _cached_matrix
+    return build(in_size, out_size, align_corners, like.device, like.dtype)
 
 
 @contextlib.contextmanager
 def _ieee_matmul(tensor: torch.Tensor) -> Iterator[None]:
     """Full float32 GEMMs on CUDA whatever ``Global.float32_matmul_precision`` says (TF32 would
     round the logits to 10 mantissa bits); a compiled graph follows the global setting."""
+    if torch.compiler.is_compiling() or tensor.device.type != "cuda":
+        yield
+        return
     previous = torch.get_float32_matmul_precision()
-    if tensor.device.type != "cuda" or previous == "highest" or torch.compiler.is_compiling():
+    if previous == "highest":
         yield
         return
     torch.set_float32_matmul_precision("highest")
@@ -95,8 +100,8 @@ def separable_bilinear(x: torch.Tensor, size: Sequence[int], align_corners: bool
     """``F.interpolate(x, size, mode="bilinear", align_corners=align_corners)`` of a float32 (or
     float64) (N, C, H, W) tensor as interpolation-matrix GEMMs (atomic-free backward)."""
     (hi, wi), (ho, wo) = x.shape[-2:], size
-    a_h = interpolation_matrix(hi, ho, align_corners, x.device, x.dtype)
-    a_w = interpolation_matrix(wi, wo, align_corners, x.device, x.dtype)
+    a_h = _matrix(hi, ho, align_corners, x)
+    a_w = _matrix(wi, wo, align_corners, x)
     return _SeparableBilinear.apply(x, a_h, a_w)
 
 
@@ -119,17 +124,28 @@ def _autocast_off(device_type: str) -> Iterator[None]:
         yield
 
 
+def _backward_recorded(x: torch.Tensor) -> bool:
+    """Whether autograd records ``x``'s graph for a backward, outside an export's trace (a traced
+    graph keeps the size-generic F.interpolate)."""
+    if torch.jit.is_tracing() or torch.compiler.is_exporting():
+        return False
+    return torch.is_grad_enabled() and x.requires_grad
+
+
 def upsample_logits(logits: torch.Tensor, size: Sequence[int], align_corners: bool = False) -> torch.Tensor:
     """A head's (N, C, h, w) logits bilinearly resized to ``size`` in float32 (float64 stays), for
-    the loss and the post-process: upcast first (under autocast the low-resolution logits, not the full-resolution
-    ones), then resize with autocast off. While autograd records (training) an upsample the GEMMs
-    can afford (``gemm_resize_usable``) runs as ``separable_bilinear``; otherwise (evaluation,
-    inference, export, downsampling, very large inputs) ``F.interpolate``."""
-    out_hw = (int(size[0]), int(size[1]))
+    the loss and the post-process: upcast first (under autocast the low-resolution logits, not the
+    full-resolution ones), then resize with autocast off. While autograd records (training) an
+    upsample the GEMMs can afford (``gemm_resize_usable``) runs as ``separable_bilinear``;
+    otherwise (evaluation, inference, export and tracing, a shrinking axis, very large inputs)
+    ``F.interpolate``."""
     with _autocast_off(logits.device.type):
         x = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-        if torch.is_grad_enabled() and x.requires_grad and gemm_resize_usable(x.shape[-2:], out_hw):
+        if _backward_recorded(x):
+            out_hw = (int(size[0]), int(size[1]))
             if tuple(x.shape[-2:]) == out_hw:
                 return x
-            return separable_bilinear(x, out_hw, align_corners)
-        return F.interpolate(x, out_hw, mode="bilinear", align_corners=align_corners)
+            if gemm_resize_usable(x.shape[-2:], out_hw):
+                return separable_bilinear(x, out_hw, align_corners)
+        # a traced size stays traced (an exported graph resizes to its input's size)
+        return F.interpolate(x, list(size), mode="bilinear", align_corners=align_corners)

@@ -105,3 +105,32 @@ def test_upsample_logits_reads_no_device_value():
     with HostSyncCounter() as counter:
         upsample_logits(x, (32, 32)).sum().backward()
     assert counter.count == 0, counter.report()
+
+
+class _Head(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 2, 1)  # parameters that require grad, as at export
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return upsample_logits(self.conv(image[:, :, ::4, ::4]), image.shape[-2:])
+
+
+def test_a_traced_upsample_keeps_f_interpolate_and_the_input_size():
+    head = _Head()
+    traced = torch.jit.trace(head, torch.randn(1, 3, 32, 48))
+    other = torch.randn(1, 3, 64, 40)
+    with torch.no_grad():
+        expected = F.interpolate(head.conv(other[:, :, ::4, ::4]), (64, 40), mode="bilinear")
+        torch.testing.assert_close(traced(other), expected, rtol=0, atol=0)
+
+
+def test_upsample_logits_compiles_into_one_graph_with_the_same_values():
+    head = _Head()
+    image = torch.randn(2, 3, 32, 48)
+    compiled = torch.compile(head, backend="eager", fullgraph=True)  # a graph break raises
+    out, expected = compiled(image), head(image)
+    assert type(expected.grad_fn).__name__ == "_SeparableBilinearBackward"
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    grads = [torch.autograd.grad(y.square().sum(), head.conv.weight)[0] for y in (out, expected)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
