@@ -17,9 +17,12 @@ from typing import Iterator, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-# The GEMMs do (in + out) / out multiply-adds per output value along each axis; past this bound
-# (inputs over ~400 pixels on a side at 4x) F.interpolate is kept.
-MAX_MACS_PER_OUTPUT = 512
+# The dense GEMMs do about in * (in' + out) / out multiply-adds per output value where the direct
+# kernel does 4: past these bounds F.interpolate is kept. On the CPU, whose bilinear backward has no
+# atomics, they pay up to ~100 (PP-LiteSeg's 1/8 head at 1024x512: 80; OCRNet's 1/4 logits: 192 and
+# SegFormer's at 1024x1024: 320 are 1.6x and 2.5x slower there, docs/benchmarks.md); on CUDA they
+# replace an atomicAdd scatter of 16 to 1,024 output pixels per input cell (bound not yet measured).
+MAX_MACS_PER_OUTPUT = {"cpu": 128, "cuda": 512}
 
 
 def interpolation_matrix(
@@ -43,8 +46,8 @@ _cached_matrix = functools.lru_cache(maxsize=64)(interpolation_matrix)
 
 
 def _matrix(in_size: int, out_size: int, align_corners: bool, like: torch.Tensor) -> torch.Tensor:
-    """The matrix for ``like``'s device and dtype: built once per shape in eager mode, traced (and
-    constant-folded) in a compiled graph."""
+    """The matrix for ``like``'s device and dtype: built once per shape in eager mode, traced into
+    a compiled graph (which has no cache to consult)."""
     build = interpolation_matrix if torch.compiler.is_compiling() else _cached_matrix
     return build(in_size, out_size, align_corners, like.device, like.dtype)
 
@@ -73,12 +76,43 @@ def _width_first(in_hw: Sequence[int], out_hw: Sequence[int]) -> bool:
     return hi * wo * (wi + ho) <= ho * wi * (hi + wo)
 
 
+def _along_w(x: torch.Tensor, a_w: torch.Tensor) -> torch.Tensor:
+    """(N, C, H, W) -> (N, C, H, W'): ``x @ a_w^T``, one GEMM over all rows."""
+    n, c, h, w = x.shape
+    return x.reshape(n * c * h, w).mm(a_w.t()).view(n, c, h, a_w.shape[0])
+
+
+def _along_h(x: torch.Tensor, a_h: torch.Tensor) -> torch.Tensor:
+    """(N, C, H, W) -> (N, C, H', W): ``a_h @ x`` per (image, channel), one batched GEMM."""
+    n, c, h, w = x.shape
+    return torch.bmm(a_h.expand(n * c, *a_h.shape), x.reshape(n * c, h, w)).view(n, c, a_h.shape[0], w)
+
+
+def _along_w_nhwc(x: torch.Tensor, a_w: torch.Tensor) -> torch.Tensor:
+    """``_along_w`` of a channels_last tensor, in its layout (no copy): ``a_w @ x[n, h]`` (W, C)."""
+    n, c, h, w = x.shape
+    rows = x.permute(0, 2, 3, 1).reshape(n * h, w, c)
+    out = torch.bmm(a_w.expand(n * h, *a_w.shape), rows)
+    return out.view(n, h, a_w.shape[0], c).permute(0, 3, 1, 2)
+
+
+def _along_h_nhwc(x: torch.Tensor, a_h: torch.Tensor) -> torch.Tensor:
+    """``_along_h`` of a channels_last tensor, in its layout (no copy): ``a_h @ x[n]`` (H, W * C)."""
+    n, c, h, w = x.shape
+    planes = x.permute(0, 2, 3, 1).reshape(n, h, w * c)
+    out = torch.bmm(a_h.expand(n, *a_h.shape), planes)
+    return out.view(n, a_h.shape[0], w, c).permute(0, 3, 1, 2)
+
+
 def _separable(x: torch.Tensor, a_h: torch.Tensor, a_w: torch.Tensor) -> torch.Tensor:
-    """``a_h @ x @ a_w^T`` over the last two dimensions of ``x``, the cheaper axis first."""
+    """``a_h @ x @ a_w^T`` over the last two dimensions of (N, C, H, W) ``x``, the cheaper axis
+    first: two GEMM launches, in ``x``'s layout (NCHW or channels_last)."""
+    nhwc = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+    along_w, along_h = (_along_w_nhwc, _along_h_nhwc) if nhwc else (_along_w, _along_h)
     with _ieee_matmul(x):
         if _width_first(x.shape[-2:], (a_h.shape[0], a_w.shape[0])):
-            return torch.matmul(a_h, torch.matmul(x, a_w.t()))
-        return torch.matmul(torch.matmul(a_h, x), a_w.t())
+            return along_h(along_w(x, a_w), a_h)
+        return along_w(along_h(x, a_h), a_w)
 
 
 class _SeparableBilinear(torch.autograd.Function):
@@ -105,14 +139,14 @@ def separable_bilinear(x: torch.Tensor, size: Sequence[int], align_corners: bool
     return _SeparableBilinear.apply(x, a_h, a_w)
 
 
-def gemm_resize_usable(in_hw: Sequence[int], out_hw: Sequence[int]) -> bool:
+def gemm_resize_usable(in_hw: Sequence[int], out_hw: Sequence[int], device_type: str = "cuda") -> bool:
     """Whether the GEMM form pays: an upsample (no axis shrinks) whose dense matrices cost at most
-    ``MAX_MACS_PER_OUTPUT`` multiply-adds per output value."""
+    ``MAX_MACS_PER_OUTPUT[device_type]`` multiply-adds per output value."""
     (hi, wi), (ho, wo) = in_hw, out_hw
     if ho < hi or wo < wi:
         return False
     macs = min(hi * wo * (wi + ho), ho * wi * (hi + wo))
-    return macs <= MAX_MACS_PER_OUTPUT * ho * wo
+    return macs <= MAX_MACS_PER_OUTPUT.get(device_type, MAX_MACS_PER_OUTPUT["cpu"]) * ho * wo
 
 
 @contextlib.contextmanager
@@ -145,7 +179,7 @@ def upsample_logits(logits: torch.Tensor, size: Sequence[int], align_corners: bo
             out_hw = (int(size[0]), int(size[1]))
             if tuple(x.shape[-2:]) == out_hw:
                 return x
-            if gemm_resize_usable(x.shape[-2:], out_hw):
+            if gemm_resize_usable(x.shape[-2:], out_hw, x.device.type):
                 return separable_bilinear(x, out_hw, align_corners)
         # a traced size stays traced (an exported graph resizes to its input's size)
         return F.interpolate(x, list(size), mode="bilinear", align_corners=align_corners)

@@ -1,10 +1,14 @@
 """upsample_logits: float32 first, then a GEMM upsample equal to F.interpolate's bilinear forward and
 backward; F.interpolate where no backward runs or the GEMMs would not pay."""
 
+from typing import List
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from ppdist.benchmark.op_count import launches
 from ppdist.ops.resize import (
     gemm_resize_usable,
     interpolation_matrix,
@@ -24,12 +28,13 @@ SIZES = [  # (in h, in w) -> (out h, out w): integer factors, odd sizes, non-int
 ]
 
 
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("in_hw, out_hw", SIZES)
-def test_separable_bilinear_equals_interpolate_forward_and_backward(in_hw, out_hw, align_corners):
+def test_separable_bilinear_equals_interpolate_forward_and_backward(in_hw, out_hw, align_corners, layout):
     generator = torch.Generator().manual_seed(sum(in_hw + out_hw))
-    x = (torch.randn(2, 3, *in_hw, generator=generator) * 10).requires_grad_()
-    grad = torch.randn(2, 3, *out_hw, generator=generator)
+    x = (torch.randn(2, 3, *in_hw, generator=generator) * 10).to(memory_format=layout).requires_grad_()
+    grad = torch.randn(2, 3, *out_hw, generator=generator).to(memory_format=layout)
     ref = F.interpolate(x, out_hw, mode="bilinear", align_corners=align_corners)
     (ref_grad,) = torch.autograd.grad(ref, x, grad)
     out = separable_bilinear(x, out_hw, align_corners)
@@ -93,11 +98,39 @@ def test_upsample_logits_takes_gemms_only_when_a_backward_runs():
         assert torch.equal(out, F.interpolate(x, (16, 16), mode="bilinear", align_corners=True))
 
 
+class _Launches(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: List[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if launches(func):
+            self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_the_gemm_upsample_is_two_launches_each_way_in_either_layout(layout):
+    x = torch.randn(2, 5, 8, 16).to(memory_format=layout).requires_grad_()
+    upsample_logits(x, (64, 128))  # the matrices are built once per shape
+    with _Launches() as forward:
+        out = upsample_logits(x, (64, 128))
+    grad = torch.ones_like(out)
+    with _Launches() as backward:
+        out.backward(grad)
+    assert sorted(forward.names) == sorted(backward.names) == ["bmm", "mm"] or (
+        layout == torch.channels_last and forward.names == backward.names == ["bmm", "bmm"]
+    ), (forward.names, backward.names)
+
+
 def test_gemm_resize_usable_bounds():
-    assert gemm_resize_usable((64, 128), (512, 1024))  # PP-LiteSeg's 1/8 head at 1024x512
-    assert gemm_resize_usable((256, 256), (1024, 1024))  # SegFormer's 1/4 logits at 1024x1024
-    assert not gemm_resize_usable((512, 512), (2048, 2048))
-    assert not gemm_resize_usable((16, 16), (8, 32))  # shrinks an axis
+    for device in ("cpu", "cuda"):  # PP-LiteSeg's 1/8, 1/16, 1/32 heads at 1024x512
+        assert all(gemm_resize_usable((512 // s, 1024 // s), (512, 1024), device) for s in (8, 16, 32))
+        assert not gemm_resize_usable((16, 16), (8, 32), device)  # shrinks an axis
+        assert not gemm_resize_usable((512, 512), (2048, 2048), device)
+    # OCRNet's 1/4 logits at 1024x512 and SegFormer's at 1024x1024: GEMMs on CUDA only
+    for in_hw, out_hw in (((128, 256), (512, 1024)), ((256, 256), (1024, 1024))):
+        assert gemm_resize_usable(in_hw, out_hw, "cuda") and not gemm_resize_usable(in_hw, out_hw, "cpu")
 
 
 def test_upsample_logits_reads_no_device_value():
