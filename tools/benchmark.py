@@ -370,8 +370,8 @@ def run_step_time(args, overrides, name: str) -> dict:
             summary = size_cost_summary(records, len(sizes))
             result.setdefault("size_costs", {})[precision] = {"sizes": records, "summary": summary}
             for r in records:
-                print(f"size {name} {precision}: {json.dumps(r)}", flush=True)
-            print(f"size costs {name} {precision}: {json.dumps(summary)}", flush=True)
+                print(f"size {name} {precision}: {strict_json.dumps(r)}", flush=True)
+            print(f"size costs {name} {precision}: {strict_json.dumps(summary)}", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
