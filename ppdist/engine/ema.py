@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from ppdist.modeling.batch_norm import VarianceScales
 from ppdist.modeling.freezing import frozen_state_names
 
 TensorLists = Tuple[
@@ -36,7 +37,8 @@ class ModelEMA:
 
     An update is a handful of ``torch._foreach_*`` kernels over cached tensor lists, not a Python
     loop over every tensor; the model's tensors must stay the same objects after the first update
-    (``load_state_dict`` copies in place, so resuming is fine).
+    (``load_state_dict`` copies in place, so resuming is fine). A BatchNorm storing its running
+    variance scaled (``ppdist.modeling.batch_norm``) is read at its true value (one kernel for all).
 
     ``update(model, skip=flag)`` gates the update on a device flag (``nan_policy: skip``): where it
     is set the average, the step count, the decay and ``module`` stay as they were, and nothing is
@@ -63,6 +65,7 @@ class ModelEMA:
         }
         self._model: Optional[nn.Module] = None
         self._lists: Optional[TensorLists] = None
+        self._scales: Optional[VarianceScales] = None
 
     @property
     def step(self) -> int:
@@ -114,7 +117,14 @@ class ModelEMA:
                     lists[3].append(ema_value)
                     lists[4].append(current[name])
             self._model, self._lists = model, lists
+            self._scales = VarianceScales(lists[2], model)
         return self._lists
+
+    def _model_floats(self, model_floats: List[torch.Tensor]) -> List[torch.Tensor]:
+        """The model's averaged tensors at their true values, in float32."""
+        if self._scales is not None:
+            model_floats = self._scales.true_values(model_floats)
+        return [m if m.dtype == torch.float32 else m.float() for m in model_floats]
 
     def _device_decay(self, step: torch.Tensor) -> torch.Tensor:
         """``current_decay`` computed on the device from a device step count (float64)."""
@@ -133,7 +143,7 @@ class ModelEMA:
         decay = self.current_decay()
         averages, ema_floats, model_floats, ema_copied, model_copied = self._tensor_lists(model)
         if averages:
-            model_floats = [m if m.dtype == torch.float32 else m.float() for m in model_floats]
+            model_floats = self._model_floats(model_floats)
             torch._foreach_mul_(averages, decay)
             torch._foreach_add_(averages, model_floats, alpha=1.0 - decay)
         if ema_copied:
@@ -155,7 +165,7 @@ class ModelEMA:
         taken = (~skip).to(torch.float64)
         decay = torch.where(skip, torch.ones_like(step), self._device_decay(step))
         if averages:
-            model_floats = [m if m.dtype == torch.float32 else m.float() for m in model_floats]
+            model_floats = self._model_floats(model_floats)
             torch._foreach_mul_(averages, decay)
             torch._foreach_add_(averages, torch._foreach_mul(model_floats, 1 - decay))
         if ema_copied:

@@ -23,6 +23,7 @@ from torch import nn
 
 from ppdist.engine.dist import DistEnv, all_gather_object
 from ppdist.errors import PPDistError
+from ppdist.modeling.batch_norm import VarianceScales
 
 POLICIES = ("stop", "skip")
 
@@ -70,14 +71,17 @@ def skip_in_scaler(
 class BufferRollback:
     """The model's buffers (BatchNorm statistics and counts) as they were before a step's forward,
     put back on the device where the step is left out. Four kernels per dtype: the buffers are
-    saved and restored as one flat tensor."""
+    saved and restored as one flat tensor. A running variance stored scaled whose scale the forward
+    changed (a new input size, ``ppdist.modeling.batch_norm``) is put back at the new scale."""
 
     def __init__(self, model: nn.Module) -> None:
         groups: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}
         for buffer in model.buffers():
             groups.setdefault((buffer.device, buffer.dtype), []).append(buffer)
         self.groups = list(groups.values())
+        self.scales = [VarianceScales(group, model) for group in self.groups]
         self.saved: List[torch.Tensor] = []
+        self.saved_scales: List[List[float]] = []
 
     @staticmethod
     def _flat(group: List[torch.Tensor]) -> torch.Tensor:
@@ -85,9 +89,11 @@ class BufferRollback:
 
     def save(self) -> None:
         self.saved = [self._flat(group) for group in self.groups]
+        self.saved_scales = [scales.scales() for scales in self.scales]
 
     def restore_where(self, skip: torch.Tensor) -> None:
-        for group, saved in zip(self.groups, self.saved):
+        for group, saved, scales, before in zip(self.groups, self.saved, self.scales, self.saved_scales):
+            scales.rescale(list(saved.split([tensor.numel() for tensor in group])), before)
             kept = torch.where(skip.reshape(()), saved, self._flat(group))
             parts = kept.split([tensor.numel() for tensor in group])
             torch._foreach_copy_(group, [part.view_as(tensor) for part, tensor in zip(parts, group)])

@@ -45,6 +45,7 @@ from ppdist.engine.prefetch import DevicePrefetcher
 from ppdist.engine.update import WeightUpdate
 from ppdist.errors import CheckpointError, ConfigError, DataError
 from ppdist.losses.normalizer import NORMALIZER_KEY
+from ppdist.modeling.batch_norm import store_true_variances
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ppdist")
@@ -388,6 +389,7 @@ class Trainer:
         every rank evaluates is the one rank 0 saves."""
         if not self.env.distributed:
             return
+        store_true_variances(self.model)  # the scale each process keeps need not be rank 0's
         tensors = list(self.model.buffers()) + (self.ema.synced_tensors() if self.ema is not None else [])
         broadcast_tensors(tensors, src=0)
 

@@ -7,13 +7,16 @@ every process). Where ``N`` is small (PP-LiteSeg's 1x1 SPPM bin sees one value p
 run's running variance grows by a visibly different rule from the original's.
 
 ``use_paddle_statistics(model)`` makes every BatchNorm of ``model`` follow Paddle's rule without
-replacing its kernel: a forward pre-hook multiplies ``running_var`` by ``N / (N - 1)``, torch's
-own (cuDNN) BatchNorm updates it, and a forward hook divides it back, which leaves exactly
-``(1 - m) * running_var + m * biased_var``. ``N`` comes from the input's shape (no device read).
-ppdist's ``SyncBatchNorm`` applies the same rule itself while it synchronises, with ``N`` from the
-counts it gathers anyway (``biased_running_var``); torch's own ``nn.SyncBatchNorm`` (not made by
-ppdist) gets ``N`` from an all-reduce of the process's count, one collective per layer.
-Evaluation (and BatchNorms without running statistics) is untouched.
+replacing its kernel. torch's ``BatchNorm1d/2d/3d`` become ``ppdist.modeling.batch_norm``'s
+``StatisticsBatchNorm`` in place (same object, parameters, buffers and state-dict layout): the
+running variance is stored times ``N / (N - 1)`` while training, so that torch's own (cuDNN) kernel
+leaves exactly ``(1 - m) * running_var + m * biased_var``, with no extra kernel per step and no
+Python hook; ``N`` comes from the input's shape (no device read). ppdist's ``SyncBatchNorm`` (a
+``StatisticsBatchNorm``) applies the rule itself while it synchronises, with ``N`` from the counts
+it gathers anyway. Any other BatchNorm class (torch's own ``nn.SyncBatchNorm``, not made by ppdist)
+gets two forward hooks instead: ``running_var`` times ``N / (N - 1)`` before the kernel, divided
+back after it (under a process group ``N`` from an all-reduce of the process's count, one
+collective per layer). Evaluation (and BatchNorms without running statistics) is untouched.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ppdist.modeling.sync_batch_norm import SyncBatchNorm
+from ppdist.modeling.batch_norm import take_over
 
 RULES = ("paddle", "torch")
 
@@ -42,11 +45,6 @@ def _synchronized(module: _BatchNorm) -> bool:
     return dist.get_world_size(module.process_group) > 1
 
 
-def _applies_rule_itself(module: _BatchNorm) -> bool:
-    """ppdist's SyncBatchNorm keeps Paddle's rule inside its synchronised forward."""
-    return isinstance(module, SyncBatchNorm) and module.biased_running_var and module.synchronizes()
-
-
 class _PaddleVarianceRule:
     """The pre/post forward hooks of one BatchNorm; keeps the factor between the two."""
 
@@ -54,7 +52,7 @@ class _PaddleVarianceRule:
         self.pending: Dict[int, Factor] = {}
 
     def before(self, module: _BatchNorm, args: Tuple[Any, ...]) -> None:
-        if not _updates_running_var(module) or _applies_rule_itself(module):
+        if not _updates_running_var(module):
             return
         x = args[0]
         count = x.numel() // x.shape[1] if x.dim() > 1 and x.shape[1] else 0
@@ -91,19 +89,22 @@ def use_paddle_statistics(model: nn.Module) -> int:
     rule = _PaddleVarianceRule()
     modules = batch_norms(model)
     for module in modules.values():
+        if take_over(module):
+            module.biased_running_var = True  # type: ignore[assignment]
+            continue
         if getattr(module, "_ppdist_paddle_statistics", False):
             continue
         module.register_forward_pre_hook(rule.before)
         module.register_forward_hook(rule.after, always_call=True)
         module._ppdist_paddle_statistics = True  # type: ignore[assignment]
-        if isinstance(module, SyncBatchNorm):
-            module.biased_running_var = True
     return len(modules)
 
 
 def apply_statistics_rule(model: nn.Module, rule: str) -> int:
     """``Global.bn_statistics``: 'paddle' (biased batch variance, the originals') or 'torch'
-    (unbiased, PyTorch's); returns the number of BatchNorms switched to Paddle's rule."""
+    (unbiased, PyTorch's BatchNorm as it is, ``num_batches_tracked`` counted); returns the number of
+    BatchNorms switched to Paddle's rule (which leave ``num_batches_tracked`` alone where a momentum
+    is set: only torch's cumulative average reads it)."""
     if rule not in RULES:
         raise ValueError(f"bn_statistics must be one of {RULES}, got {rule!r}")
     return use_paddle_statistics(model) if rule == "paddle" else 0

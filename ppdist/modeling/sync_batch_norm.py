@@ -25,6 +25,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ppdist.modeling.batch_norm import StatisticsBatchNorm
+
 Tensor = torch.Tensor
 
 
@@ -235,14 +237,13 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
-class SyncBatchNorm(_BatchNorm):
+class SyncBatchNorm(StatisticsBatchNorm):
     """A BatchNorm (the parameters, buffers and state dict of ``nn.SyncBatchNorm``) whose training
     forward synchronises with ``_SyncBatchNormFunction``: no host read, any device with a process
     group (CPU/gloo included; torch's DDP refuses its own SyncBatchNorm on CPU, hence not a
     subclass of it). ``biased_running_var``: keep the running variance by Paddle's rule. Outside a
-    process group of several processes, and in evaluation, it is a plain BatchNorm."""
-
-    biased_running_var: bool = False
+    process group of several processes, and in evaluation, it is ``StatisticsBatchNorm``; with a
+    momentum it leaves ``num_batches_tracked`` alone."""
 
     def __init__(
         self,
@@ -274,16 +275,15 @@ class SyncBatchNorm(_BatchNorm):
         self._check_input_dim(input)
         uses_batch_stats = self.training or self.running_mean is None
         if not (uses_batch_stats and self.training and self.synchronizes()):
-            return _BatchNorm.forward(self, input)  # the plain BatchNorm (with its forward hooks' rule)
+            return StatisticsBatchNorm.forward(self, input)  # the plain BatchNorm, with the rule
         if input.shape[0] == 0 or input.numel() == 0:
             raise ValueError(
                 "SyncBatchNorm got an empty batch: every process must bring samples to each training step"
             )
         momentum = 0.0 if self.momentum is None else self.momentum
-        if self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:  # cumulative average (torch's rule; reads the count on the host)
-                momentum = 1.0 / float(self.num_batches_tracked.item())
+        if self.track_running_stats and self.num_batches_tracked is not None and self.momentum is None:
+            self.num_batches_tracked.add_(1)  # cumulative average (torch's rule; reads the count on the host)
+            momentum = 1.0 / float(self.num_batches_tracked.item())
         tracked = self.track_running_stats
         group = self.process_group or dist.group.WORLD
         return _SyncBatchNormFunction.apply(
@@ -321,6 +321,7 @@ def convert_sync_batchnorm(module: nn.Module, process_group: Any = None) -> nn.M
         converted.running_var = module.running_var
         converted.num_batches_tracked = module.num_batches_tracked
         converted.training = module.training
+        converted.biased_running_var = bool(getattr(module, "biased_running_var", False))
         if hasattr(module, "qconfig"):
             converted.qconfig = module.qconfig
         return converted

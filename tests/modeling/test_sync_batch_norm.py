@@ -111,7 +111,13 @@ def test_same_numbers_as_torchs_sync_batch_norm_without_its_host_reads(results, 
     for per_rank in results:
         entry = per_rank[(case, rule)]
         for key, value in entry["torch"].items():
-            assert max_error(entry["ours"][key], value) < 1e-7, (case, rule, key)
+            if key != "num_batches_tracked":
+                assert max_error(entry["ours"][key], value) < 1e-7, (case, rule, key)
+        # with a momentum torch only counts the batches; ppdist's leaves the unused counter alone
+        assert (int(entry["torch"]["num_batches_tracked"]), int(entry["ours"]["num_batches_tracked"])) == (
+            1,
+            0,
+        )
         ours, theirs = entry["reads"]
         assert ours == 0
         assert theirs >= 3  # the three boolean-mask indexings of its gathered statistics
