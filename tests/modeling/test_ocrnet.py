@@ -8,11 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from ppdist_testing import paddle_fixture_dir
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import ppdist.components  # noqa: F401  (registers the stages)
 from ppdist.errors import ConfigError
 from ppdist.modeling.architectures import BaseModel
-from ppdist.modeling.backbones.hrnet import ConvNorm, SameStride2Conv
+from ppdist.modeling.backbones.hrnet import ConvNorm, FuseLayers, SameStride2Conv
 from ppdist.registry import BACKBONES
 from ppdist.utils.host_sync import count_host_syncs
 
@@ -81,6 +82,37 @@ def test_same_stride2_conv_pads_as_paddle(size):
     # padding_same=False: PaddleSeg's symmetric padding 1
     plain = ConvNorm(3, 4, 3, 2, padding_same=False).conv
     assert type(plain) is torch.nn.Conv2d and plain.padding == (1, 1)
+
+
+def test_fuse_pads_each_branch_once_for_every_path_down_from_it():
+    """Four branches: the six paths down (1->2, 1->3, 1->4, 2->3, 2->4, 3->4) open with a 'same'
+    stride-2 conv on their source branch: 3 copies for those (one per source), not 6, plus one for
+    each later conv of a chain (4); the outputs those of each path padding its own input."""
+
+    class Pads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Pads.count += func.overloadpacket.__name__ == "constant_pad_nd"
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    fuse = FuseLayers([2, 3, 4, 5], "t", align_corners=False, padding_same=True).eval()
+    x = [torch.randn(1, c, 16 // 2**i, 12 // 2**i) for i, c in enumerate([2, 3, 4, 5])]
+    with torch.no_grad(), Pads():
+        outs = fuse(x)
+    assert Pads.count == 3 + 4
+    with torch.no_grad():  # every layer on its own input (its own 'same' padding)
+        for i, out in enumerate(outs):
+            expected = x[i]
+            for j in range(4):
+                y = x[j]
+                for key in fuse._paths.get((i, j), []):
+                    y = getattr(fuse, key)(y)
+                if j > i:
+                    y = F.interpolate(y, x[i].shape[-2:], mode="bilinear", align_corners=False)
+                expected = expected + y if j != i else expected
+            torch.testing.assert_close(out, F.relu(expected), rtol=0, atol=0)
 
 
 def small_ocrnet(**head) -> BaseModel:

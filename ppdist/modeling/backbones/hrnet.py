@@ -4,7 +4,7 @@ A stem of two stride-2 3x3 convs (1/4), ``la1`` (bottleneck blocks), then three 
 opened by a transition (a new branch at half the resolution of the last) and made of modules
 that run every branch's BasicBlocks and fuse the branches: each output branch sums every input
 branch, the lower resolutions through a 1x1 ConvBN and a bilinear upsampling, the higher ones
-through a chain of stride-2 3x3 convs. The output is one map at 1/4: the four branches of the last
+through a chain of stride-2 3x3 convs (the paths down from one branch share its padded copy). The output is one map at 1/4: the four branches of the last
 stage, upsampled and concatenated (``out_channels == [sum(stage 4 widths)]``).
 
 Paddle's ``padding='same'`` (PaddleSeg's default, ``padding_same``) pads a stride-2 3x3 conv by
@@ -33,16 +33,26 @@ CONV_BN_RENAMES = (
 )
 
 
+def same_pad(x: torch.Tensor) -> torch.Tensor:
+    """``x`` padded for a 3x3 stride-2 conv with Paddle's ``padding='same'``: ``n % 2`` before, 1
+    after (torch's convolutions pad symmetrically: an even size needs this copy)."""
+    height, width = x.shape[-2:]  # traced as sizes: exported graphs pad by each input's parity
+    return F.pad(x, (width % 2, 1, height % 2, 1))
+
+
 class SameStride2Conv(nn.Conv2d):
     """Bias-free 3x3 stride-2 conv with Paddle's ``padding='same'``: output ``ceil(n / 2)``, padding
-    ``n % 2`` before and 1 after (the windows end on the last row / column)."""
+    ``n % 2`` before and 1 after (the windows end on the last row / column). ``forward_padded``
+    takes an input already ``same_pad``-ed (one copy shared by the convs reading the same map)."""
 
     def __init__(self, in_channels: int, out_channels: int) -> None:
         super().__init__(in_channels, out_channels, 3, stride=2, padding=0, bias=False)
 
+    def forward_padded(self, padded: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(padded, self.weight, None, 2)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        height, width = x.shape[-2:]  # traced as sizes: exported graphs pad by each input's parity
-        return F.conv2d(F.pad(x, (width % 2, 1, height % 2, 1)), self.weight, None, 2)
+        return self.forward_padded(same_pad(x))
 
 
 class ConvNorm(nn.Module):
@@ -67,8 +77,13 @@ class ConvNorm(nn.Module):
         self.bn = nn.BatchNorm2d(out_channels, eps=1e-5, momentum=0.1)
         self.relu = relu
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.bn(self.conv(x))
+    def pads_same(self) -> bool:
+        """Whether the conv is a ``SameStride2Conv`` (which ``forward(..., padded=True)`` feeds)."""
+        return isinstance(self.conv, SameStride2Conv)
+
+    def forward(self, x: torch.Tensor, padded: bool = False) -> torch.Tensor:
+        """``padded``: ``x`` is already ``same_pad``-ed (a ``SameStride2Conv`` only)."""
+        x = self.bn(self.conv.forward_padded(x) if padded else self.conv(x))
         return F.relu(x) if self.relu else x
 
 
@@ -220,14 +235,21 @@ class FuseLayers(nn.Module):
 
     def forward(self, x: List[torch.Tensor]) -> List[torch.Tensor]:
         outs = []
+        padded: Dict[int, torch.Tensor] = {}  # branch j same-padded once for every path down from it
         for i in range(self.branches):
             out = x[i]
             for j in range(self.branches):
                 if j == i:
                     continue
                 y = x[j]
-                for key in self._paths[(i, j)]:
-                    y = getattr(self, key)(y)
+                for k, key in enumerate(self._paths[(i, j)]):
+                    layer = getattr(self, key)
+                    if k == 0 and j < i and layer.pads_same():
+                        if j not in padded:
+                            padded[j] = same_pad(y)
+                        y = layer(padded[j], padded=True)
+                    else:
+                        y = layer(y)
                 if j > i:
                     y = F.interpolate(y, x[i].shape[-2:], mode="bilinear", align_corners=self.align_corners)
                 out = out + y
