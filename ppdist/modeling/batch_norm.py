@@ -8,8 +8,10 @@ kernel then moves the stored value to ``k`` times Paddle's update exactly
 ``N`` changes (one ``mul_``: a new input size), and divided back (one ``div_``) whenever anyone
 reads it: the ``running_var`` attribute, ``state_dict``, ``load_state_dict`` and every evaluation
 forward see the true value. What reads the buffer tensors themselves on every step (the EMA, the
-non-finite rollback) asks ``VarianceScales`` for the true values: one ``foreach`` kernel for all
-layers. DDP's buffer broadcast sends the stored values: every process's batches have the same
+non-finite rollback; ``state_dict(keep_vars=True)`` gives the buffer as stored) asks
+``VarianceScales`` for the true values: one ``foreach`` kernel for all layers. The stored bits
+change only where everyone's do (a size change, an evaluation, a checkpoint), so a resumed run
+repeats the uninterrupted one exactly. DDP's buffer broadcast sends the stored values: every process's batches have the same
 shape at each step (ppdist's rule), hence the same scale.
 
 With a momentum set (every BatchNorm of the recipes), ``num_batches_tracked`` is not incremented
@@ -123,7 +125,8 @@ class StatisticsBatchNorm(_BatchNorm):
                 stored.data.div_(scale)
 
     def _save_to_state_dict(self, destination: Dict[str, Any], prefix: str, keep_vars: bool) -> None:
-        self.store_true_variance()
+        if not keep_vars:  # values: the true one. keep_vars: the buffer itself, as stored (for
+            self.store_true_variance()  # references taken once, read through VarianceScales)
         super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any) -> None:
