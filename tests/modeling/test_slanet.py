@@ -7,9 +7,11 @@ import copy
 import pytest
 import torch
 
+from ppdist.benchmark.op_count import OpCount, _Counting
 from ppdist.components import build_model
 from ppdist.errors import ConfigError
 from ppdist.modeling.architectures import BaseModel
+from ppdist.modeling.heads.slanet import one_hot
 from ppdist.utils.host_sync import count_host_syncs
 
 CLASSES = 9
@@ -198,3 +200,79 @@ def test_exported_gru_cell_computes_what_grucell_computes():
     inputs, hidden = torch.randn(3, 7), torch.randn(3, 5)
     with torch.no_grad():
         torch.testing.assert_close(gru_cell(inputs, hidden, rnn), rnn(inputs, hidden), rtol=0, atol=1e-6)
+
+
+def cell_by_cell(head, fea, structure):
+    """The teacher-forced steps as ``AttentionGRUCell`` computes them, one cell call a step (the
+    loop before issue 41): the reference for the rearranged loop."""
+    steps = head.max_text_length + 1
+    tokens = one_hot(structure[:, :steps], head.classes, fea.dtype)
+    cell = head.structure_attention_cell
+    hidden, fea_proj, outputs = fea.new_zeros((fea.shape[0], head.hidden_size)), cell.i2h(fea), []
+    for i in range(steps):
+        hidden, _ = cell(hidden, fea, fea_proj, tokens[:, i])
+        outputs.append(hidden)
+    output = torch.stack(outputs, dim=1)
+    return {"structure_probs": head.structure_generator(output), "loc_preds": head.loc_generator(output)}
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_teacher_forced_loop_equals_the_cell_step_by_step_with_its_gradients(autocast):
+    """Fewer kernels (issue 41): one GEMM for both reads of the hidden state, the token gates of
+    every step before the loop, the shared weights' gradients after it; the same outputs and
+    gradients (of every head parameter and of the features) as the cell called step by step in
+    float32 (under bf16 autocast within 3% of each tensor's largest value, as close as the cell
+    itself is under autocast)."""
+    torch.manual_seed(3)
+    head = BaseModel(tiny_arch(max_text_length=11)).head.train()
+    fea = torch.randn(3, 16, 2, 3)
+    structure = torch.randint(0, CLASSES, (3, 13), generator=torch.Generator().manual_seed(4))
+    weights = {"structure_probs": torch.randn(3, 12, CLASSES), "loc_preds": torch.randn(3, 12, 4)}
+    results = []
+    for run in ("ours", "reference"):
+        head.zero_grad()
+        x = fea.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast and run == "ours"):
+            if run == "ours":
+                out = head(x, batch={"structure": structure})
+            else:
+                out = cell_by_cell(head, head.flat_features(x), structure)
+        sum((out[k].float() * w).sum() for k, w in weights.items()).backward()
+        grads = {n: p.grad.clone() for n, p in head.named_parameters() if p.grad is not None}
+        results.append(({k: v.detach().float() for k, v in out.items()}, dict(grads, fea=x.grad.clone())))
+    (out, grads), (want_out, want_grads) = results
+    assert set(grads) == set(want_grads) == {n for n, _ in head.named_parameters()} | {"fea"}
+    for name, want in [*want_out.items(), *want_grads.items()]:
+        got = out[name] if name in out else grads[name]
+        assert got.dtype == want.dtype
+        if autocast:
+            scale = float(want.abs().max())
+            torch.testing.assert_close(got, want, rtol=0, atol=0.03 * scale, msg=name)
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def teacher_step_ops(length):
+    torch.manual_seed(3)
+    head = BaseModel(tiny_arch(max_text_length=length)).head.train()
+    x = torch.randn(3, 16, 2, 3, requires_grad=True)
+    structure = torch.randint(0, CLASSES, (3, length + 2), generator=torch.Generator().manual_seed(4))
+    forward, backward = OpCount(), OpCount()
+    with _Counting(forward):
+        out = head(x, batch={"structure": structure})
+    loss = out["structure_probs"].sum() + out["loc_preds"].sum()
+    with _Counting(backward):
+        loss.backward()
+    return forward.total, backward.total
+
+
+def test_a_teacher_forced_step_costs_14_operators_forward_and_21_backward():
+    """Per decode step (12 more steps, counted on the CPU): 21 forward and 39 backward with the
+    cell called step by step (issue 41's start), 14 and 21 now (one GEMM for both reads of the
+    hidden state, the token gates before the loop, the shared weights' and the features'
+    gradients after it, the GRU gates' written-out backward)."""
+    (forward_short, backward_short), (forward_long, backward_long) = (
+        teacher_step_ops(11),
+        teacher_step_ops(23),
+    )
+    assert (forward_long - forward_short, backward_long - backward_short) == (12 * 14, 12 * 21)

@@ -28,6 +28,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
+from ppdist.modeling.deferred_grad import Stash, step_linear, step_read, tap
+from ppdist.modeling.gru_gates import gru_from_gates
 from ppdist.modeling.layers import L2TaggedModule
 from ppdist.registry import HEADS
 
@@ -179,14 +181,43 @@ class SLAHead(L2TaggedModule):
         tokens = one_hot(
             structure[:, :steps].to(self.classes.device, non_blocking=True), self.classes, fea.dtype
         )
-        hidden = fea.new_zeros((fea.shape[0], self.hidden_size))
-        fea_proj = self.structure_attention_cell.i2h(fea)
-        outputs = []
-        for i in range(steps):
-            hidden, _ = self.structure_attention_cell(hidden, fea, fea_proj, tokens[:, i])
-            outputs.append(hidden)
-        output = torch.stack(outputs, dim=1)  # (B, steps, hidden)
+        output = self._teacher_steps(fea, tokens)  # (B, steps, hidden)
         return {"structure_probs": self.structure_generator(output), "loc_preds": self.loc_generator(output)}
+
+    def _teacher_steps(self, fea: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The hidden states (B, steps, hidden) of the teacher-forced steps: ``AttentionGRUCell``
+        step by step with its algebra rearranged for fewer kernels per step. Before the loop: the
+        attention's ``i2h(fea)``, and the token part of the GRU's input gates for every step (one
+        GEMM; ``W_ih`` splits into a context and a token block). In the loop the previous hidden
+        state is read by one GEMM for both ``h2h`` and the GRU's ``W_hh``. The gradients of the
+        weights the steps share (that GEMM's, ``W_ih``'s context block) and of ``fea`` through the
+        attention reads are summed once after the loop (``ppdist.modeling.deferred_grad``)."""
+        cell = self.structure_attention_cell
+        size = self.hidden_size
+        fea_proj = cell.i2h(fea)
+        w_context, w_token = cell.rnn.weight_ih.split([fea.shape[2], tokens.shape[2]], 1)
+        token_gates = torch.nn.functional.linear(tokens, w_token, cell.rnn.bias_ih).unbind(1)
+        hidden_stash, context_stash, read_stash = Stash("linear", bias=True), Stash("linear"), Stash("read")
+        w_hidden, b_hidden = tap(
+            hidden_stash,
+            torch.cat((cell.h2h.weight, cell.rnn.weight_hh)),
+            torch.cat((cell.h2h.bias, cell.rnn.bias_hh)),
+        )
+        (w_context,) = tap(context_stash, w_context)
+        (fea_read,) = tap(read_stash, fea)
+        hidden = fea.new_zeros((fea.shape[0], size))
+        outputs = []
+        for gates_token in token_gates:
+            attention, gates_h = step_linear(hidden, w_hidden, b_hidden, hidden_stash).split(
+                [size, 3 * size], 1
+            )
+            energy = torch.tanh(fea_proj + attention.unsqueeze(1))
+            alpha = torch.softmax(cell.score(energy), dim=1)  # (B, T, 1)
+            context = step_read(alpha, fea_read, read_stash)
+            gates_i = step_linear(context, w_context, gates_token, context_stash, per_step=True)
+            hidden = gru_from_gates(gates_i, gates_h, hidden)
+            outputs.append(hidden)
+        return torch.stack(outputs, dim=1)
 
 
 class GreedyDecoder(nn.Module):
