@@ -14,8 +14,9 @@ change only where everyone's do (a size change, an evaluation, a checkpoint), so
 repeats the uninterrupted one exactly. DDP's buffer broadcast sends the stored values: every process's batches have the same
 shape at each step (ppdist's rule), hence the same scale.
 
-With a momentum set (every BatchNorm of the recipes), ``num_batches_tracked`` is not incremented
-(torch only counts with it; the buffer stays, so state dicts keep their layout). Parameter and buffer
+With the rule and a momentum set (every BatchNorm of the recipes), ``num_batches_tracked`` is not
+incremented (torch only counts with it; the buffer stays, so state dicts keep their layout).
+Without the rule (``biased_running_var`` unset) it is torch's BatchNorm as it is. Parameter and buffer
 names are torch's: checkpoints and converted Paddle weights load unchanged. Under ``torch.compile``
 the buffer keeps the true value and the factor is applied around the kernel (the compiler fuses it).
 """
@@ -39,8 +40,9 @@ def unbiased_factor(x: Tensor) -> float:
 
 
 class StatisticsBatchNorm(_BatchNorm):
-    """A BatchNorm base: Paddle's variance rule where ``biased_running_var`` is set (module docs),
-    no ``num_batches_tracked`` update where a momentum is set. ``running_var`` reads the true value."""
+    """A BatchNorm base: where ``biased_running_var`` is set, Paddle's variance rule and no
+    ``num_batches_tracked`` update with a momentum (module docs); torch's BatchNorm otherwise.
+    ``running_var`` reads the true value."""
 
     biased_running_var: bool = False
     _var_scale: float = 1.0  # the stored running_var is the true one times this
@@ -77,6 +79,7 @@ class StatisticsBatchNorm(_BatchNorm):
         stored = self._buffers.get("running_var")
         return (
             self.training
+            and self.biased_running_var  # else torch's BatchNorm as it is (``bn_statistics: torch``)
             and self.track_running_stats
             and self.momentum is not None
             and stored is not None
@@ -91,11 +94,10 @@ class StatisticsBatchNorm(_BatchNorm):
             return self._torch_forward(input)
         self._check_input_dim(input)
         stored = self._buffers["running_var"]
-        if self.biased_running_var:
-            scale = unbiased_factor(input)
-            if scale != self._var_scale and scale != 1.0:
-                stored.data.mul_(scale / self._var_scale)
-                self._var_scale = scale
+        scale = unbiased_factor(input)
+        if scale != self._var_scale and scale != 1.0:
+            stored.data.mul_(scale / self._var_scale)
+            self._var_scale = scale
         return F.batch_norm(
             input, self.running_mean, stored, self.weight, self.bias, True, self.momentum, self.eps
         )

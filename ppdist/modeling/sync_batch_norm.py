@@ -242,8 +242,8 @@ class SyncBatchNorm(StatisticsBatchNorm):
     forward synchronises with ``_SyncBatchNormFunction``: no host read, any device with a process
     group (CPU/gloo included; torch's DDP refuses its own SyncBatchNorm on CPU, hence not a
     subclass of it). ``biased_running_var``: keep the running variance by Paddle's rule. Outside a
-    process group of several processes, and in evaluation, it is ``StatisticsBatchNorm``; with a
-    momentum it leaves ``num_batches_tracked`` alone."""
+    process group of several processes, and in evaluation, it is ``StatisticsBatchNorm``; with the
+    rule and a momentum it leaves ``num_batches_tracked`` alone."""
 
     def __init__(
         self,
@@ -281,9 +281,11 @@ class SyncBatchNorm(StatisticsBatchNorm):
                 "SyncBatchNorm got an empty batch: every process must bring samples to each training step"
             )
         momentum = 0.0 if self.momentum is None else self.momentum
-        if self.track_running_stats and self.num_batches_tracked is not None and self.momentum is None:
-            self.num_batches_tracked.add_(1)  # cumulative average (torch's rule; reads the count on the host)
-            momentum = 1.0 / float(self.num_batches_tracked.item())
+        counts = self.momentum is None or not self.biased_running_var  # torch's rule counts batches
+        if self.track_running_stats and self.num_batches_tracked is not None and counts:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative average (torch's rule; reads the count on the host)
+                momentum = 1.0 / float(self.num_batches_tracked.item())
         tracked = self.track_running_stats
         group = self.process_group or dist.group.WORLD
         return _SyncBatchNormFunction.apply(
