@@ -213,9 +213,11 @@ BENCHMARK_DATA = BenchmarkData(
 def browse_targets(
     reader: Any, batch: Mapping[str, Any], sample: Any, draw: bool, raw: Optional[Mapping[str, Any]]
 ) -> None:
-    """The encoded label decoded back with the dictionary."""
+    """The encoded label decoded back with the dictionary: CTC's ``label``, or PP-OCRv3's
+    ``label_ctc`` (MultiLabelEncode writes the CTC and SAR labels under their own keys)."""
+    labels = batch["label"] if "label" in batch else batch["label_ctc"]
     length = int(batch["length"][0])
-    sample.text = "".join(reader.characters[int(i)] for i in batch["label"][0][:length])
+    sample.text = "".join(reader.characters[int(i)] for i in labels[0][:length])
 
 
 def browse_summary(browse: Any, counted: Sequence[Any]) -> Dict[str, Any]:

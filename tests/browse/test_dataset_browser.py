@@ -23,6 +23,7 @@ from ppdist.tasks.seg import segmentation_labels
 from ppdist.visualize import eval_pictures
 from ppdist.visualize.eval_pictures import write_report
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAKERS = {"rec": tiny_config, "det": tiny_det_config, "seg": tiny_seg_config}
 
 
@@ -266,3 +267,26 @@ def test_when_every_sample_is_bad_the_tool_lists_each_and_exits_2(tmp_path):
     assert len(errors) == 1 and "none of the 3 sample(s)" in errors[0] and "3 bad" in errors[0], result.stderr
     summary = json.load(open(os.path.join(out, "summary.json"), encoding="utf-8"))
     assert len(summary["bad_samples"]) == 3 and summary["pictures"] == []
+
+
+def test_ppocrv3_multi_head_labels_are_decoded_back_to_the_label_file_text(tmp_path):
+    """MultiLabelEncode writes label_ctc / label_sar, not label: the CTC label is the one shown."""
+    data = str(tmp_path / "d")
+    config = load_config(
+        os.path.join(ROOT, "configs", "rec", "PP-OCRv3", "quickstart_synth.yml"),
+        [
+            "Global.synthetic_data.num_train=8",
+            "Global.synthetic_data.num_val=4",
+            f"Global.synthetic_data.data_dir={data}",
+            f"Global.character_dict_path={data}/dict.txt",
+            f"Global.save_model_dir={tmp_path / 'out'}",
+            f"Eval.dataset.data_dir={data}",
+            f"Eval.dataset.label_file_list=[{data}/val.txt]",
+        ],
+    )
+    ensure_synthetic_data(config, DistEnv())
+    dataset = split_dataset(config, "Eval")
+    browse = read_samples(config, "Eval", dataset, range(4))
+    labels = [line.rstrip("\n").split("\t")[1] for line in read_lines(os.path.join(data, "val.txt"))]
+    assert [s.text for s in browse.samples] == labels
+    assert summarize(browse)["characters"] == sum(map(len, labels))
