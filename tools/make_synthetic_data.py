@@ -33,11 +33,13 @@ from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from ppdist.data.synthetic_io import SyntheticSettingError
 from ppdist.data.synthetic_table import CELL_HEIGHT, CELL_WIDTH
 from ppdist.registry import SYNTHETIC_DATA
 from ppdist.utils import strict_json
 
 COMMON_KEYS = ("out", "num", "num_val", "seed", "task")
+OPTION_OF = {"num_train": "num"}  # a generator's keyword -> this tool's option
 
 
 def _task_parser(tasks: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -108,9 +110,14 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
     num_val = args.num_val if args.num_val is not None else max(1, args.num // 10)
     task_options = {k: v for k, v in vars(args).items() if k not in COMMON_KEYS}
-    summary = SYNTHETIC_DATA.get(args.task)(
-        args.out, num_train=args.num, num_val=num_val, seed=args.seed, **task_options
-    )
+    try:
+        summary = SYNTHETIC_DATA.get(args.task)(
+            args.out, num_train=args.num, num_val=num_val, seed=args.seed, **task_options
+        )
+    except SyntheticSettingError as exc:
+        option = OPTION_OF.get(exc.key, exc.key)
+        print(f"make_synthetic_data.py {args.task}: error: --{option} {exc.detail}", file=sys.stderr)
+        sys.exit(2)
     print(strict_json.dumps(summary, indent=2))
     return summary
 

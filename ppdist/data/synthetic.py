@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from ppdist.data.synthetic_io import build_atomically
+from ppdist.data.synthetic_io import SyntheticSettingError, build_atomically, check_lengths, check_setting
 from ppdist.registry import SYNTHETIC_DATA
 
 FONT_ROOT = "/usr/share/fonts"
@@ -70,9 +70,10 @@ def _random_strings(
     while len(out) < count:
         tries += 1
         if tries > 50 * count + 1000:
-            raise ValueError(
-                f"cannot draw {count} strings outside the training set from charset of "
-                f"{len(charset)} characters, lengths {min_len}-{max_len}"
+            raise SyntheticSettingError(
+                "charset",
+                f"({len(charset)} characters) with lengths {min_len}-{max_len} cannot give {count} distinct "
+                f"strings outside the training set: more characters or longer lines",
             )
         n = int(rng.integers(min_len, max_len + 1))
         text = "".join(chars[rng.integers(0, len(chars), n)])
@@ -196,10 +197,13 @@ def generate_rec_dataset(
     ``out_dir`` and renamed into place, so a half-written dataset is never visible.
     Returns a summary dict.
     """
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
-    if not charset or any(c in "\t\n\r" for c in charset):
-        raise ValueError("charset must be non-empty and hold no tab or newline")
+    check_lengths(min_len, max_len)
+    check_setting(
+        isinstance(charset, str) and bool(charset) and not any(c in "\t\n\r" for c in charset),
+        "charset",
+        "a non-empty string without tab or newline",
+        charset,
+    )
     out_dir = os.path.abspath(out_dir)
     fonts: List[Optional[str]] = list(find_fonts()) or [None]
     font_names = [os.path.basename(f) if f else "pillow-default" for f in fonts]

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 import cv2
 import numpy as np
 
-from ppdist.data.synthetic_io import build_atomically
+from ppdist.data.synthetic_io import build_atomically, check_setting, is_int
 from ppdist.data.synthetic_seg import SHAPES, _background, _shape_fill, image_shape
 from ppdist.registry import SYNTHETIC_DATA
 from ppdist.utils import strict_json
@@ -154,11 +154,20 @@ def generate_det_dataset(
     Deterministic for a seed; train and val use separate random streams. Built in a temporary
     directory beside ``out_dir`` and renamed into place. Returns a summary dict.
     """
-    if not 1 <= num_classes <= len(CLASS_NAMES):
-        raise ValueError(f"num_classes must be in [1, {len(CLASS_NAMES)}], got {num_classes}")
+    check_setting(
+        is_int(num_classes) and 1 <= num_classes <= len(CLASS_NAMES),
+        "num_classes",
+        f"a whole number in [1, {len(CLASS_NAMES)}]",
+        num_classes,
+    )
     shape = image_shape(image_size, 32)
-    if max_objects < 1 or not 0.0 <= empty_ratio < 1.0:
-        raise ValueError("need max_objects >= 1 and 0 <= empty_ratio < 1")
+    check_setting(is_int(max_objects) and max_objects >= 1, "max_objects", "a whole number >= 1", max_objects)
+    check_setting(
+        isinstance(empty_ratio, (int, float)) and 0.0 <= empty_ratio < 1.0,
+        "empty_ratio",
+        "in [0, 1)",
+        empty_ratio,
+    )
     out_dir = os.path.abspath(out_dir)
     names = list(CLASS_NAMES[:num_classes])
     categories = [{"id": category_id(k), "name": n, "supercategory": "shape"} for k, n in enumerate(names)]

@@ -17,9 +17,39 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from ppdist.errors import ConfigError
 from ppdist.utils import strict_json
 
 SETTINGS_FILE = "synthetic_settings.json"
+
+
+class SyntheticSettingError(ConfigError):
+    """A generator setting out of its range: ``key`` (the generator's keyword) and ``detail``
+    (what it must be, what it got). Callers name the setting their way: ``Global.synthetic_data.<key>``
+    or the tool's ``--<key>`` (``str()``: ``<key> ...``)."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"{key} {detail}")
+        self.key, self.detail = key, detail
+
+
+def check_setting(ok: bool, key: str, expected: str, value: Any) -> None:
+    """``SyntheticSettingError`` naming ``key`` unless ``ok``."""
+    if not ok:
+        raise SyntheticSettingError(key, f"must be {expected}, got {value!r}")
+
+
+def is_int(value: Any) -> bool:
+    """A whole number that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_lengths(min_len: Any, max_len: Any) -> None:
+    """Text lengths: ``1 <= min_len <= max_len``, whole numbers."""
+    check_setting(is_int(min_len) and min_len >= 1, "min_len", "a whole number >= 1", min_len)
+    check_setting(
+        is_int(max_len) and max_len >= min_len, "max_len", f"a whole number >= min_len ({min_len})", max_len
+    )
 
 
 def count_lines(path: str) -> int:
@@ -92,8 +122,8 @@ def build_atomically(
 
     ``settings``: the generator's options (all but ``out_dir`` and the counts), recorded with the
     data and compared with the record when an existing data set is reused."""
-    if num_train < 0 or num_val < 0:
-        raise ValueError("num_train and num_val must be >= 0")
+    check_setting(is_int(num_train) and num_train >= 1, "num_train", "a whole number >= 1", num_train)
+    check_setting(is_int(num_val) and num_val >= 1, "num_val", "a whole number >= 1", num_val)
     requested = json.loads(
         strict_json.dumps({**settings, "num_train": num_train, "num_val": num_val}, default=_plain)
     )

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import ImageFont
 
 from ppdist.data.synthetic import _random_strings, _write_split, find_fonts
-from ppdist.data.synthetic_io import build_atomically, count_lines
+from ppdist.data.synthetic_io import build_atomically, check_lengths, check_setting, count_lines, is_int
 from ppdist.registry import SYNTHETIC_DATA
 
 BUNDLED_DICT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dicts", "ppocr_keys_v1.txt")
@@ -132,10 +132,19 @@ def generate_ppocrv3_rec_dataset(
     candidate characters; ``max_chars`` keeps the first N drawable ones. Deterministic for a seed
     and the installed DejaVu fonts. Returns a summary dict (``num_chars``, ``character_dict_path``).
     """
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
-    if not 0.0 <= space_ratio <= 1.0:
-        raise ValueError(f"space_ratio must lie in [0, 1], got {space_ratio}")
+    check_lengths(min_len, max_len)
+    check_setting(
+        isinstance(space_ratio, (int, float)) and 0.0 <= space_ratio <= 1.0,
+        "space_ratio",
+        "in [0, 1]",
+        space_ratio,
+    )
+    check_setting(
+        max_chars is None or (is_int(max_chars) and max_chars >= 1),
+        "max_chars",
+        "a whole number >= 1 (or unset: all drawable characters)",
+        max_chars,
+    )
     source_dict = source_dict or BUNDLED_DICT
     if not os.path.isfile(source_dict):
         raise FileNotFoundError(f"rec_ppocrv3 synthetic data: dictionary not found: {source_dict}")

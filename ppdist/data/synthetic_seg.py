@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Sequence, Tuple, Union
 import cv2
 import numpy as np
 
-from ppdist.data.synthetic_io import build_atomically
+from ppdist.data.synthetic_io import build_atomically, check_setting, is_int
 from ppdist.registry import SYNTHETIC_DATA
 
 CLASS_NAMES = ("background", "ellipse", "rectangle", "triangle", "ring", "cross", "star", "crescent")
@@ -91,14 +91,17 @@ def _hsv_to_bgr(h: float, s: float, v: float) -> np.ndarray:
 
 def image_shape(image_size: Union[int, Sequence[int]], minimum: int) -> Tuple[int, int]:
     """``(height, width)`` of a generator's ``image_size``: a side (square) or [width, height]."""
-    if isinstance(image_size, (int, np.integer)) and not isinstance(image_size, bool):
-        width = height = int(image_size)
-    elif isinstance(image_size, (list, tuple)) and len(image_size) == 2:
-        width, height = (int(v) for v in image_size)
-    else:
-        raise ValueError(f"image_size must be a side or [width, height], got {image_size!r}")
-    if min(width, height) < minimum:
-        raise ValueError(f"need image_size >= {minimum}, got {image_size!r}")
+    expected = f"a side or [width, height] of whole numbers >= {minimum}"
+    sides = image_size if isinstance(image_size, (list, tuple)) else [image_size]
+    check_setting(
+        len(sides) in (1, 2)
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in sides),
+        "image_size",
+        expected,
+        image_size,
+    )
+    width, height = (int(sides[0]),) * 2 if len(sides) == 1 else (int(v) for v in sides)
+    check_setting(min(width, height) >= minimum, "image_size", expected, image_size)
     return height, width
 
 
@@ -229,11 +232,17 @@ def generate_seg_dataset(
     has ``num_classes - 1`` images. Built in a temporary directory beside ``out_dir`` and
     renamed into place. Returns a summary dict.
     """
-    if not 2 <= num_classes <= len(CLASS_NAMES):
-        raise ValueError(f"num_classes must be in [2, {len(CLASS_NAMES)}], got {num_classes}")
+    check_setting(
+        is_int(num_classes) and 2 <= num_classes <= len(CLASS_NAMES),
+        "num_classes",
+        f"a whole number in [2, {len(CLASS_NAMES)}]",
+        num_classes,
+    )
     shape = image_shape(image_size, 16)
-    if max_shapes < 1 or ignore_border < 0:
-        raise ValueError("need max_shapes >= 1 and ignore_border >= 0")
+    check_setting(is_int(max_shapes) and max_shapes >= 1, "max_shapes", "a whole number >= 1", max_shapes)
+    check_setting(
+        is_int(ignore_border) and ignore_border >= 0, "ignore_border", "a whole number >= 0", ignore_border
+    )
     out_dir = os.path.abspath(out_dir)
     names = list(CLASS_NAMES[:num_classes])
     summary: Dict[str, object] = {

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import cv2
 import numpy as np
 
-from ppdist.data.synthetic_io import build_atomically
+from ppdist.data.synthetic_io import build_atomically, check_setting, is_int
 from ppdist.registry import SYNTHETIC_DATA
 from ppdist.utils import strict_json
 
@@ -188,11 +188,10 @@ def _write_split(
 def _pixel_range(key: str, value: Sequence[int], smallest: int) -> Tuple[int, int]:
     """``value`` as a (low, high) pair of integers with ``smallest <= low < high <= 400``."""
     pair = tuple(value) if isinstance(value, (list, tuple)) else ()
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
-        raise ValueError(f"{key} must be [low, high] in pixels, got {value!r}")
+    expected = f"[low, high] in whole pixels with {smallest} <= low < high <= 400"
+    check_setting(len(pair) == 2 and all(is_int(v) for v in pair), key, expected, value)
     low, high = pair
-    if not smallest <= low < high <= 400:
-        raise ValueError(f"{key} must satisfy {smallest} <= low < high <= 400, got {value!r}")
+    check_setting(smallest <= low < high <= 400, key, expected, value)
     return low, high
 
 
@@ -216,10 +215,14 @@ def generate_table_dataset(
     use separate random streams. Built in a temporary directory beside ``out_dir`` and renamed into
     place. Returns a summary dict.
     """
-    if not (2 <= max_rows <= 30 and 2 <= max_cols <= 20):
-        raise ValueError(f"max_rows must be in [2, 30] and max_cols in [2, 20], got {max_rows}, {max_cols}")
-    if not 0.0 <= span_ratio <= 1.0:
-        raise ValueError(f"span_ratio must be in [0, 1], got {span_ratio}")
+    check_setting(is_int(max_rows) and 2 <= max_rows <= 30, "max_rows", "a whole number in [2, 30]", max_rows)
+    check_setting(is_int(max_cols) and 2 <= max_cols <= 20, "max_cols", "a whole number in [2, 20]", max_cols)
+    check_setting(
+        isinstance(span_ratio, (int, float)) and 0.0 <= span_ratio <= 1.0,
+        "span_ratio",
+        "in [0, 1]",
+        span_ratio,
+    )
     cell_height = _pixel_range("cell_height", cell_height, 16)
     cell_width = _pixel_range("cell_width", cell_width, 24)
     out_dir = os.path.abspath(out_dir)

@@ -7,7 +7,9 @@ import os
 from typing import Any, Mapping
 
 from ppdist.config import synthetic_generator
+from ppdist.data.synthetic_io import SyntheticSettingError
 from ppdist.engine.dist import DistEnv, barrier
+from ppdist.errors import ConfigError
 
 logger = logging.getLogger("ppdist")
 
@@ -42,7 +44,10 @@ def ensure_synthetic_data(config: Mapping[str, Any], env: DistEnv) -> None:
     if env.local_rank == 0:
         if not os.path.isfile(os.path.join(out_dir, "train.txt")):
             logger.info("generating the synthetic %s data set in %s ...", spec["kind"], out_dir)
-        summary = generator(out_dir, **kwargs)
+        try:
+            summary = generator(out_dir, **kwargs)
+        except SyntheticSettingError as exc:
+            raise ConfigError(f"Global.synthetic_data.{exc.key} {exc.detail}") from None
         logger.info("synthetic data: %s", describe_synthetic_data(summary))
         differs = summary.get("differs") or {}
         if differs:

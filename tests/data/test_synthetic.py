@@ -10,6 +10,7 @@ import pytest
 
 from ppdist.data import synthetic
 from ppdist.data.synthetic import generate_rec_dataset
+from ppdist.data.synthetic_io import SyntheticSettingError
 from ppdist.registry import SYNTHETIC_DATA
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,7 +112,7 @@ def test_pillow_default_font_fallback_and_exact_charset(tmp_path, monkeypatch):
 
 
 def test_impossible_val_request_fails_clearly(tmp_path):
-    with pytest.raises(ValueError, match="outside the training set"):
+    with pytest.raises(SyntheticSettingError, match="outside the training set"):
         generate_rec_dataset(
             str(tmp_path / "tiny"), num_train=50, num_val=5, charset="a", min_len=1, max_len=2
         )

@@ -11,6 +11,7 @@ from ppdist_testing import tree_digest
 
 from ppdist.data.det import COCODataSet
 from ppdist.data.synthetic_det import generate_det_dataset, render_det_sample
+from ppdist.data.synthetic_io import SyntheticSettingError
 from ppdist.data.transforms import Decode
 from ppdist.registry import SYNTHETIC_DATA
 
@@ -92,7 +93,7 @@ def test_non_square_images(tmp_path):
     for ann in js["annotations"]:
         x, y, w, h = ann["bbox"]
         assert 0 <= x and x + w <= 96 and 0 <= y and y + h <= 64
-    with pytest.raises(ValueError, match="image_size"):
+    with pytest.raises(SyntheticSettingError, match="image_size"):
         generate_det_dataset(str(tmp_path / "bad"), 1, 1, image_size=[96, 16])
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from ppdist.config import validate_synthetic_spec
 from ppdist.data.synthetic import find_fonts
+from ppdist.data.synthetic_io import SyntheticSettingError
 from ppdist.data.synthetic_ppocr import (
     BUNDLED_DICT,
     CONFUSABLE,
@@ -116,7 +117,7 @@ def test_deterministic_for_a_seed(dataset, tmp_path, source_dict):
 
 
 def test_bad_arguments_fail_clearly(tmp_path, source_dict):
-    with pytest.raises(ValueError, match="space_ratio must lie in"):
+    with pytest.raises(SyntheticSettingError, match=r"space_ratio must be in \[0, 1\]"):
         generate_ppocrv3_rec_dataset(str(tmp_path / "a"), 2, 1, space_ratio=2.0, source_dict=source_dict)
     with pytest.raises(FileNotFoundError, match="dictionary not found: nope.txt"):
         generate_ppocrv3_rec_dataset(str(tmp_path / "b"), 2, 1, source_dict="nope.txt")

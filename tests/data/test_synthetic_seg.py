@@ -10,6 +10,7 @@ from PIL import Image
 from ppdist_testing import HANG_TIMEOUT_S, tree_digest
 
 from ppdist.data.seg import SegDataSet
+from ppdist.data.synthetic_io import SyntheticSettingError
 from ppdist.data.synthetic_seg import generate_seg_dataset
 from ppdist.data.transforms import Normalize
 from ppdist.registry import SYNTHETIC_DATA
@@ -80,9 +81,9 @@ def test_skip_when_present(dataset):
 
 
 def test_bad_arguments(tmp_path):
-    with pytest.raises(ValueError):
+    with pytest.raises(SyntheticSettingError):
         generate_seg_dataset(str(tmp_path / "x"), 1, 1, num_classes=9)
-    with pytest.raises(ValueError):
+    with pytest.raises(SyntheticSettingError):
         generate_seg_dataset(str(tmp_path / "x"), -1, 1)
 
 

@@ -11,6 +11,7 @@ from ppdist_testing import tree_digest
 
 from ppdist.data.base import BadSample
 from ppdist.data.build import build_dataset
+from ppdist.data.synthetic_io import SyntheticSettingError
 from ppdist.data.synthetic_table import _draw_text, generate_table_dataset, render_table
 from ppdist.registry import SYNTHETIC_DATA
 
@@ -95,7 +96,7 @@ def test_same_seed_same_files_and_existing_data_is_kept(tables, tmp_path):
     other = generate_table_dataset(str(tmp_path / "other"), num_train=10, num_val=3, seed=4, span_ratio=0.4)
     assert tree_digest(str(tmp_path / "other")) != tree_digest(root) and other["skipped"] is False
     assert generate_table_dataset(root, num_train=10, num_val=3, seed=9)["skipped"] is True
-    with pytest.raises(ValueError, match=r"max_rows must be in \[2, 30\]"):
+    with pytest.raises(SyntheticSettingError, match=r"max_rows must be a whole number in \[2, 30\], got 1"):
         generate_table_dataset(str(tmp_path / "bad"), num_train=1, num_val=1, max_rows=1)
     assert np.isfinite(again["seconds"])
 
@@ -115,12 +116,16 @@ def test_cell_sizes_set_the_rows_and_columns_and_are_checked(tmp_path):
             margin = height - 40 * rows
             assert width - 50 * cols == margin and 8 <= margin < 32
     for key, value, message in (
-        ("cell_height", [30, 20], r"cell_height must satisfy 16 <= low < high <= 400"),
-        ("cell_width", [10, 90], r"cell_width must satisfy 24 <= low"),
-        ("cell_height", [20], r"cell_height must be \[low, high\] in pixels"),
-        ("cell_width", [36.0, 90], r"cell_width must be \[low, high\] in pixels"),
+        (
+            "cell_height",
+            [30, 20],
+            r"cell_height must be \[low, high\] in whole pixels with 16 <= low < high <= 400, got \[30, 20\]",
+        ),
+        ("cell_width", [10, 90], r"cell_width must be \[low, high\] in whole pixels with 24 <= low"),
+        ("cell_height", [20], r"cell_height must be \[low, high\] in whole pixels"),
+        ("cell_width", [36.0, 90], r"cell_width must be \[low, high\] in whole pixels"),
     ):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(SyntheticSettingError, match=message):
             generate_table_dataset(str(tmp_path / "bad"), num_train=1, num_val=1, **{key: value})
 
 
