@@ -147,7 +147,13 @@ class SegPostProcess:
         h, w = image.shape[-2:]
         total: Any = 0.0
         for scale in self.scales:
-            scaled = _resize(image, (int(h * scale + 0.5), int(w * scale + 0.5)))
+            size = (int(h * scale + 0.5), int(w * scale + 0.5))
+            if min(size) < 1:
+                raise ConfigError(
+                    f"PostProcess.scales (--scales): scale {scale:g} makes the {h}x{w} input "
+                    f"{size[0]}x{size[1]} pixels; use scales of at least {1 / (2 * min(h, w)):.3g} for it"
+                )
+            scaled = _resize(image, size)
             for horizontal, vertical in self.flips:
                 logit = self._forward(model, _flip(scaled, horizontal, vertical)).float()
                 total = total + _resize(_flip(logit, horizontal, vertical), (h, w))

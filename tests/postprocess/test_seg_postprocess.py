@@ -115,3 +115,19 @@ def test_the_constructor_refuses_the_same_values():
         SegPostProcess(is_slide=True, stride=[8, 8])
     with pytest.raises(ConfigError, match=r"^PostProcess.scales must be"):
         SegPostProcess(scales=[])
+
+
+def test_a_scale_that_makes_an_empty_image_is_one_config_error_naming_it():
+    """--scales 0.001 on a 40x60 image would be 0x0 pixels: a ConfigError naming the scale and
+    the smallest scale that works for the image, not an error from inside the resize."""
+    image = torch.rand(1, 3, 40, 60)
+    with pytest.raises(
+        ConfigError, match=r"scale 0.001 makes the 40x60 input 0x0 pixels; use scales of at least 0.0125"
+    ):
+        SegPostProcess(aug_eval=True, scales=[1.0, 0.001]).infer(PixelModel(), {"image": image})
+    assert SegPostProcess(aug_eval=True, scales=[0.0125]).infer(PixelModel(), {"image": image}).shape == (
+        1,
+        3,
+        40,
+        60,
+    )
