@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data._utils.collate import default_collate
 
 from ppdist.engine.trainer import EPOCH_KEY, Trainer
+from ppdist.modeling.batch_norm import restore_variance_scales, variance_scales
 from ppdist.tasks import get_task
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
@@ -47,7 +48,8 @@ def warm_input_sizes(
     batch ``make_batch(size)`` for each of ``sizes`` in order, with no effect on the run; returns
     the sizes visited."""
     tensors = list(itertools.chain(model.parameters(), model.buffers()))
-    saved = [t.detach().clone() for t in tensors]
+    saved = [t.detach().clone() for t in tensors]  # BatchNorm variances as stored, with their scales:
+    scales = variance_scales(model)  # a new size rescales them (ppdist.modeling.batch_norm)
     params = [p for p in model.parameters() if p.requires_grad]
     rng = capture_rng_state()
     was_training = model.training
@@ -65,6 +67,7 @@ def warm_input_sizes(
         with torch.no_grad():
             for tensor, value in zip(tensors, saved):
                 tensor.copy_(value)
+        restore_variance_scales(scales)
         restore_rng_state(rng)
         model.train(was_training)
     return visited

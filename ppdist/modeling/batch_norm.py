@@ -23,7 +23,7 @@ the buffer keeps the true value and the factor is applied around the kernel (the
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -167,6 +167,18 @@ def store_true_variances(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, StatisticsBatchNorm):
             module.store_true_variance()
+
+
+def variance_scales(model: nn.Module) -> Dict[StatisticsBatchNorm, float]:
+    """What each ``StatisticsBatchNorm`` of ``model`` stores its running variance scaled by now
+    (with ``restore_variance_scales``: put back with the buffers' stored bits, exactly)."""
+    return {m: m.variance_scale for m in model.modules() if isinstance(m, StatisticsBatchNorm)}
+
+
+def restore_variance_scales(scales: Mapping[StatisticsBatchNorm, float]) -> None:
+    """Set the scales ``variance_scales`` gave back, after their buffers' stored bits were restored."""
+    for module, scale in scales.items():
+        module._var_scale = scale
 
 
 class VarianceScales:
