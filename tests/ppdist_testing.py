@@ -462,3 +462,22 @@ def tiny_table_config(path: str, data_dir: str, save_dir: str, epochs: int = 2, 
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
     return path
+
+
+def multi_size_det_config(folder: Any, name: str, sizes: List[int], *overrides: str) -> Dict[str, Any]:
+    """The loaded tiny detector of ``tiny_det_config`` (16 training images, made here) trained 3
+    steps of 2 images at the multi-scale ``sizes`` (BatchRandomResize), in-process loading."""
+    path = tiny_det_config(
+        str(folder / f"{name}.yml"), str(folder / "data"), str(folder / name), num_train=16
+    )
+    return load_config(
+        path,
+        [
+            f"Train.dataset.batch_transforms.0.BatchRandomResize.target_size={sizes}",
+            "Train.loader.batch_size_per_card=2",
+            "Train.loader.num_workers=0",
+            "Global.max_iters=3",
+            "Global.eval_during_train=false",
+            *overrides,
+        ],
+    )

@@ -1,10 +1,9 @@
 """On a GPU: the cuDNN setting of a multi-scale recipe, the size warm-up, and --step_time's profile."""
 
 import torch
-from ppdist_testing import ppdist_log_records, tiny_det_config
+from ppdist_testing import multi_size_det_config, ppdist_log_records
 
 from ppdist.benchmark.step_time import measure_step_time
-from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.setup import build_trainer
@@ -14,20 +13,7 @@ CUDA = torch.device("cuda")
 
 
 def det_config(folder, name, *overrides):
-    path = tiny_det_config(
-        str(folder / f"{name}.yml"), str(folder / "data"), str(folder / name), num_train=16
-    )
-    config = load_config(
-        path,
-        [
-            f"Train.dataset.batch_transforms.0.BatchRandomResize.target_size={SIZES}",
-            "Train.loader.batch_size_per_card=2",
-            "Train.loader.num_workers=0",
-            "Global.max_iters=3",
-            "Global.eval_during_train=false",
-            *overrides,
-        ],
-    )
+    config = multi_size_det_config(folder, name, SIZES, *overrides)
     ensure_synthetic_data(config, DistEnv())
     return config
 

@@ -4,9 +4,8 @@ import random
 
 import numpy as np
 import torch
-from ppdist_testing import ppdist_log_records, tiny_det_config
+from ppdist_testing import multi_size_det_config, ppdist_log_records
 
-from ppdist.config import load_config
 from ppdist.data.build import train_input_sizes
 from ppdist.engine.device_settings import cudnn_autotune
 from ppdist.engine.dist import DistEnv
@@ -18,21 +17,7 @@ SIZES = [64, 96, 80]
 
 
 def det_config(folder, name, *overrides):
-    path = tiny_det_config(
-        str(folder / f"{name}.yml"), str(folder / "data"), str(folder / name), num_train=16
-    )
-    config = load_config(
-        path,
-        [
-            f"Train.dataset.batch_transforms.0.BatchRandomResize.target_size={SIZES}",
-            "Train.loader.batch_size_per_card=2",
-            "Train.loader.num_workers=0",
-            "Global.max_iters=3",
-            "Global.eval_during_train=false",
-            "Global.use_ema=true",
-            *overrides,
-        ],
-    )
+    config = multi_size_det_config(folder, name, SIZES, "Global.use_ema=true", *overrides)
     ensure_synthetic_data(config, DistEnv())
     return config
 
