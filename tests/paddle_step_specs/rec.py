@@ -92,13 +92,15 @@ def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.P
 def ddp_worker(rank: int, store: str, out: str) -> None:
     """One of two gloo processes running ``ddp_step``. The step's DDP wrapper holds the gloo group
     in reference cycles: they are collected after the group is destroyed, while the interpreter is
-    whole (as ``ppdist.engine.dist.cleanup`` does; a gloo group destroyed during interpreter
-    finalization can abort the process: "terminate called without an active exception")."""
+    whole, after a barrier once the step succeeded (as ``ppdist.engine.dist.cleanup`` does; a gloo
+    group torn down while the peer still uses it or during interpreter finalization can abort the
+    process: "terminate called without an active exception")."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
         ddp_step(rank, out)
-    finally:
+        dist.barrier()  # as ppdist.engine.dist.cleanup: no process tears its connections down
+    finally:  # while the other still uses them (rank 0 saving)
         dist.destroy_process_group()
         gc.collect()
 
