@@ -11,7 +11,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Union
 import lmdb
 import numpy as np
 
-from ppdist.data.base import BaseDataSet, inside_root
+from ppdist.data.base import BaseDataSet, RejectedSample, inside_root
 from ppdist.data.ext_data import ExtDataMixin, check_ext_op_transform_idx
 from ppdist.data.index_cache import cached_index
 from ppdist.data.label_index import LabelLines, build_label_index, subsample
@@ -135,7 +135,7 @@ class SimpleDataSet(ExtDataMixin, BaseDataSet):
     def read(self, index: int) -> Dict[str, Any]:
         line = self._line(index)
         if not line.ok:
-            raise ValueError(f"{self.label_files[line.file]}:{line.line_no}: malformed line: {line.label}")
+            raise RejectedSample(f"malformed line: {line.label}")  # reported after its origin (file:line)
         rel = line.path
         if rel.startswith("["):
             rel = random.choice(json.loads(rel))
