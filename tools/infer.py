@@ -94,8 +94,6 @@ def run(argv=None) -> dict:
     except BaseException:
         writer.abort()  # the previous results stay as they were
         raise
-    for _, why in summary["skipped"]:
-        print(f"skipped: {why}", file=sys.stderr)
     if summary["images"] == 0:  # every input was unreadable: nothing was predicted
         writer.abort()
         raise ConfigError(f"no image could be predicted ({len(summary['skipped'])} skipped, see above)")
