@@ -9,13 +9,14 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 
 from ppdist.components import build_metric, build_model, build_postprocess, class_vocabulary
-from ppdist.data.build import build_dataloader
+from ppdist.data.build import build_dataloader, set_min_image_size
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.checkpoint import weights_source
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.finite_state import describe, nonfinite_tensors
 from ppdist.engine.runtime import build_runtime
 from ppdist.errors import ConfigError
+from ppdist.modeling.input_size import min_input_size
 from ppdist.registry import METRICS
 
 logger = logging.getLogger("ppdist")
@@ -82,6 +83,7 @@ def evaluate_checkpoint(
         logger.info("metrics stored in the checkpoint: %s", data["metrics"])
     model = runtime.place(model)
     loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
+    set_min_image_size(loader, min_input_size(model))  # a too-small image is a named bad sample
     evaluator = runtime.evaluator(loader, build_postprocess(config), build_metric(config), env)
     metrics = evaluator.run(model)
     logger.info("eval: %d process(es), fps %.2f", env.world_size, evaluator.last_fps)

@@ -22,7 +22,7 @@ from ppdist.benchmark.steady_state import StepClock, StepMarks, window_summary
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess, class_vocabulary
 from ppdist.config import compile_options
 from ppdist.data.base import BAD_SAMPLES_KEY
-from ppdist.data.build import build_dataloader, train_input_sizes
+from ppdist.data.build import build_dataloader, set_min_image_size, train_input_sizes
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.batch import batch_size_of, move_to_device
 from ppdist.engine.dist import DistEnv
@@ -37,6 +37,7 @@ from ppdist.inference.infer import infer
 from ppdist.inference.runners import build_runner, inference_info_from_config
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.modeling.deploy import convert_to_deploy
+from ppdist.modeling.input_size import min_input_size
 from ppdist.optim import build_optimizer, clip_gradients, needs_clipping
 from ppdist.utils.rng import seed_everything
 
@@ -217,6 +218,7 @@ def measure_eval(config: Mapping[str, Any], env: DistEnv, weights: Optional[str]
     runtime = build_runtime(glob, env.device)
     model = runtime.place(build_weighted_model(config, weights, env.device))
     loader = build_dataloader(config, "Eval", "eval", env.rank, env.world_size, env.device.type)
+    set_min_image_size(loader, min_input_size(model))
     metric = build_metric(config)
     evaluator = runtime.evaluator(loader, build_postprocess(config), metric, env)
     start = time.perf_counter()

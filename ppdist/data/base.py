@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from ppdist.data.pending_image import materialize
+from ppdist.utils.input_size import describe_too_small, too_small
 from ppdist.utils.rng import kept_cpu_rng_streams, seed_cpu_rngs
 
 Transform = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
@@ -110,6 +111,9 @@ class BaseDataSet(Dataset):
         # samples may leave with their detection geometry pending (``ppdist.data.pending_image``):
         # set by the loader, whose collate draws it (often inside a resize) before stacking
         self.keep_pending_images = False
+        # the model's smallest input (height, width; ``ppdist.modeling.input_size``), set by whoever
+        # pairs this data with a model: a smaller finished image is a bad sample, not a torch error
+        self.min_image_size: Optional[Tuple[int, int]] = None
 
     def read(self, index: int) -> Dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -134,6 +138,10 @@ class BaseDataSet(Dataset):
             data = self.finish(data)
             if not self.keep_pending_images:
                 materialize(data)
+            size = self.image_hw(data)
+            if size is not None and too_small(size, self.min_image_size):
+                reason = describe_too_small(size, self.min_image_size, "after the transforms")
+                return BadSample(self.origin(index), reason)
         except RejectedSample as exc:
             return BadSample(self.origin(index), str(exc))
         except Exception as exc:  # any reader/transform failure is a bad sample
@@ -149,6 +157,14 @@ class BaseDataSet(Dataset):
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """The transformed sample in the layout the collate expects (subclasses may override)."""
         return data
+
+    def image_hw(self, data: Mapping[str, Any]) -> Optional[Tuple[int, int]]:
+        """(height, width) of a finished sample's image as the model will see it ([C, H, W] here;
+        subclasses whose layout differs say so); None when not known before the collate."""
+        image = data.get("image")
+        if not isinstance(image, np.ndarray) or image.ndim != 3:
+            return None
+        return int(image.shape[1]), int(image.shape[2])
 
     #: ``finish`` changes the image from HWC to CHW (and float32) and can leave that to the device
     layout_change_in_finish = False

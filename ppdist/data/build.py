@@ -324,3 +324,9 @@ def build_dataloader(
         generator=generator,
         **loader_options(loader_cfg, device_type),
     )
+
+
+def set_min_image_size(loader: Any, size: Optional[Tuple[int, int]]) -> None:
+    """Make ``loader``'s finished images smaller than ``size`` (a model's smallest input, height and
+    width) bad samples named with their file and line; call it before the loader's workers start."""
+    loader.dataset.min_image_size = None if size is None else (int(size[0]), int(size[1]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -172,6 +172,14 @@ class COCODataSet(BaseDataSet):
             "gt_class": np.array(self.index["gt_class"][rows], dtype=np.int32).reshape(-1, 1),
             "is_crowd": np.array(self.index["is_crowd"][rows], dtype=np.int32).reshape(-1, 1),
         }
+
+    def image_hw(self, data: Mapping[str, Any]) -> Optional[Tuple[int, int]]:
+        """The image's (height, width) as resized (``im_shape``; the batch pads it, never shrinks it);
+        None while the resize is pending."""
+        if "im_shape" not in data or not isinstance(data.get("image"), np.ndarray):
+            return None
+        height, width = np.asarray(data["im_shape"], dtype=np.float64).reshape(2)
+        return int(round(height)), int(round(width))
 
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """The stackable output keys (see the module doc) with their dtypes."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -144,6 +144,11 @@ class _SegBase(BaseDataSet):
     def leave_layout_to_device(self) -> Dict[str, str]:
         self.layout_on_device = True
         return {"label": "int64"}
+
+    def image_hw(self, data: Mapping[str, Any]) -> Optional[Tuple[int, int]]:
+        """The finished image's (height, width): [H, W, C] while the device makes the layout."""
+        image = np.asarray(data["image"])
+        return (int(image.shape[0]), int(image.shape[1])) if self.layout_on_device else super().image_hw(data)
 
     def finish(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """``image`` float32 [C, H, W] and ``label`` int64 [H, W]; nothing else. When the loader

@@ -30,7 +30,7 @@ from ppdist.config import (
     profiler_settings,
     wandb_settings,
 )
-from ppdist.data.build import build_dataloader, input_size_count, loader_input_sizes
+from ppdist.data.build import build_dataloader, input_size_count, loader_input_sizes, set_min_image_size
 from ppdist.engine.amp import make_grad_scaler
 from ppdist.engine.device_settings import broadcast_buffers, channels_last
 from ppdist.engine.dist import DistEnv
@@ -59,6 +59,7 @@ from ppdist.engine.size_warmup import warm_training_sizes
 from ppdist.engine.trainer import Trainer
 from ppdist.engine.update import WeightUpdate
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
+from ppdist.modeling.input_size import min_input_size
 from ppdist.modeling.sync_batch_norm import convert_sync_batchnorm
 from ppdist.registry import HOOKS
 from ppdist.utils.memory import keep_freed_memory
@@ -267,6 +268,9 @@ def build_trainer(
     runtime = build_runtime(glob, env.device, len(input_sizes))
     keep_freed_memory()  # each step frees and re-allocates its activations: reuse the pages
     model = place_model(build_model(config), glob, env)
+    for loader in (train_loader, eval_loader):
+        if loader is not None:  # an image under the model's smallest input is a named bad sample
+            set_min_image_size(loader, min_input_size(model))
     loss_fn = build_loss(config)
     if isinstance(loss_fn, nn.Module):
         loss_fn.to(env.device)  # its buffers (class weights) live on the device

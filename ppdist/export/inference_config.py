@@ -1,7 +1,9 @@
 """``inference.yml``: everything needed to run an exported model without the training config.
 
 ``{ppdist_inference: 1, task, files: {onnx, torchscript}, inputs: [{name, shape}], outputs,
-preprocess: [transform entries], postprocess: {name, ...}, labels, export: {...}}``; the rec
+preprocess: [transform entries], postprocess: {name, ...}, labels, export: {...}}``, and
+``min_input_size: [height, width]`` when the model cannot take smaller images (the runners skip
+them, naming the file); the rec
 dictionary is written beside it as ``characters.txt``, the table structure tokens as
 ``structure_tokens.txt``.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import yaml
 
@@ -58,6 +60,7 @@ def write_inference_config(
     inputs: List[Dict[str, Any]],
     outputs: List[str],
     export_info: Mapping[str, Any],
+    min_input_size: Optional[Sequence[int]] = None,
 ) -> str:
     """Write ``out_dir/inference.yml`` (and the rec dictionary / table tokens); returns its path."""
     postprocess = inference_postprocess(config)
@@ -70,12 +73,29 @@ def write_inference_config(
         "preprocess": inference_preprocess(config),
         "export": dict(export_info),
     }
+    if min_input_size is not None:
+        info["min_input_size"] = [int(min_input_size[0]), int(min_input_size[1])]
     info["labels"] = get_task(task).inference_labels(out_dir, config, postprocess)
     info["postprocess"] = postprocess
     path = os.path.join(out_dir, FILE_NAME)
     with open(path, "w", encoding="utf-8") as handle:
         yaml.safe_dump(info, handle, sort_keys=False, allow_unicode=True)
     return path
+
+
+def check_min_input_size(value: Any, path: str) -> None:
+    """``min_input_size`` is absent or [height, width] of positive integers."""
+    if value is None:
+        return
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        raise ConfigError(
+            f"{path}: min_input_size must be [height, width] in pixels (positive integers), got "
+            f"{value!r}; export the model again"
+        )
 
 
 def read_inference_config(model_dir: str) -> Dict[str, Any]:
@@ -103,6 +123,7 @@ def read_inference_config(model_dir: str) -> Dict[str, Any]:
     for key in ("task", "files", "inputs", "outputs", "preprocess", "postprocess"):
         if key not in info:
             raise ConfigError(f"{path}: missing key {key}")
+    check_min_input_size(info.get("min_input_size"), path)
     if info["task"] not in TASKS:
         raise ConfigError(f"{path}: task must be one of {', '.join(TASKS)}, got {info['task']!r}")
     info["files"] = {k: os.path.join(model_dir, v) for k, v in info["files"].items()}

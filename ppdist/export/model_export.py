@@ -20,6 +20,7 @@ from ppdist.export.graph_export import OPSET, export_onnx, export_torchscript, f
 from ppdist.export.inference_config import write_inference_config
 from ppdist.export.submodels import deployed_name, split_model, sub_model_names
 from ppdist.modeling.deploy import convert_to_deploy
+from ppdist.modeling.input_size import min_input_size
 from ppdist.tasks import GraphSpec, get_task, task_of
 
 logger = logging.getLogger("ppdist")
@@ -159,7 +160,7 @@ def export_single(
         logger.info("wrote %s", os.path.join(out_dir, files["torchscript"]))
     export_info = {"torch": str(torch.__version__), "opset": OPSET, "exclude_nms": exclude_nms, **source}
     path = write_inference_config(
-        out_dir, task, config, files, input_spec(spec), spec.output_names, export_info
+        out_dir, task, config, files, input_spec(spec), spec.output_names, export_info, min_input_size(model)
     )
     logger.info("wrote %s", path)
     if check:

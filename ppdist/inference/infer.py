@@ -15,6 +15,7 @@ from ppdist.export.model_export import load_deploy_model
 from ppdist.export.submodels import deployed_export_dir, exported_sub_models, inference_parts
 from ppdist.inference.backends import NamedBackends, OnnxBackend, TorchBackend
 from ppdist.inference.runners import build_runner, inference_info_from_config
+from ppdist.modeling.input_size import min_input_size
 from ppdist.tasks.runner import ImageReadError, Runner
 
 logger = logging.getLogger("ppdist")
@@ -71,6 +72,9 @@ def from_config(
     info = inference_info_from_config(config)
     model, _ = load_deploy_model(config, purpose="inference from a config")
     main, parts = inference_parts(model, config)
+    smallest = max((min_input_size(part) or (1, 1) for _, part, _ in parts), default=(1, 1))
+    if smallest != (1, 1):  # as an export records it in inference.yml
+        info["min_input_size"] = list(smallest)
     backends = []
     for name, part, part_config in parts:
         module, spec = build_deploy(part, part_config)

@@ -18,7 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ppdist.errors import ConfigError
+from ppdist.modeling.input_size import min_input_size
 from ppdist.registry import POSTPROCESSES
+from ppdist.utils.input_size import too_small
 
 Scales = Union[float, List[float]]
 
@@ -145,13 +147,16 @@ class SegPostProcess:
         if not self.aug_eval:
             return self._forward(model, image).float()
         h, w = image.shape[-2:]
+        smallest = min_input_size(model) or (1, 1)
         total: Any = 0.0
         for scale in self.scales:
             size = (int(h * scale + 0.5), int(w * scale + 0.5))
-            if min(size) < 1:
+            if too_small(size, smallest):
+                least = max((smallest[0] - 0.5) / h, (smallest[1] - 0.5) / w)
                 raise ConfigError(
                     f"PostProcess.scales (--scales): scale {scale:g} makes the {h}x{w} input "
-                    f"{size[0]}x{size[1]} pixels; use scales of at least {1 / (2 * min(h, w)):.3g} for it"
+                    f"{size[0]}x{size[1]} pixels, under the model's smallest input "
+                    f"{smallest[0]}x{smallest[1]}; use scales of at least {least:.3g} for it"
                 )
             scaled = _resize(image, size)
             for horizontal, vertical in self.flips:

@@ -12,6 +12,7 @@ from ppdist.data.base import RejectedSample
 from ppdist.data.build import build_transforms
 from ppdist.errors import PPDistError
 from ppdist.registry import POSTPROCESSES
+from ppdist.utils.input_size import describe_too_small, too_small
 
 Sample = Dict[str, Any]
 Result = Dict[str, Any]
@@ -21,7 +22,8 @@ DECODE_OPS = ("DecodeImage", "Decode")
 
 
 class ImageReadError(PPDistError):
-    """An input file that cannot be read or decoded as an image (callers skip and report it)."""
+    """An input file that cannot be used: unreadable, not an image, or smaller than the model's
+    smallest input after preprocessing (callers skip and report it)."""
 
     def __init__(self, path: str, why: str) -> None:
         super().__init__(f"{path}: {why}")
@@ -90,7 +92,17 @@ class Runner:
                 raise ImageReadError(path, f"cannot decode the image ({exc})") from exc
             if data is None:
                 raise ImageReadError(path, f"cannot decode the image ({name} rejected it)")
-        return self.finish(data)
+        sample = self.finish(data)
+        self.check_size(sample, path)
+        return sample
+
+    def check_size(self, sample: Sample, path: str) -> None:
+        """``ImageReadError`` if the preprocessed image (the graph's [C, H, W] input) is smaller
+        than the model's smallest input (``min_input_size`` of the inference info)."""
+        minimum = self.info.get("min_input_size")
+        size = np.shape(sample["image"])[-2:]
+        if len(size) == 2 and too_small(size, minimum):
+            raise ImageReadError(path, describe_too_small(size, minimum, "after preprocessing"))
 
     def finish(self, data: Sample) -> Sample:
         return data

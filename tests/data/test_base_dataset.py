@@ -186,3 +186,47 @@ def test_an_empty_training_label_file_is_named(tmp_path, digits_dir):
     config = tiny_run_config(tmp_path, digits_dir, overrides=[f"Train.dataset.label_file_list=[{empty}]"])
     with pytest.raises(DataError, match=f"Train.dataset has no sample \\({empty}\\)"):
         build_dataloader(config, "Train", "train")
+
+
+class Images(BaseDataSet):
+    """Sample i is a [3, H, W] image of the i-th size; ``min_image_size`` set by the test."""
+
+    sizes = [(40, 40), (28, 200), (200, 28), (29, 29)]
+
+    def __init__(self, mode):
+        super().__init__([], mode)
+
+    def __len__(self):
+        return len(self.sizes)
+
+    def origin(self, index):
+        return f"val.txt:{index + 1} (img{index}.png)"
+
+    def read(self, index):
+        return {"image": np.zeros((3, *self.sizes[index]), np.float32)}
+
+
+def test_an_image_under_the_models_smallest_input_is_a_bad_sample_naming_it():
+    dataset = Images("eval")
+    assert all(isinstance(dataset[i], dict) for i in range(4))  # no minimum: every size passes
+    dataset.min_image_size = (29, 29)
+    results = [dataset[i] for i in range(4)]
+    assert [isinstance(r, dict) for r in results] == [True, False, False, True]
+    assert str(results[1]) == (
+        "val.txt:2 (img1.png): the image is 28x200 (HxW) after the transforms, smaller than the model's smallest "
+        "input 29x29; resize it in the transforms or leave it out"
+    )
+    assert "200x28 (HxW)" in str(results[2])
+    batch = collate(results[1:3])
+    assert batch[BAD_SAMPLES_KEY] == [str(results[1]), str(results[2])]
+
+
+def test_a_too_small_training_image_is_replaced_and_reported():
+    dataset = Images("train")
+    dataset.min_image_size = (29, 29)
+    sample = dataset[(1, 0, 0)]
+    assert sample["image"].shape == (3, 29, 29)  # the next usable one (index 2 is 200x28)
+    assert sample[BAD_SAMPLES_KEY] == [
+        "val.txt:2 (img1.png): the image is 28x200 (HxW) after the transforms, smaller than the model's smallest "
+        "input 29x29; resize it in the transforms or leave it out"
+    ]

@@ -122,7 +122,8 @@ def test_a_scale_that_makes_an_empty_image_is_one_config_error_naming_it():
     the smallest scale that works for the image, not an error from inside the resize."""
     image = torch.rand(1, 3, 40, 60)
     with pytest.raises(
-        ConfigError, match=r"scale 0.001 makes the 40x60 input 0x0 pixels; use scales of at least 0.0125"
+        ConfigError,
+        match=r"scale 0.001 makes the 40x60 input 0x0 pixels, under the model.s smallest input 1x1; use scales of at least 0.0125",
     ):
         SegPostProcess(aug_eval=True, scales=[1.0, 0.001]).infer(PixelModel(), {"image": image})
     logits = SegPostProcess(aug_eval=True, scales=[0.0125]).infer(PixelModel(), {"image": image})

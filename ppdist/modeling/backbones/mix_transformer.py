@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ppdist.modeling.input_size import conv_output_size, smallest_accepted
 from ppdist.modeling.layers import DropPath
 from ppdist.registry import BACKBONES
 
@@ -161,6 +162,7 @@ class MixVisionTransformer(nn.Module):
         attn_drop_rate = _check_rate(attn_drop_rate, "attn_drop_rate")
         drop_path_rate = _check_rate(drop_path_rate, "drop_path_rate")
         self.depths = list(depths)
+        self.sr_ratios = [int(r) for r in sr_ratios[: len(self.depths)]]
         self.out_channels = list(embed_dims)
         self.feat_channels = self.out_channels
         # PaddleSeg: paddle.linspace(0, drop_path_rate, sum(depths)) in float32
@@ -188,6 +190,22 @@ class MixVisionTransformer(nn.Module):
             setattr(self, f"norm{i}", nn.LayerNorm(dim, eps=BLOCK_NORM_EPS))
             start, previous = start + depth, dim
         self.apply(_init_weights)
+
+    @property
+    def min_input_size(self) -> Tuple[int, int]:
+        """The smallest image (height, width): every stage's tokens must hold one ``sr_ratio`` x
+        ``sr_ratio`` patch for its spatial-reduction conv (SegFormer-B0..B5: 29 x 29)."""
+
+        def accepts(size: int) -> bool:
+            for i, ratio in enumerate(self.sr_ratios, start=1):
+                embed = getattr(self, f"patch_embed{i}").proj
+                size = conv_output_size(size, embed.kernel_size[0], embed.stride[0], embed.padding[0])
+                if size < max(ratio, 1):
+                    return False
+            return True
+
+        side = smallest_accepted(accepts)
+        return side, side
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         feats = []
