@@ -165,6 +165,14 @@ class LRSchedule:
         raise NotImplementedError
 
 
+def paddledet_warmup(base_lr: float, start_lr: float, step: int, steps: int) -> float:
+    """PaddleDetection's LinearWarmup at ``step`` of ``steps``, its arithmetic to the last bit:
+    ``base_lr * (start_factor * (1 - a) + a)`` with ``a = step / steps``."""
+    alpha = step / steps
+    start_factor = start_lr / base_lr if base_lr else 0.0
+    return base_lr * (start_factor * (1 - alpha) + alpha)
+
+
 @LR_SCHEDULERS.register(name="Const")
 class ConstLR(LRSchedule):
     """A constant learning rate (also used when ``lr`` is a plain number)."""
@@ -247,9 +255,7 @@ class CosineDecayLR(LRSchedule):
         """PaddleDetection's arithmetic to the last bit: its LinearWarmup computes
         ``lr * (start_factor * (1 - a) + a)`` with ``a = step / W``."""
         if step < self.warmup_steps:
-            alpha = step / self.warmup_steps
-            start_factor = self.warmup_start_lr / self.base_lr if self.base_lr else 0.0
-            return self.base_lr * (start_factor * (1 - alpha) + alpha)
+            return paddledet_warmup(self.base_lr, self.warmup_start_lr, step, self.warmup_steps)
         return self.after_warmup(step - self.warmup_steps)
 
     def after_warmup(self, step: int) -> float:
@@ -286,12 +292,15 @@ class PolynomialDecayLR(LRSchedule):
 
 @LR_SCHEDULERS.register(name="Piecewise")
 class PiecewiseLR(LRSchedule):
-    """``values[i]`` until epoch ``decay_epochs[i]`` (boundaries in epochs, applied per iteration),
-    after a linear warm-up from 0 to ``values[0]`` over ``warmup_epoch`` epochs.
+    """``values[i]`` until epoch ``decay_epochs[i]`` (boundaries in epochs, applied per iteration) or
+    iteration ``decay_iters[i]`` (PaddleDetection's static-era ``max_iters`` configs), after a linear
+    warm-up to ``values[0]`` over ``warmup_epoch`` epochs or ``warmup_iters`` iterations from
+    ``warmup_start_lr`` (default 0).
 
     ``boundaries_after_warmup`` true (PaddleOCR: its LinearWarmup wraps the PiecewiseDecay, which
-    counts its steps from the warm-up's end): the decay epochs count after the warm-up; false
-    (PaddleDetection, whose warm-up and decay boundaries share one step count): from step 0.
+    counts its steps from the warm-up's end): the decay boundaries count after the warm-up; false
+    (PaddleDetection, whose warm-up and decay boundaries share one step count): from step 0, and
+    the warm-up is PaddleDetection's arithmetic (``paddledet_warmup``).
 
     ``learning_rate`` (SLANet.yml writes one) is not read by PaddleOCR's Piecewise: accepted when it
     equals ``values[0]``, refused otherwise (it would not be the first rate).
@@ -300,27 +309,41 @@ class PiecewiseLR(LRSchedule):
     def __init__(
         self,
         step_each_epoch: int,
-        decay_epochs: List[int],
         values: List[float],
+        decay_epochs: Optional[List[float]] = None,
+        decay_iters: Optional[List[int]] = None,
         warmup_epoch: float = 0,
+        warmup_iters: int = 0,
+        warmup_start_lr: float = 0.0,
         epochs: int = 0,
         boundaries_after_warmup: bool = True,
         learning_rate: Optional[float] = None,
     ) -> None:
-        if len(values) != len(decay_epochs) + 1:
+        if (decay_epochs is None) == (decay_iters is None):
+            raise ConfigError("Optimizer.lr: Piecewise needs decay_epochs or decay_iters (one of them)")
+        boundaries = list(decay_epochs if decay_epochs is not None else decay_iters)  # type: ignore[arg-type]
+        if len(values) != len(boundaries) + 1:
             raise ConfigError(
-                f"Optimizer.lr: Piecewise needs len(values) == len(decay_epochs) + 1, "
-                f"got {len(values)} values and {len(decay_epochs)} boundaries"
+                f"Optimizer.lr: Piecewise needs len(values) == len(decay_epochs or decay_iters) + 1, "
+                f"got {len(values)} values and {len(boundaries)} boundaries"
             )
         if learning_rate is not None and float(learning_rate) != float(values[0]):
             raise ConfigError(
                 f"Optimizer.lr.learning_rate ({learning_rate}) is not read by Piecewise, whose rates are "
                 f"Optimizer.lr.values (the first: {values[0]}): remove it or make it equal to values[0]"
             )
-        super().__init__(values[0], step_each_epoch, warmup_epoch)
-        self.boundaries = [int(e * step_each_epoch) for e in decay_epochs]
+        super().__init__(values[0], step_each_epoch, warmup_epoch, warmup_iters, warmup_start_lr)
+        if decay_epochs is not None:
+            self.boundaries = [int(e * step_each_epoch) for e in boundaries]
+        else:
+            self.boundaries = [int(i) for i in boundaries]
         self.values = [float(v) for v in values]
         self.boundaries_after_warmup = bool(boundaries_after_warmup)
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup_steps and not self.boundaries_after_warmup:
+            return paddledet_warmup(self.base_lr, self.warmup_start_lr, step, self.warmup_steps)
+        return super().lr_at(step)
 
     def after_warmup(self, step: int) -> float:
         counted = step if self.boundaries_after_warmup else step + self.warmup_steps

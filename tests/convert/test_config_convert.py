@@ -337,6 +337,7 @@ LearningRate:
         "decay_epochs": [8, 11],
         "values": [0.01, pytest.approx(0.001), pytest.approx(0.0001)],
         "warmup_epoch": 1,
+        "warmup_start_lr": 0.0,
         "boundaries_after_warmup": False,  # PaddleOCR's Piecewise counts them after the warm-up
     }
 

@@ -128,20 +128,7 @@ def _warmup(report: Report, path: str, sec: Keys, out: Dict[str, Any], base_lr: 
     sec.expect("epochs_first", True, "warmup epochs always take priority over steps in ppdist")
     sec.finish()
     if out["name"] == "Piecewise":
-        if epochs is None and steps:
-            report.unmapped_key(
-                "LearningRate.schedulers[1].steps",
-                "ppdist's Piecewise warms up over whole epochs only (use epochs)",
-                steps,
-            )
-        elif epochs:
-            out["warmup_epoch"] = epochs
-            out["boundaries_after_warmup"] = False  # PaddleDetection's milestones count from step 0
-            if start:
-                report.unmapped_key(
-                    "LearningRate.schedulers[1].start_factor", "ppdist's Piecewise warms up from 0", start
-                )
-        return
+        out["boundaries_after_warmup"] = False  # PaddleDetection's milestones count from step 0
     if epochs is not None:
         out["warmup_epoch"] = epochs
     elif steps:
