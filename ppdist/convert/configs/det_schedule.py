@@ -94,7 +94,8 @@ def _learning_rate(top: Keys, report: Report, path: str) -> Dict[str, Any]:
             gamma = decay.get("gamma", [0.1, 0.01])
             gammas = gamma if isinstance(gamma, list) else [gamma / 10**i for i in range(len(milestones))]
             values = [base_lr] + [base_lr * g for g in gammas]
-        out = {"name": "Piecewise", "decay_epochs": milestones, "values": [float(v) for v in values]}
+        unit = "decay_iters" if "max_iters" in top else "decay_epochs"  # static-era milestones: iterations
+        out = {"name": "Piecewise", unit: milestones, "values": [float(v) for v in values]}
     else:
         raise ConfigError(
             f"{path}: LearningRate scheduler {name!r} is not supported (CosineDecay, "

@@ -28,6 +28,7 @@ from ppdist.convert.configs.common import (
 )
 from ppdist.convert.configs.det_ppyoloe import convert_ppyoloe
 from ppdist.convert.configs.det_schedule import convert_det_optimizer
+from ppdist.convert.configs.det_static import is_static_det, translate_static
 from ppdist.convert.configs.transforms import convert_det_transforms
 from ppdist.errors import ConfigError
 
@@ -63,6 +64,12 @@ def convert_det_mapping(data: Dict[str, Any], path: str) -> Conversion:
     """The ppdist config equivalent to ``data``, the PaddleDetection config ``path`` already read
     with its bases (and changed, e.g. by ``tools/train.py -o key=value`` in PaddleDetection's keys)."""
     report = Report()
+    if is_static_det(data):  # the static-graph era's format (the Fleet-era guide's configs)
+        data, left_out = translate_static(data, path)
+        report.note(
+            "a static-era config (max_iters, _READER_): translated to PaddleDetection 2.x's format first"
+        )
+        report.unmapped.extend(left_out)
     top = Keys(data, "", report)
     converter = DetConverter(top, report, path)
     config = converter.run()
@@ -104,23 +111,36 @@ class DetConverter:
         top, glob, report = self.top, self.glob, self.report
         if "use_gpu" in top:
             glob["use_gpu"] = bool(top.get("use_gpu"))
-        epoch = top.get("epoch")
-        if epoch is None:
-            raise ConfigError(f"{self.path}: missing required key 'epoch' (the number of training epochs)")
-        glob["epoch_num"] = int(epoch)
+        if "max_iters" in top:  # a static-era config: iterations, snapshots every snapshot_iter
+            glob["max_iters"] = int(top.get("max_iters"))
+            snapshot_iter = int(top.get("snapshot_iter"))
+            glob["save_iter_step"] = snapshot_iter
+            glob["eval_batch_step"] = [0, snapshot_iter]
+            report.note(
+                f"max_iters {glob['max_iters']}, snapshot_iter {snapshot_iter}: Global.max_iters, "
+                f"Global.save_iter_step and Global.eval_batch_step (evaluated at each snapshot, as --eval)"
+            )
+        else:
+            epoch = top.get("epoch")
+            if epoch is None:
+                raise ConfigError(
+                    f"{self.path}: missing required key 'epoch' (the number of training epochs)"
+                )
+            glob["epoch_num"] = int(epoch)
         stem = os.path.splitext(os.path.basename(self.path))[0]
         glob["save_model_dir"] = os.path.join(top.get("save_dir", "output"), stem)
         report.note(
             f"Global.save_model_dir: {glob['save_model_dir']} (save_dir/<config name>, where the config's "
             f"'weights' key expects PaddleDetection's checkpoints)"
         )
-        snapshot = int(top.get("snapshot_epoch", 1))
-        glob["save_epoch_step"] = snapshot
-        glob["eval_batch_epoch"] = snapshot
-        report.note(
-            f"snapshot_epoch {snapshot}: Global.save_epoch_step and Global.eval_batch_epoch (ppdist evaluates "
-            f"whenever an Eval section exists, like PaddleDetection's --eval)"
-        )
+        if "max_iters" not in top:
+            snapshot = int(top.get("snapshot_epoch", 1))
+            glob["save_epoch_step"] = snapshot
+            glob["eval_batch_epoch"] = snapshot
+            report.note(
+                f"snapshot_epoch {snapshot}: Global.save_epoch_step and Global.eval_batch_epoch (ppdist "
+                f"evaluates whenever an Eval section exists, like PaddleDetection's --eval)"
+            )
         log_iter = int(top.get("log_iter", 20))
         glob["print_batch_step"] = log_iter
         glob["log_smooth_window"] = log_iter
