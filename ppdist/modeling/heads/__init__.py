@@ -1,21 +1,26 @@
 """Heads; importing this package registers them in ``HEADS``."""
 
+from ppdist.modeling.heads.bbox_head import BBoxHead, TwoFCHead
 from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.heads.multi_head import MultiHead
 from ppdist.modeling.heads.ocrnet import OCRHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
+from ppdist.modeling.heads.rpn_head import RPNHead
 from ppdist.modeling.heads.sar import SARHead
 from ppdist.modeling.heads.segformer import SegFormerHead
 from ppdist.modeling.heads.slanet import SLAHead
 
 __all__ = [
+    "BBoxHead",
     "CTCHead",
     "MultiHead",
     "OCRHead",
     "PPLiteSegHead",
     "PPYOLOEHead",
+    "RPNHead",
     "SARHead",
     "SegFormerHead",
     "SLAHead",
+    "TwoFCHead",
 ]
