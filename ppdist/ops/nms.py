@@ -25,11 +25,22 @@ def float32_threshold(threshold: float) -> float:
     return float(rounded)
 
 
-def suppression_matrix(boxes: torch.Tensor, threshold: float) -> torch.Tensor:
+def touching(boxes: torch.Tensor) -> torch.Tensor:
+    """[G, K, K] bool: boxes ``i`` and ``j`` of [G, K, 4] are not strictly apart on either axis."""
+    x1, y1, x2, y2 = boxes.unbind(-1)
+    apart = (x1[:, None, :] > x2[:, :, None]) | (x2[:, None, :] < x1[:, :, None])
+    apart |= (y1[:, None, :] > y2[:, :, None]) | (y2[:, None, :] < y1[:, :, None])
+    return ~apart
+
+
+def suppression_matrix(boxes: torch.Tensor, threshold: float, empty_overlap: bool = False) -> torch.Tensor:
     """[G, K, K] bfloat16 0/1: box ``i`` comes before box ``j`` and their IoU exceeds
     ``threshold``, for float32 ``boxes`` [G, K, 4] (xyxy, each group best first). The IoU in
     torchvision's order of operations (``inter / (area_i + area_j - inter)``, no +1), so every
-    decision is bit-identical to ``torchvision.ops.nms``."""
+    decision is bit-identical to ``torchvision.ops.nms``.
+
+    ``empty_overlap``: Paddle's NMS kernels instead, where two empty boxes (IoU 0 / 0) that touch
+    suppress each other (its ``overlap <= threshold`` test is false for NaN); torchvision keeps both."""
     x1, y1, x2, y2 = boxes.unbind(-1)
     area = (x2 - x1) * (y2 - y1)
     inter = torch.minimum(x2[:, :, None], x2[:, None, :])
@@ -41,7 +52,10 @@ def suppression_matrix(boxes: torch.Tensor, threshold: float) -> torch.Tensor:
     union = torch.add(area[:, :, None], area[:, None, :], out=height)
     union -= inter
     position = index_range(boxes.shape[1], boxes)
-    over = inter.div_(union) > float32_threshold(threshold)
+    iou = inter.div_(union)
+    over = iou > float32_threshold(threshold)
+    if empty_overlap:
+        over |= torch.isnan(iou) & touching(boxes)
     return (over & (position[:, None] < position[None, :])).to(torch.bfloat16)
 
 
@@ -66,10 +80,12 @@ def grouped_nms(
     num_groups: int,
     iou_threshold: float,
     top_k: int = -1,
+    empty_overlap: bool = False,
 ) -> torch.Tensor:
     """Which boxes survive hard NMS inside their group: a [N] bool mask for ``boxes`` [N, 4],
     ``scores`` [N] and ``groups`` [N] (integers in ``[0, num_groups)``); with ``top_k > -1`` only
-    the best ``top_k`` of each group take part (equal scores in input order).
+    the best ``top_k`` of each group take part (equal scores in input order); ``empty_overlap``:
+    see ``suppression_matrix``.
 
     Equal to ``torchvision.ops.nms`` on each group alone (its IoU arithmetic, its stable best-first
     order), without a loop over groups: each group's boxes become a row of a padded table, the
@@ -101,7 +117,7 @@ def grouped_nms(
     parts = []
     for start, end, size in _chunks(host_sizes, PAIRS_PER_CHUNK.get(boxes.device.type, 2**21)):
         rows = table[start:end, :size]
-        parts.append((rows, rows < count, suppression_matrix(padded[rows], iou_threshold)))
+        parts.append((rows, rows < count, suppression_matrix(padded[rows], iou_threshold, empty_overlap)))
     keeps = [valid for _, valid, _ in parts]
     while True:
         settled = [

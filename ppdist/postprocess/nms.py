@@ -70,24 +70,27 @@ def multiclass_nms_batch(
     nms_top_k: int,
     nms_threshold: float,
     keep_top_k: int,
+    empty_overlap: bool = False,
 ) -> Dict[str, torch.Tensor]:
-    """``multiclass_nms`` of every image at once: ``scores`` [B, C, A], ``boxes`` [B, A, 4] ->
+    """``multiclass_nms`` of every image at once: ``scores`` [B, C, A], ``boxes`` [B, A, 4] (or
+    per-class boxes [B, A, C, 4], R-CNN's) ->
     ``image`` [M], ``labels`` [M], ``scores`` [M] and ``boxes`` [M, 4] (float32) of the kept
     detections, by image, each image best first (equal scores by class, then anchor).
 
     Equal to ``multiclass_nms`` per image (``torchvision.ops.nms`` per class: its IoU arithmetic
     and order), without a loop over images or classes: ``ops.grouped_nms`` over the (image, class)
     groups. Host reads per batch: the candidates (``nonzero``), the group sizes, one per
-    suppression round (a handful) and the kept rows; the per-image version reads ~5 per image, and
+    suppression round (a handful) and the kept rows; ``empty_overlap``: Paddle's rule for two
+    touching empty boxes (``ops.nms.suppression_matrix``); the per-image version reads ~5 per image, and
     torchvision's ``batched_nms`` loops over the classes (2 reads each) past 1000 boxes on the CPU
     (5000 on CUDA).
     """
     image, label, anchor = torch.nonzero(scores > score_threshold, as_tuple=True)  # by image, class, anchor
     values = scores[image, label, anchor].float()
-    candidates = boxes[image, anchor].float()
+    candidates = (boxes[image, anchor, label] if boxes.ndim == 4 else boxes[image, anchor]).float()
     if values.shape[0]:
         groups, num_groups = image * scores.shape[1] + label, scores.shape[0] * scores.shape[1]
-        kept = grouped_nms(candidates, values, groups, num_groups, nms_threshold, nms_top_k)
+        kept = grouped_nms(candidates, values, groups, num_groups, nms_threshold, nms_top_k, empty_overlap)
     else:
         kept = values < values  # nothing to keep
     order = torch.argsort(values, descending=True, stable=True)

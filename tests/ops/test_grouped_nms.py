@@ -39,3 +39,25 @@ def test_nothing_to_suppress():
     assert grouped_nms(boxes, scores, torch.tensor([1, 1]), 2, 0.5).tolist() == [True, False]
     assert grouped_nms(boxes, scores, torch.tensor([1, 1]), 2, 0.5, top_k=0).tolist() == [False, False]
     assert grouped_nms(boxes[:0], scores[:0], torch.tensor([], dtype=torch.long), 2, 0.5).shape == (0,)
+
+
+def test_empty_overlap_follows_paddle_for_touching_empty_boxes():
+    """Two empty boxes that touch have IoU 0 / 0: torchvision keeps both, Paddle's NMS suppresses the
+    second (``empty_overlap``); empty boxes apart, or an empty box inside a real one, suppress nothing."""
+    boxes = torch.tensor(
+        [
+            [96.0, 30.0, 96.0, 64.0],  # empty (zero width)
+            [96.0, 39.0, 96.0, 55.0],  # empty, touching the first
+            [50.0, 10.0, 50.0, 20.0],  # empty, apart
+            [40.0, 0.0, 60.0, 30.0],  # a real box around the third
+        ]
+    )
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.6])
+    groups = torch.zeros(4, dtype=torch.long)
+    assert grouped_nms(boxes, scores, groups, 1, 0.5).tolist() == [True, True, True, True]
+    assert grouped_nms(boxes, scores, groups, 1, 0.5, empty_overlap=True).tolist() == [
+        True,
+        False,
+        True,
+        True,
+    ]
