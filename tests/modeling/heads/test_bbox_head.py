@@ -126,3 +126,17 @@ def test_paddle_initialisers():
     )
     names = {k for k, _ in head.named_parameters()}
     assert {"head.fc6.weight", "head.fc7.bias", "bbox_score.weight", "bbox_delta.bias"} <= names
+
+
+def test_autocast_pools_in_float32(data):
+    """bf16 features under autocast: the RoIs are pooled in float32 (corners not rounded to bf16),
+    so the pooled features stay close to float32's."""
+    head = build_head(data)
+    rois, mask = padded_rois(data)
+    x = [f.to(torch.bfloat16) for f in feats(data)]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        pooled = head.roi_extractor(x, rois)
+        out = head(x, rois, mask)
+    reference = head.roi_extractor([f.float() for f in x], rois)
+    assert pooled.dtype == torch.float32 and torch.equal(pooled, reference)
+    assert out["bbox_prob"].dtype == torch.float32

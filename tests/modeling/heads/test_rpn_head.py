@@ -152,3 +152,14 @@ def test_bad_settings_fail_clearly():
         ProposalGenerator(eta=0.9)
     with pytest.raises(ValueError, match="strides"):
         AnchorGenerator(anchor_sizes=[[32], [64]], strides=[4, 8, 16])
+
+
+def test_autocast_keeps_proposals_in_float32(data):
+    """Under bf16 autocast the maps are bf16, the anchors and proposals float32 (and valid boxes)."""
+    head = build_head(data).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = head(feats(data), torch.from_numpy(data["im_shape"]))
+    assert out["rpn_scores"].dtype == torch.bfloat16
+    assert out["anchors"].dtype == out["rois"].dtype == torch.float32
+    rois = out["rois"][out["rois_mask"]]
+    assert rois.shape[0] > 0 and bool(((rois[:, 2:] - rois[:, :2]) >= 1.0).all())
