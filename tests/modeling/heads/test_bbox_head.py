@@ -4,7 +4,9 @@ The fixture (tests/fixtures/faster_rcnn/bbox_head.npz, written by make_bbox_head
 paddlepaddle 2.6.2 and PaddleDetection release/2.7.1) holds random weights, FPN features (P2..P6,
 8 channels) and RoIs of 2..900 px (one empty) for a 2-image batch, with the original's RoIAlign
 output and head outputs (deltas, softmax scores). ppdist gets the RoIs padded to one width with a
-mask; its outputs for the valid RoIs must match within 1e-4.
+mask; its outputs for the valid RoIs must match within 1e-4. The weights go through ppdist's Paddle
+weights converter by their Paddle names (``bbox_head.head.fc6.weight`` in Paddle's [in, out]
+layout, ...): nothing missing, skipped or unused.
 """
 
 import os
@@ -12,7 +14,9 @@ import os
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
+from ppdist.convert.weights import convert_state_dict
 from ppdist.modeling.heads.bbox_head import BBoxHead
 from ppdist.ops.roi_align import fpn_levels
 from ppdist.registry import HEADS
@@ -36,13 +40,13 @@ def build_head(data) -> BBoxHead:
             "feat_channel": 8,
         }
     )
-    # Paddle's Linear weights are [in, out]
-    state = {
-        k[2:]: torch.from_numpy(v.T.copy() if v.ndim == 2 else v)
-        for k, v in data.items()
-        if k.startswith("w:")
-    }
-    head.load_state_dict(state)
+    # through the weights converter, by Paddle's names (``bbox_head.head.fc6.weight``, [in, out])
+    model = nn.Module()
+    model.bbox_head = head
+    paddle_state = {f"bbox_head.{k[2:]}": v for k, v in data.items() if k.startswith("w:")}
+    state, report = convert_state_dict(model, paddle_state, "bbox_head.npz")
+    assert not report.missing and not report.skipped and not report.unused, report.lines()
+    model.load_state_dict(state)
     return head.eval()
 
 

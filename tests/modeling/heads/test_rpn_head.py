@@ -7,7 +7,8 @@ proposals of an eval and a training setting (topk_after_collect). The anchors mu
 maps within 1e-4, the proposals the same boxes in the same order with the same counts: within 1e-4
 from the original's maps, within 1e-4 + 1e-5 relative from ppdist's own maps (the convolutions'
 rounding, ~1e-6 on a delta, is multiplied by anchor sides up to 512 px: measured 1.4e-4 on a
-28 px coordinate).
+28 px coordinate). The weights go through ppdist's Paddle weights converter by their Paddle names
+(``rpn_head.rpn_feat.rpn_conv.weight``, ...): nothing missing, skipped or unused.
 """
 
 import os
@@ -15,7 +16,9 @@ import os
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
+from ppdist.convert.weights import convert_state_dict
 from ppdist.modeling.heads.anchor_generator import AnchorGenerator
 from ppdist.modeling.heads.proposal_generator import ProposalGenerator
 from ppdist.modeling.heads.rpn_head import RPNHead
@@ -54,8 +57,13 @@ def build_head(data) -> RPNHead:
             "in_channel": 8,
         }
     )
-    state = {k[2:]: torch.from_numpy(v) for k, v in data.items() if k.startswith("w:")}
-    head.load_state_dict(state)  # conv weights share Paddle's layout and names
+    # through the weights converter, by Paddle's names (``rpn_head.rpn_feat.rpn_conv.weight``, ...)
+    model = nn.Module()
+    model.rpn_head = head
+    paddle_state = {f"rpn_head.{k[2:]}": v for k, v in data.items() if k.startswith("w:")}
+    state, report = convert_state_dict(model, paddle_state, "rpn.npz")
+    assert not report.missing and not report.skipped and not report.unused, report.lines()
+    model.load_state_dict(state)
     return head
 
 
