@@ -45,6 +45,20 @@ def gather_rows(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.gather(values, 1, expanded)
 
 
+def placeholder_if_empty(
+    rois: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Paddle's ``generate_proposals`` answers an image and level where no box survives with one
+    proposal ``(0, 0, 0, 0)`` of logit 0 (which then takes part in the collection): the same in
+    the first slot of such rows."""
+    empty = ~mask.any(dim=1)
+    first = index_range(mask.shape[1], mask)[None, :] == 0
+    placeholder = empty[:, None] & first
+    rois = torch.where(placeholder[..., None], torch.zeros_like(rois), rois)
+    logits = torch.where(placeholder, torch.zeros_like(logits), logits)
+    return rois, logits, mask | placeholder
+
+
 class ProposalGenerator:
     """PaddleDetection's ``ProposalGenerator`` settings (``train_proposal`` / ``test_proposal``).
 
@@ -110,9 +124,12 @@ class ProposalGenerator:
             rank = keep.long().cumsum(1) - 1
             keep = keep & (rank < top_n) if top_n > 0 else keep
             index = compact(keep, min(top_n, keep.shape[1]) if top_n > 0 else keep.shape[1])
-            rois.append(gather_rows(boxes, index))
-            logits.append(gather_rows(level_scores, index))
-            masks.append(gather_rows(keep, index))
+            level_rois, level_logits, level_mask = placeholder_if_empty(
+                gather_rows(boxes, index), gather_rows(level_scores, index), gather_rows(keep, index)
+            )
+            rois.append(level_rois)
+            logits.append(level_logits)
+            masks.append(level_mask)
         if len(levels) == 1:
             return {"rois": rois[0], "rois_score": logits[0], "rois_mask": masks[0]}
         return self._collect(torch.cat(rois, 1), torch.cat(logits, 1), torch.cat(masks, 1))

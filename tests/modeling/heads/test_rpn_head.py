@@ -171,3 +171,16 @@ def test_autocast_keeps_proposals_in_float32(data):
     assert out["anchors"].dtype == out["rois"].dtype == torch.float32
     rois = out["rois"][out["rois_mask"]]
     assert rois.shape[0] > 0 and bool(((rois[:, 2:] - rois[:, :2]) >= 1.0).all())
+
+
+def test_placeholder_proposals_when_nothing_survives(data):
+    """An image 0.5 px high keeps no box past the 1 px floor: Paddle answers one (0, 0, 0, 0)
+    proposal of logit 0 per level (5), which the collection keeps; the other image is unchanged."""
+    scores = [torch.from_numpy(data[f"score{i}"]) for i in range(5)]
+    deltas = [torch.from_numpy(data[f"delta{i}"]) for i in range(5)]
+    anchors = [torch.from_numpy(data[f"anchor{i}"]) for i in range(5)]
+    out = ProposalGenerator(**TEST)(scores, deltas, anchors, torch.from_numpy(data["tiny_im_shape"]))
+    got, counts = padded_to_list(out["rois"], out["rois_mask"])
+    assert counts == data["tiny_num"].tolist() == [5, 55]
+    np.testing.assert_allclose(torch.cat(got).numpy(), data["tiny_rois"], atol=1e-4, rtol=0)
+    assert out["rois_score"][0, :5].tolist() == [0.0] * 5
