@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ppdist.modeling.heads.roi_extractor import RoIAlign
+from ppdist.modeling.heads.settings import checked_settings
 from ppdist.registry import HEADS
 
 DEFAULT_ROI_EXTRACTOR = {"resolution": 7, "sampling_ratio": 0, "aligned": True}
@@ -89,7 +90,9 @@ class BBoxHead(nn.Module):
             raise ValueError(
                 "BBoxHead: bbox_loss is not supported (the box loss is L1, as PaddleDetection's default)"
             )
-        extractor = dict(DEFAULT_ROI_EXTRACTOR, **dict(roi_extractor or {}))
+        extractor = dict(
+            DEFAULT_ROI_EXTRACTOR, **checked_settings(RoIAlign, roi_extractor, "BBoxHead.roi_extractor")
+        )
         extractor.setdefault("spatial_scale", [1.0 / float(s) for s in feat_strides])
         self.roi_extractor = RoIAlign(**extractor)
         self.head = head if isinstance(head, nn.Module) else self._build_head(head, feat_channel)

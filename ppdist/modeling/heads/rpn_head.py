@@ -22,6 +22,7 @@ from torch import nn
 
 from ppdist.modeling.heads.anchor_generator import AnchorGenerator
 from ppdist.modeling.heads.proposal_generator import ProposalGenerator, flatten_level
+from ppdist.modeling.heads.settings import checked_settings
 from ppdist.registry import HEADS
 
 # PaddleDetection's RPNHead defaults (ProposalGenerator's own for test; 12000 / 2000 for training)
@@ -73,10 +74,15 @@ class RPNHead(nn.Module):
             raise ValueError("RPNHead: export_onnx is Paddle's ONNX path; ppdist exports its own graph")
         if loss_rpn_bbox is not None:
             raise ValueError("RPNHead: loss_rpn_bbox is not supported (the RPN box loss is L1)")
-        self.anchor_generator = AnchorGenerator(**dict(anchor_generator or {}))
+        self.anchor_generator = AnchorGenerator(
+            **checked_settings(AnchorGenerator, anchor_generator, "RPNHead.anchor_generator")
+        )
         self.rpn_target_assign = dict(DEFAULT_RPN_TARGET_ASSIGN, **dict(rpn_target_assign or {}))
-        self.train_proposal = ProposalGenerator(**dict(DEFAULT_TRAIN_PROPOSAL, **dict(train_proposal or {})))
-        self.test_proposal = ProposalGenerator(**dict(test_proposal or {}))
+        train = checked_settings(ProposalGenerator, train_proposal, "RPNHead.train_proposal")
+        self.train_proposal = ProposalGenerator(**dict(DEFAULT_TRAIN_PROPOSAL, **train))
+        self.test_proposal = ProposalGenerator(
+            **checked_settings(ProposalGenerator, test_proposal, "RPNHead.test_proposal")
+        )
         num_anchors = self.anchor_generator.num_anchors
         self.in_channel = in_channel
         self.out_channels = in_channel

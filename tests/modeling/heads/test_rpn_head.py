@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ppdist.convert.weights import convert_state_dict
+from ppdist.errors import ConfigError
 from ppdist.modeling.heads.anchor_generator import AnchorGenerator
 from ppdist.modeling.heads.proposal_generator import ProposalGenerator
 from ppdist.modeling.heads.rpn_head import RPNHead
@@ -184,3 +185,16 @@ def test_placeholder_proposals_when_nothing_survives(data):
     assert counts == data["tiny_num"].tolist() == [5, 55]
     np.testing.assert_allclose(torch.cat(got).numpy(), data["tiny_rois"], atol=1e-4, rtol=0)
     assert out["rois_score"][0, :5].tolist() == [0.0] * 5
+
+
+def test_unknown_nested_settings_name_their_path():
+    with pytest.raises(
+        ConfigError, match=r"RPNHead.train_proposal.post_nms_topn is not a ProposalGenerator setting"
+    ):
+        HEADS.build({"name": "RPNHead", "train_proposal": {"post_nms_topn": 10}})
+    with pytest.raises(
+        ConfigError, match=r"anchor_generator.anchor_size is not .* Did you mean: 'anchor_sizes'"
+    ):
+        HEADS.build({"name": "RPNHead", "anchor_generator": {"anchor_size": [32]}})
+    with pytest.raises(ConfigError, match=r"BBoxHead.roi_extractor.resolutions is not a RoIAlign setting"):
+        HEADS.build({"name": "BBoxHead", "roi_extractor": {"resolutions": 7}})
