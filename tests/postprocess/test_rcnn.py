@@ -21,7 +21,7 @@ import torch
 
 from ppdist.errors import ConfigError
 from ppdist.ops.box_coder import BBOX_CLIP, delta2bbox
-from ppdist.registry import POSTPROCESSES
+from ppdist.registry import HEADS, POSTPROCESSES
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "faster_rcnn", "post_process.npz")
 NMS = {"name": "MultiClassNMS", "keep_top_k": 25, "score_threshold": 0.05, "nms_threshold": 0.5}
@@ -62,8 +62,14 @@ def by_label_then_score(rows: np.ndarray) -> np.ndarray:
     return rows[np.lexsort((-rows[:, 1], rows[:, 0]))]
 
 
+def build_for(num_classes: int):
+    return POSTPROCESSES.build(
+        {"name": "BBoxPostProcess", "num_classes": num_classes, "decode": "RCNNBox", "nms": NMS}
+    )
+
+
 def build():
-    return POSTPROCESSES.build({"name": "BBoxPostProcess", "num_classes": 4, "decode": "RCNNBox", "nms": NMS})
+    return build_for(4)
 
 
 def test_detections_match_paddle(data):
@@ -117,3 +123,43 @@ def test_unsupported_settings_fail_clearly():
         POSTPROCESSES.build({"name": "BBoxPostProcess", "nms": {"name": "MultiClassNMS", "nms_eta": 0.5}})
     with pytest.raises(ConfigError, match="RCNNBox"):
         POSTPROCESSES.build({"name": "BBoxPostProcess", "decode": "DETRBox"})
+
+
+def test_the_eval_chain_fits_together():
+    """RPNHead's padded proposals -> BBoxHead -> BBoxPostProcess: one dict per image with boxes on
+    the original image (inside it), labels of real classes, scores over the threshold, best first.
+    (That padding never scores is test_detections_match_paddle's confident padding.)"""
+    torch.manual_seed(0)
+    anchors = {
+        "anchor_sizes": [[8], [16], [32], [64], [128]],
+        "aspect_ratios": [0.5, 1.0, 2.0],
+        "strides": [4, 8, 16, 32, 64],
+    }
+    rpn = HEADS.build({"name": "RPNHead", "anchor_generator": anchors, "in_channel": 8}).eval()
+    head = HEADS.build(
+        {
+            "name": "BBoxHead",
+            "head": {"name": "TwoFCHead", "out_channel": 16},
+            "num_classes": 3,
+            "feat_channel": 8,
+        }
+    ).eval()
+    torch.nn.init.normal_(head.bbox_score.weight, 0.0, 1.0)  # confident classes, so detections pass 0.05
+    feats = [torch.randn(2, 8, 64 // s, 64 // s) for s in (4, 8, 16, 32, 64)]
+    batch = {
+        "im_shape": torch.tensor([[64.0, 64.0], [40.0, 48.0]]),
+        "scale_factor": torch.tensor([[2.0, 2.0], [0.5, 0.75]]),
+        "im_id": torch.tensor([[1], [2]]),
+    }
+    with torch.no_grad():
+        proposals = rpn(feats, batch["im_shape"])
+        preds = head(feats, proposals["rois"], proposals["rois_mask"])
+    assert not bool(proposals["rois_mask"].all())  # padded: fewer survive than the width
+    results = build_for(3)(preds, batch)
+    assert [r["im_id"] for r in results] == [1, 2]
+    origin = [(32.0, 32.0), (80.0, 64.0)]  # (h, w) = im_shape / scale_factor
+    for result, (height, width) in zip(results, origin):
+        boxes = result["boxes"]
+        assert boxes.shape[0] > 0 and result["labels"].max() < 3 and result["scores"].min() > 0.05
+        assert bool((boxes[:, 2] <= width).all() and (boxes[:, 3] <= height).all() and (boxes >= 0).all())
+        assert bool((result["scores"][1:] <= result["scores"][:-1]).all())
