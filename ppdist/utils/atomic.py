@@ -1,13 +1,15 @@
 """Atomic file writes: a reader sees the old file or the new one, never a partial one.
 
 The content goes to a uniquely named temporary file beside the target (``.<name>.<random>.tmp``),
-is flushed to disk and then ``os.replace``d over the target; on any failure the temporary file
-is removed and the target is left as it was.
+is flushed to disk (``fsync``), ``os.replace``d over the target, and the folder is flushed too, so
+that the new name survives a power cut; on any failure the temporary file is removed and the target
+is left as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from typing import IO, Any, Iterator
@@ -42,6 +44,22 @@ def atomic_file(path: str, binary: bool = False) -> Iterator[IO[Any]]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+    fsync_folder(os.path.dirname(os.path.abspath(path)))
+
+
+def fsync_folder(folder: str) -> None:
+    """Flush ``folder``'s entries (a rename in it) to disk; a no-op where folders cannot be opened
+    (Windows) or synced (some network filesystems refuse with EINVAL)."""
+    if os.name != "posix":
+        return
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(handle)
 
 
 def write_text_atomic(path: str, text: str) -> None:

@@ -1,6 +1,7 @@
 """Atomic writes: the target is replaced in one step and no temporary file is left behind."""
 
 import os
+import stat
 
 import pytest
 import torch
@@ -43,3 +44,21 @@ def test_torch_save_round_trip(tmp_path):
     torch_save_atomic({"w": torch.arange(3)}, target)
     assert torch.equal(torch.load(target, weights_only=True)["w"], torch.arange(3))
     assert os.listdir(tmp_path) == ["w.pt"]
+
+
+def test_the_file_is_synced_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    calls = []
+    fsync, replace = os.fsync, os.replace
+
+    def record_fsync(fd):
+        calls.append("fsync folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        fsync(fd)
+
+    def record_replace(src, dst):
+        calls.append(f"replace -> {os.path.basename(dst)}")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", record_fsync)
+    monkeypatch.setattr(os, "replace", record_replace)
+    torch_save_atomic({"w": torch.arange(3)}, str(tmp_path / "latest.pt"))
+    assert calls == ["fsync file", "replace -> latest.pt", "fsync folder"]
