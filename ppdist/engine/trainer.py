@@ -34,6 +34,7 @@ from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.amp import load_scaler_state
 from ppdist.engine.batch import batch_size_of, detach, move_to_device
+from ppdist.engine.checkpoint.background import BackgroundWriter
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_tensors
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.finite_state import describe, model_state, nonfinite_tensors
@@ -153,6 +154,7 @@ class Trainer:
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
         self.classes = dict(classes) if classes else None  # what the outputs mean (checkpoint.classes)
+        self.checkpoint_writer = BackgroundWriter()  # rank 0's checkpoint files, off the step's path
         layout = Layout.of(self.sampler)
         if layout.steps_per_epoch == 0:
             raise ConfigError(
@@ -179,8 +181,12 @@ class Trainer:
             while not self.finished:
                 self._train_epoch()
             self._call_hooks("after_train", reverse=True)
+            self.checkpoint_writer.close()
         except BaseException:
-            self._call_hooks("after_failure", reverse=True)
+            try:
+                self._call_hooks("after_failure", reverse=True)
+            finally:  # what was saved before the failure is whole when the exception propagates
+                self.checkpoint_writer.close(raise_error=False)
             raise
         self.writer.close()
         return self.summary()
@@ -194,6 +200,7 @@ class Trainer:
         tick = time.perf_counter()
         for batch in micro_batches:  # the first micro-batch of a step; run_step takes the others
             reader_cost = time.perf_counter() - tick
+            self.checkpoint_writer.poll()  # a background write that ended: its error or its log line
             self._call_hooks("before_step")
             self.last_step = self.run_step(batch, reader_cost, tick, micro_batches)
             self._call_hooks("after_step")
@@ -408,21 +415,45 @@ class Trainer:
             **({ckpt.CLASSES_KEY: self.classes} if self.classes else {}),
         }
 
-    def save(self, name: str, extra: Optional[Mapping[str, Any]] = None) -> None:
-        """Collective: every rank's RNG state is gathered, then rank 0 writes ``<name>.pt`` atomically."""
+    def save(
+        self,
+        name: str,
+        extra: Optional[Mapping[str, Any]] = None,
+        copies: Sequence[str] = (),
+        on_written: Optional[Callable[[], None]] = None,
+    ) -> None:
+        """Collective: every rank's RNG state is gathered, then rank 0 copies the state to host
+        memory and writes ``<name>.pt`` (and ``<copy>.pt`` for each of ``copies``, the same content)
+        atomically in a background thread (``BackgroundWriter``: after the previous write, which
+        this waits for). The step's path pays the host copy only. Once the files are whole, rank 0
+        logs them, tells the trackers and calls ``on_written`` (at the next step's start, the next
+        save or ``wait_for_checkpoints``); a failed write is raised there."""
         if not self.save_dir:
             raise ConfigError("the trainer has no save_dir: checkpoints cannot be written")
         self.check_finite()
         self.sync_buffers()
         self.check_state_finite(f"{name}{ckpt.SUFFIX} is not written")
         rng_states = all_gather_object(capture_rng_state(), self.env)
-        path = os.path.join(self.save_dir, name + ckpt.SUFFIX)
+        names = [name, *copies]
+        paths = [os.path.join(self.save_dir, n + ckpt.SUFFIX) for n in names]
+        step = self.position.global_step
         if self.env.is_main:
+
+            def written() -> None:
+                for saved_name, path in zip(names, paths):
+                    logger.info("saved %s", path)
+                    self.writer.log_checkpoint(saved_name, path, step)
+                if on_written is not None:
+                    on_written()
+
             state = dict(self.state_dict(), rng=rng_states, **(extra or {}))
-            ckpt.save_atomic(state, path)
-            logger.info("saved %s", path)
-            self.writer.log_checkpoint(name, path, self.position.global_step)
-        self.last_good = (path, self.position.global_step)
+            self.checkpoint_writer.submit(state, paths, f"global_step {step}", written)
+        self.last_good = (paths[0], step)
+
+    def wait_for_checkpoints(self, raise_error: bool = True) -> None:
+        """Wait until the checkpoint being written in the background is whole (rank 0; nothing
+        elsewhere), then log it; its error is raised, or with ``raise_error`` False logged."""
+        self.checkpoint_writer.wait(raise_error)
 
     def check_finite(self) -> None:
         """Collective: raise ``NonFiniteError`` (naming the step, its loss terms and the last good

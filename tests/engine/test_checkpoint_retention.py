@@ -95,9 +95,17 @@ def test_latest_is_written_once_at_the_end_and_holds_the_final_evaluation(tmp_pa
     trainer = build_trainer(config, DistEnv())
     saved = []
     save = trainer.save
-    monkeypatch.setattr(trainer, "save", lambda name, extra=None: (saved.append(name), save(name, extra)))
+    monkeypatch.setattr(
+        trainer,
+        "save",
+        lambda name, extra=None, copies=(), **more: (
+            saved.append([name, *copies]),
+            save(name, extra, copies, **more),
+        ),
+    )
     trainer.train()
-    assert saved == ["best_accuracy", "latest", "iter_epoch_1"]  # the final evaluation, then the epoch's end
+    # the final evaluation, then the epoch's end: latest and its snapshot from one host copy
+    assert saved == [["best_accuracy"], ["latest", "iter_epoch_1"]]
     state = torch.load(tmp_path / "run" / "latest.pt", weights_only=True)
     assert state["hooks"]["evaluation"]["last_eval_step"] == trainer.position.global_step == 4
     assert state["hooks"]["evaluation"]["best"]["best_step"] == 4

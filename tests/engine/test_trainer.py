@@ -22,13 +22,14 @@ HALF = "Train.dataset.ratio_list=[0.5]"  # 256 of the 512 training samples each 
 
 def snapshot_first_best(trainer):
     """Makes ``trainer`` copy best_accuracy.pt to snapshot.pt the first time it is written (a
-    mid-epoch checkpoint here); returns the snapshot's path."""
+    mid-epoch checkpoint here; the background write waited for); returns the snapshot's path."""
     snapshot = os.path.join(trainer.save_dir, "snapshot.pt")
     save = trainer.save
 
-    def save_and_copy(name, extra=None):
-        save(name, extra)
+    def save_and_copy(name, extra=None, **more):
+        save(name, extra, **more)
         if name == "best_accuracy" and not os.path.exists(snapshot):
+            trainer.wait_for_checkpoints()
             shutil.copy(os.path.join(trainer.save_dir, "best_accuracy.pt"), snapshot)
 
     trainer.save = save_and_copy
@@ -148,8 +149,8 @@ def record_saves(trainer):
     saves = []
     save = trainer.save
 
-    def save_and_record(name, extra=None):
-        save(name, extra)
+    def save_and_record(name, extra=None, **more):
+        save(name, extra, **more)
         position = trainer.position
         saves.append(
             (name, position.global_step, position.next_epoch, position.next_batch, position.epoch_consumed)

@@ -24,13 +24,15 @@ class Checkpointer(Hook):
     within an epoch, so that a restart loses little work; in an iteration-based run (``max_iters``)
     those steps also keep an ``iter_step_N`` snapshot (PaddleSeg's ``iter_N``). With
     ``keep_checkpoint_max`` only the newest that many snapshots (``iter_epoch_N``/``iter_step_N``)
-    are kept: an older one is deleted once the new one is written; ``latest`` and
+    are kept: an older one is deleted once the new one is whole; ``latest`` and
     ``best_accuracy`` are never deleted, and each deletion is logged. When a run starts (a resume
     too) the list is rebuilt from the snapshots in the folder (oldest first), so that none that a
-    checkpoint's list misses (``latest`` is written before the epoch's snapshot) is kept forever.
-    Saving is collective (every rank's RNG state goes into the file). Before training, rank 0
-    writes the trainer's resolved config to ``save_dir/config.yml``. State: the snapshots written,
-    oldest first."""
+    checkpoint's list misses (a file holds the list from before its own save) is kept forever.
+    The names saved at one moment (``latest`` and the epoch's snapshot) share one host copy and
+    one background write (``Trainer.save``'s ``copies``). Saving is collective (every rank's RNG
+    state goes into the file); ``after_train`` waits until the last files are whole. Before
+    training, rank 0 writes the trainer's resolved config to ``save_dir/config.yml``. State: the
+    snapshots written, oldest first."""
 
     name = "checkpoint"
     priority = PRIORITY_CHECKPOINT
@@ -60,33 +62,47 @@ class Checkpointer(Hook):
         step = trainer.position.global_step
         if not (self.save_iter_step and step % self.save_iter_step == 0):
             return
-        if trainer.position.iteration_based:
-            self.snapshot(f"iter_step_{step}")
+        names = []
         if not trainer.epoch_done and not trainer.finished:  # the epoch's end saves anyway
-            trainer.save(LATEST_NAME)
+            names.append(LATEST_NAME)
+        if trainer.position.iteration_based:
+            names.append(f"iter_step_{step}")
+        self.save(names)
 
     def after_epoch(self) -> None:
         trainer = self.trainer
-        trainer.save(LATEST_NAME)
+        names = [LATEST_NAME]
         if trainer.epoch % self.save_epoch_step == 0:
-            self.snapshot(f"iter_epoch_{trainer.epoch}")
+            names.append(f"iter_epoch_{trainer.epoch}")
+        self.save(names)
 
-    def snapshot(self, name: str) -> None:
-        """Save the periodic checkpoint ``name``, then delete the oldest past ``keep_checkpoint_max``."""
-        trainer = self.trainer
-        trainer.save(name)
-        if name in self.snapshots:
-            self.snapshots.remove(name)
-        self.snapshots.append(name)
-        if self.keep_checkpoint_max is None:
+    def after_train(self) -> None:
+        """The last files are whole (and logged) before the run's closing line."""
+        self.trainer.wait_for_checkpoints()
+
+    def save(self, names: List[str]) -> None:
+        """Save the state once under each of ``names`` (one host copy, one background write); the
+        snapshots among them join the list, and those past ``keep_checkpoint_max`` are deleted
+        once the new files are whole."""
+        if not names:
             return
-        while len(self.snapshots) > self.keep_checkpoint_max:
-            old = self.snapshots.pop(0)
-            if trainer.env.is_main and trainer.save_dir:
-                path = os.path.join(trainer.save_dir, old + ckpt.SUFFIX)
-                if os.path.exists(path):
-                    os.remove(path)
-                    logger.info("removed %s (Global.keep_checkpoint_max %d)", path, self.keep_checkpoint_max)
+        kept = [name for name in self.snapshots if name not in names]
+        kept += [name for name in names if name != LATEST_NAME]
+        cut = len(kept) - self.keep_checkpoint_max if self.keep_checkpoint_max is not None else 0
+        obsolete, kept = kept[: max(cut, 0)], kept[max(cut, 0) :]
+        self.trainer.save(names[0], copies=names[1:], on_written=lambda: self._remove(obsolete))
+        self.snapshots = kept  # the files hold the list from before this save
+
+    def _remove(self, names: List[str]) -> None:
+        """Rank 0 deletes the snapshot files ``names`` (and logs each)."""
+        trainer = self.trainer
+        if not (trainer.env.is_main and trainer.save_dir):
+            return
+        for name in names:
+            path = os.path.join(trainer.save_dir, name + ckpt.SUFFIX)
+            if os.path.exists(path):
+                os.remove(path)
+                logger.info("removed %s (Global.keep_checkpoint_max %d)", path, self.keep_checkpoint_max)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"snapshots": list(self.snapshots)}
