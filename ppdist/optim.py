@@ -381,16 +381,22 @@ class IterScheduler:
 
 # --------------------------------------------------------------------------- building
 def _param_groups(model: nn.Module, default_decay: float) -> List[Dict[str, Any]]:
-    """Group trainable parameters by their L2 factor (``param.regularizer_factor`` overrides)."""
-    groups: Dict[Tuple[float, bool], Dict[str, Any]] = {}
+    """Group trainable parameters by their L2 factor (``param.regularizer_factor`` overrides) and
+    their learning-rate multiplier (``param.lr_mult``, e.g. ResNet's ``lr_mult_list``: the group's
+    ``lr_mult``, which the scheduler applies)."""
+    groups: Dict[Tuple[float, bool, float], Dict[str, Any]] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
         custom = hasattr(param, "regularizer_factor")
         factor = float(getattr(param, "regularizer_factor", default_decay))
+        lr_mult = float(getattr(param, "lr_mult", 1.0))
         group = groups.setdefault(
-            (factor, custom), {"params": [], "names": [], "weight_decay": factor, "custom_decay": custom}
+            (factor, custom, lr_mult),
+            {"params": [], "names": [], "weight_decay": factor, "custom_decay": custom},
         )
+        if lr_mult != 1.0:
+            group["lr_mult"] = lr_mult
         group["params"].append(param)
         group["names"].append(name)
     return list(groups.values())

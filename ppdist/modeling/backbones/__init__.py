@@ -13,6 +13,7 @@ from ppdist.modeling.backbones.mix_transformer import (
 from ppdist.modeling.backbones.mobilenet_v1_enhance import MobileNetV1Enhance
 from ppdist.modeling.backbones.mobilenet_v3 import MobileNetV3
 from ppdist.modeling.backbones.pp_lcnet import PPLCNet
+from ppdist.modeling.backbones.resnet import ResNet
 from ppdist.modeling.backbones.stdcnet import STDC1, STDC2
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "MobileNetV1Enhance",
     "MobileNetV3",
     "PPLCNet",
+    "ResNet",
     "STDC1",
     "STDC2",
 ]
