@@ -26,6 +26,7 @@ from ppdist.convert.configs.common import (
     read_paddle_yaml,
     same_value,
 )
+from ppdist.convert.configs.det_faster_rcnn import convert_faster_rcnn
 from ppdist.convert.configs.det_ppyoloe import convert_ppyoloe
 from ppdist.convert.configs.det_schedule import convert_det_optimizer
 from ppdist.convert.configs.det_static import is_static_det, translate_static
@@ -38,6 +39,7 @@ FAMILIES: Dict[
 ] = {
     "YOLOv3": convert_ppyoloe,
     "PPYOLOE": convert_ppyoloe,
+    "FasterRCNN": convert_faster_rcnn,
 }
 # PaddleDetection constructor defaults of the components ppdist implements (facts of its API).
 NMS_DEFAULTS = {"score_threshold": 0.05, "nms_top_k": -1, "keep_top_k": 100, "nms_threshold": 0.5}
@@ -249,9 +251,9 @@ class DetConverter:
         name = self.top.get("architecture")
         if name not in FAMILIES:
             raise ConfigError(
-                f"{self.path}: architecture {name!r} is not supported: ppdist converts PP-YOLOE "
-                f"(architecture {' or '.join(FAMILIES)} with CSPResNet, CustomCSPPAN and "
-                f"PPYOLOEHead)"
+                f"{self.path}: architecture {name!r} is not supported: ppdist converts "
+                f"{', '.join(FAMILIES)} (PP-YOLOE: CSPResNet, CustomCSPPAN, PPYOLOEHead; Faster R-CNN: "
+                f"ResNet, FPN, RPNHead, BBoxHead)"
             )
         return FAMILIES[name](self, name)
 

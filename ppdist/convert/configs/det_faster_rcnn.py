@@ -1,0 +1,201 @@
+"""PaddleDetection's Faster R-CNN (architecture ``FasterRCNN`` with ResNet / ResNeXt, FPN,
+RPNHead, BBoxHead with TwoFCHead, BBoxPostProcess) -> ppdist's Architecture, Loss and PostProcess.
+
+Called by ``paddledetection.DetConverter`` through its ``FAMILIES`` table. The model becomes
+``Backbone: ResNet``, ``Neck: FPN`` and ``Head: FasterRCNNHead`` holding ``rpn_head`` and
+``bbox_head`` entries with PaddleDetection's class and keyword names (sections the config names
+by class, ``head: TwoFCHead``, ``bbox_assigner: BBoxAssigner``, ``decode: RCNNBox``, become
+``{name, **that section}``). What PaddleDetection's ``from_config`` derives from the shapes is
+written out: FPN's ``spatial_scales`` from ResNet's ``return_idx``, the head's ``feat_strides``
+(FPN's levels, P6 included). ``num_classes`` (``__shared__``) goes to Global and to the parts
+that take it. The C4 model (``BBoxHead.head: Res5Head``) and Swin backbones are refused in one line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+
+from ppdist.convert.configs.common import component
+from ppdist.errors import ConfigError
+from ppdist.registry import BACKBONES, NECKS
+
+if TYPE_CHECKING:
+    from ppdist.convert.configs.paddledetection import DetConverter
+
+# PaddleDetection constructor defaults (facts of its API) of the keys ppdist writes out.
+RESNET_KEYS = (
+    "depth",
+    "ch_in",
+    "variant",
+    "lr_mult_list",
+    "groups",
+    "base_width",
+    "norm_decay",
+    "freeze_norm",
+    "freeze_at",
+    "return_idx",
+    "dcn_v2_stages",
+    "num_stages",
+    "std_senet",
+    "freeze_stem_only",
+)
+RESNET_DEFAULTS = {
+    "depth": 50,
+    "variant": "b",
+    "freeze_norm": True,
+    "freeze_at": 0,
+    "return_idx": [0, 1, 2, 3],
+}
+FPN_KEYS = ("out_channel", "has_extra_convs", "extra_stage", "use_c5", "norm_type", "relu_before_extra_convs")
+FPN_DEFAULTS = {"has_extra_convs": False, "extra_stage": 1, "use_c5": True, "relu_before_extra_convs": True}
+PARTS = {
+    "backbone": "ResNet",
+    "neck": "FPN",
+    "rpn_head": "RPNHead",
+    "bbox_head": "BBoxHead",
+    "bbox_post_process": "BBoxPostProcess",
+}
+RPN_KEYS = ("anchor_generator", "rpn_target_assign", "train_proposal", "test_proposal")
+BBOX_HEAD_KEYS = ("roi_extractor", "with_pool", "bbox_weight", "loss_normalize_pos")
+
+
+def convert_faster_rcnn(
+    conv: DetConverter, name: str
+) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    """Faster R-CNN's ``(Architecture, Loss, PostProcess)`` (module docs)."""
+    meta = conv.top.sub(name)
+    for key, expected in PARTS.items():
+        value = meta.get(key)
+        if key == "backbone" and isinstance(value, str) and value.startswith("Swin"):
+            raise ConfigError(
+                f"{conv.path}: {name}.backbone {value!r}: Swin backbones are not supported (ResNet)"
+            )
+        if value != expected and not (key == "neck" and value is None):
+            raise ConfigError(
+                f"{conv.path}: {name}.{key} {value!r} is not supported: ppdist converts Faster R-CNN "
+                f"({', '.join(f'{k}: {v}' for k, v in PARTS.items())}; neck may be absent)"
+            )
+    meta.finish()
+    num_classes = int(conv.top.get("num_classes", 80))
+    conv.glob["num_classes"] = num_classes
+    backbone, strides = _backbone(conv)
+    arch: Dict[str, Any] = {"model_type": "det", "algorithm": "FasterRCNN", "Backbone": backbone}
+    if meta.data.get("neck") is not None:
+        arch["Neck"], strides = _neck(conv, strides)
+    arch["Head"] = {
+        "name": "FasterRCNNHead",
+        "rpn_head": _rpn_head(conv),
+        "bbox_head": _bbox_head(conv, num_classes),
+        "feat_strides": strides,
+    }
+    loss = {"name": "FasterRCNNLoss"}
+    return arch, loss, _post_process(conv, num_classes)
+
+
+def _backbone(conv: DetConverter) -> Tuple[Dict[str, Any], List[int]]:
+    sec = conv.top.sub("ResNet")
+    norm = conv.shared(sec, "norm_type", "bn")
+    if norm == "sync_bn":
+        conv.glob["use_sync_bn"] = True
+        conv.report.note("ResNet.norm_type sync_bn: Global.use_sync_bn (every BatchNorm synchronised)")
+    elif norm != "bn":
+        raise ConfigError(f"{conv.path}: ResNet.norm_type {norm!r} is not supported (bn or sync_bn)")
+    values = dict(RESNET_DEFAULTS)
+    explicit = [k for k in RESNET_KEYS if k in sec]
+    values.update({k: sec.get(k) for k in explicit})
+    sec.finish()
+    idx = values["return_idx"]
+    idx = [idx] if isinstance(idx, int) else list(idx)
+    return component(BACKBONES, "ResNet", values, explicit), [4 * 2**i for i in idx]
+
+
+def _neck(conv: DetConverter, strides: List[int]) -> Tuple[Dict[str, Any], List[int]]:
+    sec = conv.top.sub("FPN")
+    values = dict(FPN_DEFAULTS)
+    explicit = [k for k in FPN_KEYS if k in sec]
+    values.update({k: sec.get(k) for k in explicit})
+    if "out_channel" not in values:
+        raise ConfigError(f"{conv.path}: FPN.out_channel is required (PaddleDetection has no default)")
+    for key in ("in_channels", "spatial_scales"):
+        if key in sec:
+            sec.get(key)
+            conv.report.note(
+                f"FPN.{key}: taken from the backbone's outputs (as PaddleDetection's from_config)"
+            )
+    for key in ("norm_decay", "freeze_norm"):
+        if key in sec and values.get("norm_type") is None:
+            sec.get(key)  # only used with a norm
+    sec.finish()
+    values["spatial_scales"] = [1.0 / s for s in strides]
+    extra = int(values["extra_stage"])
+    levels = strides + [strides[-1] * 2**i for i in range(1, extra + 1)]
+    return component(NECKS, "FPN", values, explicit + ["spatial_scales"]), levels
+
+
+def _named_section(conv: DetConverter, value: Any, where: str, expected: str) -> Dict[str, Any]:
+    """A part named by class (its top-level section) or given as ``{name, **kwargs}``."""
+    name = value.get("name", expected) if isinstance(value, dict) else value
+    if name != expected:
+        raise ConfigError(f"{conv.path}: {where} {name!r} is not supported (ppdist has {expected})")
+    out: Dict[str, Any] = {"name": expected}
+    if expected in conv.top:
+        section = conv.top.sub(expected)
+        out.update({k: section.get(k) for k in list(section.data)})
+    if isinstance(value, dict):
+        out.update({k: v for k, v in value.items() if k != "name"})
+    return out
+
+
+def _rpn_head(conv: DetConverter) -> Dict[str, Any]:
+    sec = conv.top.sub("RPNHead")
+    out: Dict[str, Any] = {"name": "RPNHead"}
+    out.update({k: sec.get(k) for k in RPN_KEYS if k in sec})
+    if "in_channel" in sec:
+        sec.get("in_channel")
+        conv.report.note(
+            "RPNHead.in_channel: taken from the neck's outputs (as PaddleDetection's from_config)"
+        )
+    sec.finish()
+    return out
+
+
+def _bbox_head(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
+    sec = conv.top.sub("BBoxHead")
+    head = sec.get("head", "TwoFCHead")
+    head_name = head.get("name") if isinstance(head, dict) else head
+    if head_name == "Res5Head":
+        raise ConfigError(
+            f"{conv.path}: BBoxHead.head Res5Head (the C4 model, no FPN) is not supported yet: ppdist has TwoFCHead"
+        )
+    out: Dict[str, Any] = {
+        "name": "BBoxHead",
+        "head": _named_section(conv, head, "BBoxHead.head", "TwoFCHead"),
+    }
+    out["head"].pop("in_channel", None)  # the RoI features' width: from the neck
+    out["head"].pop("resolution", None)  # from roi_extractor, as PaddleDetection's from_config
+    out.update({k: sec.get(k) for k in BBOX_HEAD_KEYS if k in sec})
+    assigner = _named_section(
+        conv, sec.get("bbox_assigner", "BBoxAssigner"), "BBoxHead.bbox_assigner", "BBoxAssigner"
+    )
+    assigner["num_classes"] = num_classes
+    out["bbox_assigner"] = assigner
+    out["num_classes"] = num_classes
+    sec.get("num_classes")
+    if "in_channel" in sec:
+        sec.get("in_channel")
+    sec.skip("bbox_loss", "the box loss is L1, as PaddleDetection's default")
+    sec.finish()
+    return out
+
+
+def _post_process(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
+    sec = conv.top.sub("BBoxPostProcess")
+    decode = _named_section(conv, sec.get("decode", "RCNNBox"), "BBoxPostProcess.decode", "RCNNBox")
+    decode.pop("num_classes", None)
+    nms = sec.get("nms", "MultiClassNMS")
+    nms_out = _named_section(conv, nms, "BBoxPostProcess.nms", "MultiClassNMS")
+    sec.get("num_classes")
+    for key in ("export_onnx", "export_eb"):
+        sec.expect(key, False, "Paddle's export paths; see tools/export_model.py")
+    sec.finish()
+    return {"name": "BBoxPostProcess", "num_classes": num_classes, "decode": decode, "nms": nms_out}

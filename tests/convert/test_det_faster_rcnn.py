@@ -1,0 +1,93 @@
+"""PaddleDetection release/2.7.1's configs/faster_rcnn (copied unchanged under
+tests/fixtures/paddle_configs) convert: the model sections, the backbone and neck they build
+(trainable parameters equal PaddleDetection's own count, tests/fixtures/faster_rcnn/
+param_counts.json by make_param_counts.py), the schedule; C4 and Swin refused in one line."""
+
+import json
+import os
+
+import pytest
+
+from ppdist.convert.configs.convert import convert_config
+from ppdist.errors import ConfigError
+from ppdist.modeling.architectures import BaseModel
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CONFIGS = os.path.join(
+    REPO, "tests", "fixtures", "paddle_configs", "PaddleDetection", "configs", "faster_rcnn"
+)
+with open(os.path.join(REPO, "tests", "fixtures", "faster_rcnn", "param_counts.json"), encoding="utf-8") as f:
+    COUNTS = json.load(f)
+NAMES = sorted(name for name in os.listdir(CONFIGS) if name.endswith(".yml"))
+REFUSED = {
+    "faster_rcnn_r50_1x_coco.yml": "BBoxHead.head Res5Head",
+    "faster_rcnn_r50_vd_1x_coco.yml": "BBoxHead.head Res5Head",
+    "faster_rcnn_r101_1x_coco.yml": "BBoxHead.head Res5Head",
+    "faster_rcnn_swin_tiny_fpn_1x_coco.yml": "FasterRCNN.backbone 'SwinTransformer'",
+    "faster_rcnn_swin_tiny_fpn_2x_coco.yml": "FasterRCNN.backbone 'SwinTransformer'",
+}
+
+
+def trainable(module):
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def test_the_fixture_holds_every_release_config():
+    assert len(NAMES) == 20 and set(COUNTS) == set(NAMES) - {n for n in NAMES if "swin" in n}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_config_converts_or_is_refused_by_name(name):
+    path = os.path.join(CONFIGS, name)
+    if name in REFUSED:
+        with pytest.raises(ConfigError, match=REFUSED[name]) as error:
+            convert_config(path)
+        assert "\n" not in str(error.value)
+        return
+    config = convert_config(path).config
+    arch = config["Architecture"]
+    assert arch["algorithm"] == "FasterRCNN" and arch["Head"]["name"] == "FasterRCNNHead"
+    assert arch["Head"]["feat_strides"] == [4, 8, 16, 32, 64]
+    assert (
+        arch["Head"]["rpn_head"]["name"] == "RPNHead"
+        and arch["Head"]["bbox_head"]["head"]["name"] == "TwoFCHead"
+    )
+    assert config["Global"]["num_classes"] == 80 and config["PostProcess"]["name"] == "BBoxPostProcess"
+    body = BaseModel({"model_type": "det", "Backbone": arch["Backbone"], "Neck": arch["Neck"]})
+    assert trainable(body.backbone) == COUNTS[name]["backbone"]
+    assert trainable(body.neck) == COUNTS[name]["neck"]
+    opt = config["Optimizer"]
+    assert (opt["name"], opt["momentum"], opt["regularizer"]) == (
+        "Momentum",
+        0.9,
+        {"name": "L2", "factor": 0.0001},
+    )
+    two_x = "2x" in name
+    milestones = [12, 22] if "ssld_2x" in name else [16, 22] if two_x else [8, 11]  # the configs' own
+    assert opt["lr"]["decay_epochs"] == milestones
+    assert config["Global"]["epoch_num"] == (24 if two_x else 12)
+    assert (opt["lr"]["warmup_iters"], opt["lr"]["warmup_start_lr"]) == (1000, pytest.approx(0.001))
+
+
+def test_the_backbone_settings_of_each_family():
+    def backbone(name):
+        return convert_config(os.path.join(CONFIGS, name)).config["Architecture"]["Backbone"]
+
+    assert backbone("faster_rcnn_x101_vd_64x4d_fpn_1x_coco.yml")["groups"] == 64
+    assert backbone("faster_rcnn_x101_vd_64x4d_fpn_1x_coco.yml")["base_width"] == 4
+    assert backbone("faster_rcnn_r50_vd_fpn_ssld_1x_coco.yml")["lr_mult_list"] == [0.05, 0.05, 0.1, 0.15]
+    assert backbone("faster_rcnn_r34_vd_fpn_1x_coco.yml")["variant"] == "d"
+    assert backbone("faster_rcnn_r101_fpn_1x_coco.yml")["depth"] == 101
+
+
+def test_sync_bn_and_unknown_keys(tmp_path):
+    path = tmp_path / "sync.yml"
+    path.write_text(
+        f"_BASE_: ['{os.path.join(CONFIGS, 'faster_rcnn_r50_fpn_1x_coco.yml')}']\n"
+        "norm_type: sync_bn\nResNet: {depth: 50, frobnicate: 1}\n",
+        encoding="utf-8",
+    )
+    conversion = convert_config(str(path))
+    assert conversion.config["Global"]["use_sync_bn"] is True
+    assert "norm_type" not in conversion.config["Architecture"]["Backbone"]
+    assert any(line.startswith("ResNet.frobnicate") for line in conversion.unmapped)
