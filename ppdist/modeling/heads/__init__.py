@@ -2,6 +2,7 @@
 
 from ppdist.modeling.heads.bbox_head import BBoxHead, TwoFCHead
 from ppdist.modeling.heads.ctc import CTCHead
+from ppdist.modeling.heads.faster_rcnn import FasterRCNNHead
 from ppdist.modeling.heads.multi_head import MultiHead
 from ppdist.modeling.heads.ocrnet import OCRHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
@@ -14,6 +15,7 @@ from ppdist.modeling.heads.slanet import SLAHead
 __all__ = [
     "BBoxHead",
     "CTCHead",
+    "FasterRCNNHead",
     "MultiHead",
     "OCRHead",
     "PPLiteSegHead",

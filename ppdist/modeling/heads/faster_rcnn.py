@@ -1,0 +1,127 @@
+"""FasterRCNNHead: Faster R-CNN's two stages as one ``Head`` of ``BaseModel`` (no family branch).
+
+``BaseModel`` chains ``Backbone: ResNet`` -> ``Neck: FPN`` (or none: the C4 layout) -> this head,
+which holds the registered ``rpn_head`` (``RPNHead``) and ``bbox_head`` (``BBoxHead``), built from
+their config entries with what PaddleDetection's ``from_config`` derives from the shapes: the
+RPN's ``in_channel`` and the box head's ``feat_channel`` from the neck's ``out_channels``, its
+``feat_strides`` (the RoI extractor's scales) from this head's ``feat_strides``. In training the
+proposals are sampled between the two stages by the ``bbox_assigner`` entry of ``bbox_head``
+(``BBoxAssigner``, looked up in ``HEADS``), called as
+``assigner(rois, rois_mask, batch) -> {"rois", "rois_mask", **targets}`` on the detached, padded
+proposals and the batch's padded ground truth (``gt_bbox``, ``gt_class``, ``pad_gt_mask``).
+
+``forward(feats, input_size, batch)`` returns one flat dict: the RPN's outputs with its proposals
+renamed ``rpn_rois`` / ``rpn_rois_score`` / ``rpn_rois_mask`` (plus ``rpn_scores``, ``rpn_deltas``,
+``anchors`` for the RPN loss), the box head's (``bbox_score``, ``bbox_delta``, ``bbox_prob``,
+``rois``, ``rois_mask``: what ``BBoxPostProcess`` reads) and, in training, the sampler's targets.
+``im_shape`` is the batch's, or the input's size for a bare tensor (a deployed graph).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ppdist.errors import ConfigError
+from ppdist.registry import HEADS, Registry
+
+RPN_RENAMES = {"rois": "rpn_rois", "rois_score": "rpn_rois_score", "rois_mask": "rpn_rois_mask"}
+
+
+def _entry(value: Any, where: str) -> Dict[str, Any]:
+    if isinstance(value, str):
+        return {"name": value}
+    if not isinstance(value, Mapping) or "name" not in value:
+        raise ConfigError(f"{where} must be a class name or a mapping with 'name', got {value!r}")
+    return dict(value)
+
+
+@HEADS.register
+class FasterRCNNHead(nn.Module):
+    """The RPN and the RoI box head of Faster R-CNN (module docs)."""
+
+    @staticmethod
+    def nested_entries(
+        kwargs: Mapping[str, Any], where: str
+    ) -> List[Tuple[Registry, Dict[str, Any], str, Tuple[str, ...]]]:
+        """The two heads' entries, checked by config validation before anything is built."""
+        return [
+            (
+                HEADS,
+                _entry(kwargs.get("rpn_head", "RPNHead"), f"{where}.rpn_head"),
+                f"{where}.rpn_head",
+                ("in_channel",),
+            ),
+            (
+                HEADS,
+                _entry(kwargs.get("bbox_head", "BBoxHead"), f"{where}.bbox_head"),
+                f"{where}.bbox_head",
+                ("feat_channel", "feat_strides"),
+            ),
+        ]
+
+    def __init__(
+        self,
+        in_channels: Any,
+        rpn_head: Any = "RPNHead",
+        bbox_head: Any = "BBoxHead",
+        feat_strides: Sequence[float] = (4, 8, 16, 32, 64),
+    ) -> None:
+        super().__init__()
+        where = "Architecture.Head"
+        channels = in_channels[0] if isinstance(in_channels, (list, tuple)) else in_channels
+        rpn = _entry(rpn_head, f"{where}.rpn_head")
+        rpn.setdefault("in_channel", int(channels))
+        self.rpn_head = HEADS.build(rpn, where=f"{where}.rpn_head")
+        box = _entry(bbox_head, f"{where}.bbox_head")
+        box.setdefault("feat_channel", int(channels))
+        box.setdefault("feat_strides", [float(s) for s in feat_strides])
+        assigner = box.get("bbox_assigner", "BBoxAssigner")
+        self.bbox_head = HEADS.build(box, where=f"{where}.bbox_head")
+        self.bbox_assigner: Optional[nn.Module] = None
+        if assigner is not None:
+            entry = _entry(assigner, f"{where}.bbox_head.bbox_assigner")
+            if entry["name"] in HEADS:
+                self.bbox_assigner = HEADS.build(entry, where=f"{where}.bbox_head.bbox_assigner")
+            self._assigner_name = entry["name"]
+        self.out_channels = getattr(self.bbox_head, "out_channels", None)
+
+    def forward(
+        self,
+        feats: Sequence[torch.Tensor],
+        input_size: Optional[Sequence[int]] = None,
+        batch: Optional[Mapping[str, Any]] = None,
+    ) -> Dict[str, Any]:
+        im_shape = self._im_shape(feats, input_size, batch)
+        rpn = self.rpn_head(feats, im_shape)
+        out: Dict[str, Any] = {RPN_RENAMES.get(k, k): v for k, v in rpn.items()}
+        rois, rois_mask = rpn["rois"], rpn["rois_mask"]
+        if self.training:
+            if self.bbox_assigner is None:
+                raise ConfigError(
+                    f"Architecture.Head.bbox_head.bbox_assigner {self._assigner_name!r} is not a registered "
+                    f"head part: Faster R-CNN cannot sample proposals for training"
+                )
+            if batch is None:
+                raise ValueError("FasterRCNNHead: training needs the batch (its ground truth)")
+            sampled = dict(self.bbox_assigner(rois.detach(), rois_mask, batch))
+            rois, rois_mask = sampled.pop("rois"), sampled.pop("rois_mask")
+            out.update(sampled)
+        out.update(self.bbox_head(feats, rois, rois_mask))
+        return out
+
+    @staticmethod
+    def _im_shape(
+        feats: Sequence[torch.Tensor], input_size: Optional[Sequence[int]], batch: Optional[Mapping[str, Any]]
+    ) -> torch.Tensor:
+        """``[B, 2]`` (h, w) of each image: the batch's ``im_shape``, else the input's size."""
+        first = feats[0]
+        if batch is not None and batch.get("im_shape") is not None:
+            shape = torch.as_tensor(batch["im_shape"], device=first.device)
+            return shape.reshape(first.shape[0], 2).float()
+        if input_size is None:
+            raise ValueError("FasterRCNNHead: needs the batch's im_shape or the input size")
+        size = torch.tensor([float(input_size[0]), float(input_size[1])], device=first.device)
+        return size.expand(first.shape[0], 2)
