@@ -15,6 +15,10 @@ renamed ``rpn_rois`` / ``rpn_rois_score`` / ``rpn_rois_mask`` (plus ``rpn_scores
 ``anchors`` for the RPN loss), the box head's (``bbox_score``, ``bbox_delta``, ``bbox_prob``,
 ``rois``, ``rois_mask``: what ``BBoxPostProcess`` reads) and, in training, the sampler's targets.
 ``im_shape`` is the batch's, or the input's size for a bare tensor (a deployed graph).
+
+Weights: PaddleDetection's FasterRCNN holds ``rpn_head`` and ``bbox_head`` beside its backbone and
+neck, so ``head.rpn_head.*`` / ``head.bbox_head.*`` are looked up as ``rpn_head.*`` / ``bbox_head.*``
+(``paddle_names``): a model zoo ``.pdparams`` converts whole.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch
 from torch import nn
 
 from ppdist.errors import ConfigError
+from ppdist.modeling.paddle_names import PaddleNames
 from ppdist.registry import HEADS, Registry
 
 RPN_RENAMES = {"rois": "rpn_rois", "rois_score": "rpn_rois_score", "rois_mask": "rpn_rois_mask"}
@@ -41,6 +46,8 @@ def _entry(value: Any, where: str) -> Dict[str, Any]:
 @HEADS.register
 class FasterRCNNHead(nn.Module):
     """The RPN and the RoI box head of Faster R-CNN (module docs)."""
+
+    paddle_names = PaddleNames(beside_stage=("rpn_head", "bbox_head"))
 
     @staticmethod
     def nested_entries(

@@ -8,12 +8,14 @@ Needs the registered RPNHead and BBoxHead (ppdist/modeling/heads/rpn_head.py, bb
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import ppdist.components  # noqa: F401  (registers every component)
 from ppdist.convert.configs.convert import convert_config
+from ppdist.convert.weights import convert_state_dict
 from ppdist.errors import ConfigError
 from ppdist.modeling.architectures import BaseModel
 from ppdist.registry import HEADS
@@ -26,7 +28,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 CONFIGS = os.path.join(
     REPO, "tests", "fixtures", "paddle_configs", "PaddleDetection", "configs", "faster_rcnn"
 )
-with open(os.path.join(REPO, "tests", "fixtures", "faster_rcnn", "param_counts.json"), encoding="utf-8") as f:
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "faster_rcnn")
+with open(os.path.join(FIXTURES, "param_counts.json"), encoding="utf-8") as f:
     COUNTS = json.load(f)
 TINY = {
     "model_type": "det",
@@ -66,6 +69,21 @@ def test_whole_model_has_paddledetections_trainable_parameters(name):
     assert trainable(model) == COUNTS[name]["total"]
     assert trainable(model.head.rpn_head) == COUNTS[name]["rpn_head"]
     assert trainable(model.head.bbox_head) == COUNTS[name]["bbox_head"]
+
+
+@pytest.mark.parametrize(
+    "name", ["faster_rcnn_r50_vd_fpn_1x_coco.yml", "faster_rcnn_x101_vd_64x4d_fpn_1x_coco.yml"]
+)
+def test_a_model_zoo_state_dict_converts_whole(name):
+    """Every tensor of PaddleDetection's model (keys and shapes in model_keys.json, by
+    make_model_keys.py) has its place in ppdist's, and every ppdist tensor is found."""
+    with open(os.path.join(FIXTURES, "model_keys.json"), encoding="utf-8") as handle:
+        shapes = json.load(handle)[name]
+    paddle_state = {key: np.zeros(shape, dtype=np.float32) for key, shape in shapes.items()}
+    model = BaseModel(convert_config(os.path.join(CONFIGS, name)).config["Architecture"])
+    state, report = convert_state_dict(model, paddle_state, name)
+    assert report.complete and not report.unused and not report.skipped, report.lines()
+    model.load_state_dict(state)
 
 
 def test_eval_gives_the_post_process_inputs_and_a_bare_tensor_the_same():
