@@ -1,7 +1,7 @@
 """PaddleDetection release/2.7.1's configs/faster_rcnn (copied unchanged under
 tests/fixtures/paddle_configs) convert: the model sections, the backbone and neck they build
 (trainable parameters equal PaddleDetection's own count, tests/fixtures/faster_rcnn/
-param_counts.json by make_param_counts.py), the schedule; C4 and Swin refused in one line."""
+param_counts.json by make_param_counts.py), the schedule; Swin refused in one line."""
 
 import json
 import os
@@ -19,10 +19,8 @@ CONFIGS = os.path.join(
 with open(os.path.join(REPO, "tests", "fixtures", "faster_rcnn", "param_counts.json"), encoding="utf-8") as f:
     COUNTS = json.load(f)
 NAMES = sorted(name for name in os.listdir(CONFIGS) if name.endswith(".yml"))
+C4 = ("faster_rcnn_r50_1x_coco.yml", "faster_rcnn_r50_vd_1x_coco.yml", "faster_rcnn_r101_1x_coco.yml")
 REFUSED = {
-    "faster_rcnn_r50_1x_coco.yml": "BBoxHead.head Res5Head",
-    "faster_rcnn_r50_vd_1x_coco.yml": "BBoxHead.head Res5Head",
-    "faster_rcnn_r101_1x_coco.yml": "BBoxHead.head Res5Head",
     "faster_rcnn_swin_tiny_fpn_1x_coco.yml": "FasterRCNN.backbone 'SwinTransformer'",
     "faster_rcnn_swin_tiny_fpn_2x_coco.yml": "FasterRCNN.backbone 'SwinTransformer'",
 }
@@ -47,15 +45,19 @@ def test_every_config_converts_or_is_refused_by_name(name):
     config = convert_config(path).config
     arch = config["Architecture"]
     assert arch["algorithm"] == "FasterRCNN" and arch["Head"]["name"] == "FasterRCNNHead"
-    assert arch["Head"]["feat_strides"] == [4, 8, 16, 32, 64]
-    assert (
-        arch["Head"]["rpn_head"]["name"] == "RPNHead"
-        and arch["Head"]["bbox_head"]["head"]["name"] == "TwoFCHead"
-    )
+    head = arch["Head"]
     assert config["Global"]["num_classes"] == 80 and config["PostProcess"]["name"] == "BBoxPostProcess"
-    body = BaseModel({"model_type": "det", "Backbone": arch["Backbone"], "Neck": arch["Neck"]})
+    assert head["rpn_head"]["name"] == "RPNHead" and head["bbox_head"]["num_classes"] == 80
+    if name in C4:  # no neck: res4's stride-16 map, Res5Head on 14x14 RoIs, pooled
+        assert "Neck" not in arch and head["feat_strides"] == [16]
+        assert head["bbox_head"]["head"] == {"name": "Res5Head"} and head["bbox_head"]["with_pool"] is True
+        assert head["bbox_head"]["roi_extractor"]["resolution"] == 14
+    else:
+        assert head["feat_strides"] == [4, 8, 16, 32, 64]
+        assert head["bbox_head"]["head"] == {"name": "TwoFCHead", "out_channel": 1024}
+    body = BaseModel({"model_type": "det", "Backbone": arch["Backbone"], "Neck": arch.get("Neck")})
     assert trainable(body.backbone) == COUNTS[name]["backbone"]
-    assert trainable(body.neck) == COUNTS[name]["neck"]
+    assert body.neck is None or trainable(body.neck) == COUNTS[name]["neck"]
     opt = config["Optimizer"]
     assert (opt["name"], opt["momentum"], opt["regularizer"]) == (
         "Momentum",

@@ -1,5 +1,5 @@
 """PaddleDetection's Faster R-CNN (architecture ``FasterRCNN`` with ResNet / ResNeXt, FPN,
-RPNHead, BBoxHead with TwoFCHead, BBoxPostProcess) -> ppdist's Architecture, Loss and PostProcess.
+RPNHead, BBoxHead with TwoFCHead or Res5Head, BBoxPostProcess) -> ppdist's Architecture, Loss and PostProcess.
 
 Called by ``paddledetection.DetConverter`` through its ``FAMILIES`` table. The model becomes
 ``Backbone: ResNet``, ``Neck: FPN`` and ``Head: FasterRCNNHead`` holding ``rpn_head`` and
@@ -8,7 +8,8 @@ by class, ``head: TwoFCHead``, ``bbox_assigner: BBoxAssigner``, ``decode: RCNNBo
 ``{name, **that section}``). What PaddleDetection's ``from_config`` derives from the shapes is
 written out: FPN's ``spatial_scales`` from ResNet's ``return_idx``, the head's ``feat_strides``
 (FPN's levels, P6 included). ``num_classes`` (``__shared__``) goes to Global and to the parts
-that take it. The C4 model (``BBoxHead.head: Res5Head``) and Swin backbones are refused in one line.
+that take it. The C4 model (no neck, ``BBoxHead.head: Res5Head``) keeps its single stride-16 map;
+Swin backbones are refused in one line.
 """
 
 from __future__ import annotations
@@ -163,14 +164,8 @@ def _bbox_head(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
     sec = conv.top.sub("BBoxHead")
     head = sec.get("head", "TwoFCHead")
     head_name = head.get("name") if isinstance(head, dict) else head
-    if head_name == "Res5Head":
-        raise ConfigError(
-            f"{conv.path}: BBoxHead.head Res5Head (the C4 model, no FPN) is not supported yet: ppdist has TwoFCHead"
-        )
-    out: Dict[str, Any] = {
-        "name": "BBoxHead",
-        "head": _named_section(conv, head, "BBoxHead.head", "TwoFCHead"),
-    }
+    expected = "Res5Head" if head_name == "Res5Head" else "TwoFCHead"  # C4 / FPN
+    out: Dict[str, Any] = {"name": "BBoxHead", "head": _named_section(conv, head, "BBoxHead.head", expected)}
     out["head"].pop("in_channel", None)  # the RoI features' width: from the neck
     out["head"].pop("resolution", None)  # from roi_extractor, as PaddleDetection's from_config
     out.update({k: sec.get(k) for k in BBOX_HEAD_KEYS if k in sec})

@@ -7,6 +7,7 @@ from ppdist.modeling.heads.multi_head import MultiHead
 from ppdist.modeling.heads.ocrnet import OCRHead
 from ppdist.modeling.heads.pp_liteseg import PPLiteSegHead
 from ppdist.modeling.heads.ppyoloe import PPYOLOEHead
+from ppdist.modeling.heads.res5_head import Res5Head
 from ppdist.modeling.heads.rpn_head import RPNHead
 from ppdist.modeling.heads.sar import SARHead
 from ppdist.modeling.heads.segformer import SegFormerHead
@@ -20,6 +21,7 @@ __all__ = [
     "OCRHead",
     "PPLiteSegHead",
     "PPYOLOEHead",
+    "Res5Head",
     "RPNHead",
     "SARHead",
     "SegFormerHead",

@@ -62,6 +62,8 @@ def trainable(module):
         "faster_rcnn_r50_vd_fpn_ssld_1x_coco.yml",
         "faster_rcnn_r101_vd_fpn_2x_coco.yml",
         "faster_rcnn_x101_vd_64x4d_fpn_1x_coco.yml",
+        "faster_rcnn_r50_vd_1x_coco.yml",  # C4: Res5Head
+        "faster_rcnn_r101_1x_coco.yml",
     ],
 )
 def test_whole_model_has_paddledetections_trainable_parameters(name):
