@@ -7,10 +7,14 @@ import json
 import os
 
 import pytest
+import yaml
 
+from ppdist.components import build_model, build_postprocess
+from ppdist.config import load_config
 from ppdist.convert.configs.convert import convert_config
 from ppdist.errors import ConfigError
 from ppdist.modeling.architectures import BaseModel
+from ppdist.registry import LOSSES
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIGS = os.path.join(
@@ -93,3 +97,20 @@ def test_sync_bn_and_unknown_keys(tmp_path):
     assert conversion.config["Global"]["use_sync_bn"] is True
     assert "norm_type" not in conversion.config["Architecture"]["Backbone"]
     assert any(line.startswith("ResNet.frobnicate") for line in conversion.unmapped)
+
+
+@pytest.mark.parametrize("name", ["faster_rcnn_r50_vd_fpn_ssld_2x_coco.yml", "faster_rcnn_r50_1x_coco.yml"])
+def test_converted_configs_validate_and_build(name, tmp_path):
+    """The converted file loads with ppdist's validation and builds the model and post-process.
+    Until the Faster R-CNN loss (``FasterRCNNLoss``) is registered, a stand-in Loss lets the other
+    sections be validated."""
+    config = convert_config(os.path.join(CONFIGS, name)).config
+    if "FasterRCNNLoss" not in LOSSES:
+        config["Loss"] = {"name": "CTCLoss"}
+    path = tmp_path / "converted.yml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    loaded = load_config(str(path))
+    model = build_model(loaded)
+    assert type(model.head).__name__ == "FasterRCNNHead"
+    assert type(build_postprocess(loaded)).__name__ == "BBoxPostProcess"
+    assert trainable(model) == COUNTS[name]["total"]
