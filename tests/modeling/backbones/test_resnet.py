@@ -25,6 +25,7 @@ from ppdist.modeling.architectures import BaseModel
 from ppdist.modeling.backbones.resnet import ResNet
 from ppdist.modeling.necks.fpn import FPN
 from ppdist.optim import build_optimizer
+from ppdist.utils.host_sync import HostSyncCounter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "..", "fixtures", "faster_rcnn")
@@ -159,3 +160,18 @@ def test_fpn_without_extra_convs_subsamples_p5():
     torch.testing.assert_close(outs[2], outs[1][:, :, ::2, ::2], rtol=0, atol=0)
     with pytest.raises(ConfigError, match="norm_type"):
         FPN([8], 4, norm_type="gn")
+
+
+def test_a_training_step_of_resnet_and_fpn_reads_nothing_on_the_host():
+    model = BaseModel(
+        {
+            "model_type": "det",
+            "Backbone": {"name": "ResNet", "depth": 18, "variant": "d", "freeze_at": 0, "freeze_norm": False},
+            "Neck": {"name": "FPN", "out_channel": 8},
+        }
+    ).train()
+    x = torch.randn(2, 3, 64, 64)
+    with HostSyncCounter() as counter:
+        outs = model(x)
+        sum(o.float().mean() for o in outs).backward()
+    assert counter.count == 0, counter.report()
