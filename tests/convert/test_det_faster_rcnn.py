@@ -114,3 +114,25 @@ def test_converted_configs_validate_and_build(name, tmp_path):
     assert type(model.head).__name__ == "FasterRCNNHead"
     assert type(build_postprocess(loaded)).__name__ == "BBoxPostProcess"
     assert trainable(model) == COUNTS[name]["total"]
+
+
+@pytest.mark.parametrize(
+    "name,weights",
+    [
+        ("faster_rcnn_x101_vd_64x4d_fpn_1x_coco.yml", "ResNeXt101_vd_64x4d_pretrained.pdparams"),
+        ("faster_rcnn_r50_vd_fpn_ssld_1x_coco.yml", "ResNet50_vd_ssld_v2_pretrained.pdparams"),
+    ],
+)
+def test_imagenet_pretrain_weights_go_to_the_backbone(name, weights, tmp_path):
+    assert any(
+        line.startswith("pretrain_weights") and "Architecture.Backbone.pretrained" in line
+        for line in convert_config(os.path.join(CONFIGS, name)).unmapped
+    )  # the release configs' URLs: download, then give the path
+    (tmp_path / weights).write_bytes(b"")
+    path = tmp_path / "local.yml"
+    path.write_text(
+        f"_BASE_: ['{os.path.join(CONFIGS, name)}']\npretrain_weights: {weights}\n", encoding="utf-8"
+    )
+    config = convert_config(str(path)).config
+    assert config["Architecture"]["Backbone"]["pretrained"].endswith(weights)
+    assert "pretrained_model" not in config["Global"]

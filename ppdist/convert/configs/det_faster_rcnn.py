@@ -77,6 +77,7 @@ def convert_faster_rcnn(
                 f"({', '.join(f'{k}: {v}' for k, v in PARTS.items())}; neck may be absent)"
             )
     meta.finish()
+    conv.backbone_file_prefixes = ("resnext",)  # ResNeXt101_vd_64x4d_pretrained.pdparams: ResNet's weights
     num_classes = int(conv.top.get("num_classes", 80))
     conv.glob["num_classes"] = num_classes
     backbone, strides = _backbone(conv)

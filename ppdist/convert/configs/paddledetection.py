@@ -88,6 +88,8 @@ class DetConverter:
         self.report = report
         self.path = path
         self.glob: Dict[str, Any] = {}
+        # other file-name starts of the family's ImageNet backbone weights (ResNeXt101_... for ResNet)
+        self.backbone_file_prefixes: Tuple[str, ...] = ()
 
     def run(self) -> Dict[str, Any]:
         arch, loss, post = self.architecture()
@@ -186,7 +188,8 @@ class DetConverter:
         value = self.top.get("pretrain_weights")
         if not value:
             return
-        backbone = os.path.basename(str(value)).lower().startswith(arch["Backbone"]["name"].lower())
+        prefixes = (arch["Backbone"]["name"].lower(),) + self.backbone_file_prefixes
+        backbone = os.path.basename(str(value)).lower().startswith(prefixes)
         key = f"Architecture.Backbone.{STAGE_PRETRAINED_KEY}" if backbone else "Global.pretrained_model"
         what = "backbone weights" if backbone else "whole-model weights"
         if is_url(value):
