@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from typing import (
     Any,
     Callable,
@@ -35,6 +34,7 @@ from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.amp import load_scaler_state
 from ppdist.engine.batch import batch_size_of, detach, move_to_device
 from ppdist.engine.checkpoint.background import BackgroundWriter
+from ppdist.engine.checkpoint.resumable import check_resumable
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_tensors
 from ppdist.engine.ema import ModelEMA
 from ppdist.engine.finite_state import describe, model_state, nonfinite_tensors
@@ -43,32 +43,15 @@ from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.nonfinite import NonFiniteError, NonFiniteWatch, last_good_text
 from ppdist.engine.position import Layout, RunPosition, run_length
 from ppdist.engine.prefetch import DevicePrefetcher
+from ppdist.engine.step_record import StepRecord
 from ppdist.engine.update import WeightUpdate
-from ppdist.errors import CheckpointError, ConfigError, DataError
+from ppdist.errors import ConfigError, DataError
 from ppdist.losses.normalizer import NORMALIZER_KEY
 from ppdist.modeling.batch_norm import store_true_variances
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ppdist")
 EPOCH_KEY = "epoch_id"  # 0-based epoch in the batch, for epoch-dependent losses (PP-YOLOE's assigner switch)
-
-
-@dataclass
-class StepRecord:
-    """What one step did, for the hooks: loss terms (detached tensors, read only when logged),
-    samples of all processes and of this one, the wait for data and the whole step (seconds),
-    and the bad samples that were replaced in this process's batch. With a training metric,
-    also the step's (detached) predictions and batch, for the log steps that compute it."""
-
-    values: Dict[str, Any]
-    samples: int
-    local_samples: int
-    reader_cost: float
-    batch_cost: float
-    bad_samples: List[str] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
-    preds: Any = None
-    batch: Optional[Dict[str, Any]] = None
 
 
 class Trainer:
@@ -422,12 +405,10 @@ class Trainer:
         copies: Sequence[str] = (),
         on_written: Optional[Callable[[], None]] = None,
     ) -> None:
-        """Collective: every rank's RNG state is gathered, then rank 0 copies the state to host
-        memory and writes ``<name>.pt`` (and ``<copy>.pt`` for each of ``copies``, the same content)
-        atomically in a background thread (``BackgroundWriter``: after the previous write, which
-        this waits for). The step's path pays the host copy only. Once the files are whole, rank 0
-        logs them, tells the trackers and calls ``on_written`` (at the next step's start, the next
-        save or ``wait_for_checkpoints``); a failed write is raised there."""
+        """Collective: every rank's RNG state is gathered; rank 0 writes ``<name>.pt`` (and each of
+        ``copies``) from a host copy in the background (``BackgroundWriter``, one write in flight).
+        Once whole, the files are logged, tracked and ``on_written`` runs (next step, next save or
+        ``wait_for_checkpoints``), where a failed write is raised."""
         if not self.save_dir:
             raise ConfigError("the trainer has no save_dir: checkpoints cannot be written")
         self.check_finite()
@@ -451,20 +432,18 @@ class Trainer:
         self.last_good = (paths[0], step)
 
     def wait_for_checkpoints(self, raise_error: bool = True) -> None:
-        """Wait until the checkpoint being written in the background is whole (rank 0; nothing
-        elsewhere), then log it; its error is raised, or with ``raise_error`` False logged."""
+        """Wait for the background write in flight (rank 0); its error raised, or logged."""
         self.checkpoint_writer.wait(raise_error)
 
     def check_finite(self) -> None:
-        """Collective: raise ``NonFiniteError`` (naming the step, its loss terms and the last good
-        checkpoint) if a step since the start was not finite; nothing without ``nan_policy``."""
+        """Collective: ``NonFiniteError`` (step, loss terms, last good checkpoint) if a step was not
+        finite since the start; nothing without ``nan_policy``."""
         if self.nonfinite is not None:
             self.nonfinite.check(self.env, self.last_good)
 
     def check_state_finite(self, consequence: str) -> None:
-        """Raise ``NonFiniteError`` (saying ``consequence``) when a weight or buffer of the model or
-        of its EMA holds a NaN or Inf, e.g. a finite step whose update overflowed (one fused device
-        check, read once)."""
+        """``NonFiniteError`` (saying ``consequence``) when a weight or buffer of the model or its
+        EMA holds a NaN or Inf, e.g. after an overflowing update (one fused check, read once)."""
         found = nonfinite_tensors(model_state(self.model, self.ema.module if self.ema else None))
         if found:
             raise NonFiniteError(
@@ -483,26 +462,7 @@ class Trainer:
         exactly, RNG streams included; with another number of processes or batch size from the
         same sample of the same epoch. ``on_relayout(saved position, this layout)`` is called
         first in that case and may refuse by raising."""
-        if "optimizer" not in state or "position" not in state:
-            raise CheckpointError(
-                f"{source} holds weights only; use Global.pretrained_model to start from it"
-            )
-        ckpt.check_classes(state.get(ckpt.CLASSES_KEY), self.classes, source)  # another dictionary
-        misfit = ckpt.mismatch_summary(self.model, state["model"])
-        if misfit is not None:  # another task or architecture: say so before anything else
-            hint = ckpt.class_count_hint(self.model.state_dict(), state["model"], self.classes)
-            raise CheckpointError(
-                f"{source} does not fit Architecture: {misfit}{hint}; resume it with the config it was trained "
-                f"with (stored in the checkpoint, and as config.yml beside it), or start from its weights "
-                f"with Global.pretrained_model"
-            )
-        saved = self.position.saved_layout(state["position"])
-        if saved.dataset_len != self.position.layout.dataset_len:
-            raise CheckpointError(
-                f"{source} was taken with a training set of {saved.dataset_len} samples and this run has "
-                f"{self.position.layout.dataset_len}; resume with the same data (or start a new run from it "
-                f"with Global.pretrained_model)"
-            )
+        saved = check_resumable(state, source, self.model, self.classes, self.position)
         same_layout = saved == self.position.layout
         if not same_layout and on_relayout is not None:
             on_relayout(state["position"], self.position.layout)
