@@ -4,13 +4,16 @@ with the static classes' defaults; a key without a translation is refused in one
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
+from ppdist.components import build_model
 from ppdist.convert.configs.common import Keys, Report, read_paddle_yaml
 from ppdist.convert.configs.det_schedule import convert_det_optimizer
 from ppdist.convert.configs.det_static import is_static_det, translate_static
+from ppdist.convert.configs.paddledetection import convert_det
 from ppdist.errors import ConfigError
 from ppdist.optim import build_lr_schedule
 
@@ -18,6 +21,8 @@ STATIC = os.path.join(
     os.path.dirname(__file__), "..", "fixtures", "paddle_configs", "PaddleDetection", "static", "configs"
 )
 SEED = os.path.join(STATIC, "faster_rcnn_r50_fpn_1x.yml")
+with open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "faster_rcnn", "param_counts.json")) as f:
+    COUNTS = json.load(f)
 
 
 def translated(path: str = SEED, **changes):
@@ -161,3 +166,67 @@ def test_the_schedule_is_the_seeds_iterations_momentum_l2_and_a_1000_step_warmup
 def test_a_key_without_translation_is_refused_naming_it(changes, message):
     with pytest.raises(ConfigError, match=message):
         translated(**changes)
+
+
+RELEASE_R50_FPN = os.path.join(
+    os.path.dirname(__file__),
+    "..",
+    "fixtures",
+    "paddle_configs",
+    "PaddleDetection",
+    "configs",
+    "faster_rcnn",
+    "faster_rcnn_r50_fpn_1x_coco.yml",
+)
+
+
+def flat(tree, prefix=""):
+    """``{dotted key: leaf}`` of nested mappings."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(flat(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+def test_the_seed_config_converts_to_release_2_7_1s_model_and_the_same_parameters():
+    """Converted end to end, the static config's model sections are release/2.7.1's
+    faster_rcnn_r50_fpn_1x_coco.yml's except for values the static config (or its classes'
+    defaults) sets otherwise, each listed here; both build a model of 41,477,536 trainable
+    parameters (the count PaddleDetection gives the 2.x config, tests/fixtures/faster_rcnn)."""
+    static = convert_det(SEED).config
+    release = convert_det(RELEASE_R50_FPN).config
+    differ = {
+        key
+        for section in ("Architecture", "PostProcess")
+        for key in set(flat(static[section], section)) | set(flat(release[section], section))
+        if flat(static[section], section).get(key) != flat(release[section], section).get(key)
+    }
+    assert differ == {
+        # written out from the static classes' defaults (2.x leaves them to its own, equal ones)
+        "Architecture.Backbone.freeze_norm",
+        "Architecture.Backbone.norm_decay",
+        "Architecture.Backbone.variant",
+        "Architecture.Neck.extra_stage",
+        "Architecture.Neck.has_extra_convs",
+        "Architecture.Neck.use_c5",
+        "Architecture.Head.bbox_head.bbox_weight",
+        "Architecture.Head.bbox_head.roi_extractor.canconical_level",
+        "Architecture.Head.bbox_head.roi_extractor.canonical_size",
+        "Architecture.Head.bbox_head.roi_extractor.start_level",
+        "Architecture.Head.bbox_head.roi_extractor.end_level",
+        "PostProcess.decode.prior_box_var",
+        "PostProcess.nms.nms_top_k",
+        # the static model's own values
+        "Architecture.Head.bbox_head.roi_extractor.aligned",  # False; 2.7.1 ignores True anyway
+        "Architecture.Head.bbox_head.roi_extractor.sampling_ratio",  # 2 (2.x: 0, adaptive)
+        "Architecture.Head.rpn_head.train_proposal.post_nms_top_n",  # 2000 (2.x: 1000)
+        "Architecture.Head.rpn_head.test_proposal.topk_after_collect",  # True (2.x: per level)
+    }
+    config = {"Global": {}, "Architecture": static["Architecture"], "PostProcess": static["PostProcess"]}
+    model = build_model(config)
+    assert (
+        sum(p.numel() for p in model.parameters() if p.requires_grad)
+        == COUNTS["faster_rcnn_r50_fpn_1x_coco.yml"]["total"]
+    )
