@@ -79,6 +79,71 @@ def node_rank_from_addresses(addresses: Sequence[str]) -> int:
     )
 
 
+def apply_paddlecloud(ns: argparse.Namespace) -> None:
+    """With --use_paddlecloud, fill the node list, this node's address and the port from PaddleCloud's
+    environment where it is set, as the Fleet-era launcher did (ValueError when it disagrees with the options)."""
+    if not ns.use_paddlecloud:
+        return
+    trainers, pod_ip, port = (os.environ.get(name) for name in ("PADDLE_TRAINERS", "POD_IP", "PADDLE_PORT"))
+    if trainers:
+        listed = ",".join(ip.strip() for ip in trainers.split(","))
+        if ns.ips is not None and ",".join(ip.strip() for ip in ns.ips.split(",")) != listed:
+            raise ValueError(
+                f"--cluster_node_ips {ns.ips} differs from PaddleCloud's PADDLE_TRAINERS={trainers}"
+            )
+        ns.ips = listed
+    if pod_ip:
+        if ns.node_ip is not None and ns.node_ip != pod_ip:
+            raise ValueError(f"--node_ip {ns.node_ip} differs from PaddleCloud's POD_IP={pod_ip}")
+        ns.node_ip = pod_ip
+    if port and ns.master_port is None and len((ns.ips or "").split(",")) > 1:
+        if not port.isdigit():
+            raise ValueError(f"PADDLE_PORT={port} is not a port number (1..65535)")
+        ns.master_port = int(port)
+
+
+def node_rank_of_node_ip(
+    addresses: Sequence[str], node_ip: Optional[str], node_rank: Optional[int]
+) -> Optional[int]:
+    """The node rank ``node_ip`` has in ``addresses`` (``node_rank`` when no ``node_ip``); ValueError when it
+    is not listed or disagrees with ``node_rank``."""
+    if node_ip is None:
+        return node_rank
+    node_ip = node_ip.strip()
+    if node_ip not in addresses:
+        raise ValueError(f"--node_ip {node_ip} is not in --cluster_node_ips {','.join(addresses)}")
+    place = list(addresses).index(node_ip)
+    if node_rank is not None and node_rank != place:
+        raise ValueError(f"--node_rank {node_rank} disagrees with --node_ip {node_ip}: node {place} of --ips")
+    return place
+
+
+def check_trainer_id(node_rank: int, addresses: Sequence[str]) -> None:
+    """$PADDLE_TRAINER_ID, where set, is this node's place in the node list (ValueError otherwise)."""
+    trainer_id = os.environ.get("PADDLE_TRAINER_ID")
+    if trainer_id is None or trainer_id.strip() == str(node_rank):
+        return
+    raise ValueError(
+        f"PADDLE_TRAINER_ID={trainer_id} disagrees with this node's place in --cluster_node_ips "
+        f"{','.join(addresses)}: node {node_rank} ({addresses[node_rank]})"
+    )
+
+
+def resolve_node_rank(addresses: Sequence[str], node_ip: Optional[str], node_rank: Optional[int]) -> int:
+    """This node's rank: --node_rank, else --node_ip's place in the list, else found from this machine's
+    addresses; checked against the list's length and $PADDLE_TRAINER_ID (ValueError)."""
+    rank = node_rank_of_node_ip(addresses, node_ip, node_rank)
+    if rank is None:
+        rank = node_rank_from_addresses(addresses)
+    if not 0 <= rank < len(addresses):
+        raise ValueError(
+            f"--node_rank {rank} is out of range: --ips lists {len(addresses)} node(s), "
+            f"so it must be in [0, {len(addresses) - 1}]"
+        )
+    check_trainer_id(rank, addresses)
+    return rank
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line, in Paddle's spelling."""
     parser = argparse.ArgumentParser(
@@ -91,8 +156,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--ips",
-        default="127.0.0.1",
-        help="comma-separated node addresses; the first is the master (default: %(default)s)",
+        "--cluster_node_ips",
+        dest="ips",
+        default=None,
+        help="comma-separated node addresses; the first is the master (default: 127.0.0.1); "
+        "--cluster_node_ips: the Fleet-era launcher's spelling",
+    )
+    parser.add_argument(
+        "--node_ip",
+        metavar="IP",
+        help="this node's address, one of --ips: its place there is the node rank (the Fleet-era launcher's flag)",
+    )
+    parser.add_argument(
+        "--use_paddlecloud",
+        action="store_true",
+        help="take the nodes, this node and its rank from PaddleCloud's $PADDLE_TRAINERS, $POD_IP and "
+        "$PADDLE_TRAINER_ID (and $PADDLE_PORT as the master port) where they are set",
     )
     procs = parser.add_mutually_exclusive_group()
     procs.add_argument(
@@ -150,22 +229,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse and check ``argv``; adds ``ip_list``, ``nproc`` and ``visible_devices``, fills defaults."""
     parser = build_parser()
     ns = parser.parse_args(argv)
+    try:
+        apply_paddlecloud(ns)
+    except ValueError as exc:
+        parser.error(str(exc))
+    ns.ips = ns.ips or "127.0.0.1"
     ns.ip_list = [ip.strip() for ip in ns.ips.split(",")]
     if not all(ns.ip_list):
         parser.error(f"--ips {ns.ips}: empty address in the list")
     duplicates = sorted({ip for ip in ns.ip_list if ns.ip_list.count(ip) > 1})
     if duplicates:
         parser.error(f"--ips {ns.ips}: {', '.join(duplicates)} listed more than once (one entry per node)")
-    if ns.node_rank is None:
-        try:
-            ns.node_rank = node_rank_from_addresses(ns.ip_list)
-        except ValueError as exc:
-            parser.error(str(exc))
-    elif not 0 <= ns.node_rank < len(ns.ip_list):
-        parser.error(
-            f"--node_rank {ns.node_rank} is out of range: --ips lists {len(ns.ip_list)} node(s), "
-            f"so it must be in [0, {len(ns.ip_list) - 1}]"
-        )
+    try:
+        ns.node_rank = resolve_node_rank(ns.ip_list, ns.node_ip, ns.node_rank)
+    except ValueError as exc:
+        parser.error(str(exc))
     ns.visible_devices = None
     if ns.gpus is not None:
         ids = [item.strip() for item in ns.gpus.split(",")]

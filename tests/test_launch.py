@@ -33,7 +33,15 @@ WORKER = textwrap.dedent("""
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
     """No launch-related variables from the outside; whatever main() sets is undone afterwards."""
-    for name in ("FLAGS_START_PORT", "PPDIST_JOB_ID", "CUDA_VISIBLE_DEVICES"):
+    for name in (
+        "FLAGS_START_PORT",
+        "PPDIST_JOB_ID",
+        "CUDA_VISIBLE_DEVICES",
+        "PADDLE_TRAINER_ID",
+        "PADDLE_TRAINERS",
+        "POD_IP",
+        "PADDLE_PORT",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -226,6 +234,129 @@ def test_an_address_not_of_this_machine_or_not_an_address_is_refused_before_star
     assert "FLAGS_START_PORT=99999 is not a port number (1..65535)" in parse_error(["t.py"], capsys)
 
 
+def test_fleet_era_single_node_command(monkeypatch):
+    """The seed's ``python -m paddle.distributed.launch --selected_gpus 0,...,7 tools/train_multi_machine.py``."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ns = launch.parse_args(
+        ["--selected_gpus", "0,1,2,3,4,5,6,7", "tools/train_multi_machine.py", "-c", "x.yml"]
+    )
+    assert launch.torchrun_args(ns) == [
+        "--nnodes",
+        "1",
+        "--node_rank",
+        "0",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        "29500",
+        "--nproc_per_node",
+        "8",
+        "--rdzv-conf",
+        "timeout=600",
+        "tools/train_multi_machine.py",
+        "-c",
+        "x.yml",
+    ]
+    assert launch.launch_env(ns) == {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+
+
+@pytest.mark.parametrize("paddlecloud", [[], ["--use_paddlecloud"]], ids=["plain", "paddlecloud"])
+def test_cluster_node_ips_and_node_ip_give_the_node_rank(monkeypatch, paddlecloud):
+    """--cluster_node_ips is the node list (master: the first), --node_ip's place in it the node rank;
+    --use_paddlecloud without PaddleCloud's environment changes nothing."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    argv = paddlecloud + ["--cluster_node_ips", "10.0.0.1,10.0.0.2", "--node_ip", "10.0.0.2"]
+    ns = launch.parse_args(argv + ["--selected_gpus", "0,1", "t.py"])
+    args = launch.torchrun_args(ns)
+    assert args[:8] == [
+        "--nnodes",
+        "2",
+        "--node_rank",
+        "1",
+        "--master_addr",
+        "10.0.0.1",
+        "--master_port",
+        "29500",
+    ]
+    assert args[args.index("--nproc_per_node") + 1] == "2" and launch.launch_env(ns) == {
+        "CUDA_VISIBLE_DEVICES": "0,1"
+    }
+    assert launch.parse_args(argv[:-1] + ["10.0.0.1", "t.py"]).node_rank == 0
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")  # agrees with the node's place: accepted
+    assert launch.parse_args(argv + ["t.py"]).node_rank == 1
+    assert launch.parse_args(["--ips", "10.0.0.1,10.0.0.2", "--node_ip", "10.0.0.2", "t.py"]).node_rank == 1
+
+
+def test_paddlecloud_environment_gives_nodes_node_and_port(monkeypatch):
+    """PaddleCloud's PADDLE_TRAINERS (the nodes), POD_IP (this node), PADDLE_TRAINER_ID, PADDLE_PORT."""
+    monkeypatch.setenv("PADDLE_TRAINERS", "10.0.0.1,10.0.0.2,10.0.0.3")
+    monkeypatch.setenv("POD_IP", "10.0.0.3")
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "2")
+    monkeypatch.setenv("PADDLE_PORT", "6170")
+    args = args_for(["--use_paddlecloud", "--nproc_per_node", "1", "t.py"])
+    assert args[:8] == [
+        "--nnodes",
+        "3",
+        "--node_rank",
+        "2",
+        "--master_addr",
+        "10.0.0.1",
+        "--master_port",
+        "6170",
+    ]
+    same = [
+        "--cluster_node_ips",
+        "10.0.0.1,10.0.0.2,10.0.0.3",
+        "--node_ip",
+        "10.0.0.3",
+        "--master_port",
+        "7000",
+    ]
+    args = args_for(["--use_paddlecloud"] + same + ["t.py"])
+    assert args[:8] == [
+        "--nnodes",
+        "3",
+        "--node_rank",
+        "2",
+        "--master_addr",
+        "10.0.0.1",
+        "--master_port",
+        "7000",
+    ]
+
+
+def test_fleet_era_refusals_are_one_line(monkeypatch, capsys):
+    def last_line(argv):
+        return parse_error(argv, capsys).strip().splitlines()[-1]
+
+    nodes = ["--cluster_node_ips", "10.0.0.1,10.0.0.2"]
+    assert last_line(nodes + ["--node_ip", "10.0.0.9", "t.py"]) == (
+        "python -m ppdist.launch: error: --node_ip 10.0.0.9 is not in --cluster_node_ips 10.0.0.1,10.0.0.2"
+    )
+    assert last_line(nodes + ["--node_ip", "10.0.0.2", "--node_rank", "0", "t.py"]) == (
+        "python -m ppdist.launch: error: --node_rank 0 disagrees with --node_ip 10.0.0.2: node 1 of --ips"
+    )
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")
+    assert last_line(nodes + ["--node_ip", "10.0.0.2", "t.py"]) == (
+        "python -m ppdist.launch: error: PADDLE_TRAINER_ID=0 disagrees with this node's place in "
+        "--cluster_node_ips 10.0.0.1,10.0.0.2: node 1 (10.0.0.2)"
+    )
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    monkeypatch.setenv("PADDLE_TRAINERS", "10.0.0.1,10.0.0.3")
+    assert last_line(["--use_paddlecloud"] + nodes + ["t.py"]) == (
+        "python -m ppdist.launch: error: --cluster_node_ips 10.0.0.1,10.0.0.2 differs from PaddleCloud's "
+        "PADDLE_TRAINERS=10.0.0.1,10.0.0.3"
+    )
+    monkeypatch.setenv("POD_IP", "10.0.0.3")
+    assert last_line(["--use_paddlecloud", "--node_ip", "10.0.0.1", "t.py"]) == (
+        "python -m ppdist.launch: error: --node_ip 10.0.0.1 differs from PaddleCloud's POD_IP=10.0.0.3"
+    )
+    monkeypatch.setenv("PADDLE_PORT", "x")
+    assert last_line(["--use_paddlecloud", "t.py"]) == (
+        "python -m ppdist.launch: error: PADDLE_PORT=x is not a port number (1..65535)"
+    )
+
+
 def test_node_rank_from_addresses():
     assert launch.node_rank_from_addresses(["203.0.113.9", "127.0.0.1"]) == 1  # 203.0.113.0/24: TEST-NET-3
     assert launch.node_rank_from_addresses(["localhost", "203.0.113.9"]) == 0
@@ -310,8 +441,8 @@ def test_rendezvous_error_messages():
     assert message.startswith("node 0: cannot open the rendezvous at 10.0.0.1:6000: port 6000 is in use")
 
 
-def run_launch(args, timeout=HANG_TIMEOUT_S) -> subprocess.CompletedProcess:
-    env = child_env()
+def run_launch(args, timeout=HANG_TIMEOUT_S, env=None) -> subprocess.CompletedProcess:
+    env = {**child_env(), **(env or {})}
     env.pop("CUDA_VISIBLE_DEVICES", None)  # --gpus must be a subset of it
     return subprocess.run(
         [sys.executable, "-m", "ppdist.launch"] + args,
@@ -358,6 +489,25 @@ def test_launch_two_workers_with_log_dir(tmp_path, worker_script):
     ]
     text = (log_dir / "workerlog.1").read_text()
     assert "rank 1 of 2" in text and "err from 1" in text
+
+
+@pytest.mark.slow
+def test_fleet_era_flags_launch_two_workers_on_cpu(worker_script):
+    """The seed's spelling runs: --selected_gpus (2 processes on CPU), --cluster_node_ips, --node_ip, --use_paddlecloud."""
+    env = {"FLAGS_START_PORT": str(free_port()), "PADDLE_TRAINER_ID": "0"}
+    flags = [
+        "--use_paddlecloud",
+        "--cluster_node_ips",
+        "127.0.0.1",
+        "--node_ip",
+        "127.0.0.1",
+        "--selected_gpus",
+        "0,1",
+    ]
+    result = run_launch(flags + [worker_script], env=env)
+    assert result.returncode == 0, f"STDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr}"
+    assert "--nnodes 1 --node_rank 0 --master_addr 127.0.0.1" in result.stdout
+    assert "rank 0 of 2" in result.stdout and "rank 1 of 2" in result.stdout
 
 
 @pytest.mark.parametrize("elastic", [False, True], ids=["static", "c10d"])
