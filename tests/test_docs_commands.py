@@ -242,6 +242,11 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("--rdzv_id ppyoloe_s_run1", MULTI_GPU),
     ("--ips 10.0.0.1,10.0.0.2", MULTI_GPU),
     (
+        "--selected_gpus 0,1,2,3,4,5,6,7 tools/train_multi_machine.py -c x.yml",
+        MULTI_GPU + "; x.yml: your config",
+    ),
+    ("--use_paddlecloud --cluster_node_ips", MULTI_GPU + "; x.yml: your config"),
+    (
         "-c cfg.yml",
         "cfg.yml stands for your config; the README's launch command runs the same restartable setup",
     ),
