@@ -10,6 +10,7 @@ from ppdist.losses.distillation import (
     DistillationDMLLoss,
     DistillationSARLoss,
 )
+from ppdist.losses.faster_rcnn import FasterRCNNLoss
 from ppdist.losses.multi import MultiLoss
 from ppdist.losses.ppyoloe import PPYOLOELoss
 from ppdist.losses.sar import SARLoss
@@ -17,6 +18,7 @@ from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntrop
 from ppdist.losses.table import SLALoss
 
 __all__ = [
+    "FasterRCNNLoss",
     "ATSSAssigner",
     "CTCLoss",
     "CombinedLoss",
