@@ -14,7 +14,7 @@ from ppdist.config import load_config
 from ppdist.convert.configs.convert import convert_config
 from ppdist.errors import ConfigError
 from ppdist.modeling.architectures import BaseModel
-from ppdist.registry import LOSSES
+from ppdist.registry import LOSSES, TRANSFORMS
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIGS = os.path.join(
@@ -136,3 +136,26 @@ def test_imagenet_pretrain_weights_go_to_the_backbone(name, weights, tmp_path):
     config = convert_config(str(path)).config
     assert config["Architecture"]["Backbone"]["pretrained"].endswith(weights)
     assert "pretrained_model" not in config["Global"]
+
+
+def test_faster_fpn_reader_random_resize_converts_and_builds():
+    """faster_fpn_reader.yml's TrainReader: RandomResize (six [h, 1333] sizes, keep_ratio, cubic) maps to
+    ppdist's RandomResize with those options; the EvalReader's Resize keeps keep_ratio and [800, 1333]."""
+    result = convert_config(os.path.join(CONFIGS, "faster_rcnn_r50_fpn_1x_coco.yml"))
+    train = result.config["Train"]["dataset"]["transforms"]
+    assert [next(iter(op)) for op in train] == [
+        "Decode",
+        "RandomResize",
+        "RandomFlip",
+        "NormalizeImage",
+        "Permute",
+    ]
+    options = train[1]["RandomResize"]
+    assert options["target_size"] == [[s, 1333] for s in (640, 672, 704, 736, 768, 800)]
+    assert (options["keep_ratio"], options["interp"]) == (True, 2)
+    op = TRANSFORMS.build({"name": "RandomResize", **options})
+    assert op.sizes == [(s, 1333) for s in (640, 672, 704, 736, 768, 800)] and op.interp == 2
+    assert not op.random_interp and not op.random_range
+    evaluation = result.config["Eval"]["dataset"]["transforms"]
+    assert evaluation[1] == {"Resize": {"interp": 2, "target_size": [800, 1333], "keep_ratio": True}}
+    assert not [u for u in result.unmapped if "RandomResize" in str(u)]

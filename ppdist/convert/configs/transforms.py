@@ -47,6 +47,11 @@ DET_OPS: Dict[str, Op] = {
         {"mean": IMAGENET_MEAN, "std": IMAGENET_STD, "is_scale": True, "norm_type": "mean_std"},
     ),
     "Permute": Op("Permute", {}),
+    "RandomResize": Op(
+        "RandomResize",
+        {"keep_ratio": True, "interp": 1, "random_range": False, "random_size": True, "random_interp": False},
+        required=("target_size",),
+    ),
     "BatchRandomResize": Op(
         "BatchRandomResize",
         {"interp": 0, "random_size": True, "random_interp": False},
