@@ -138,7 +138,7 @@ def test_imagenet_pretrain_weights_go_to_the_backbone(name, weights, tmp_path):
     assert "pretrained_model" not in config["Global"]
 
 
-def test_faster_fpn_reader_random_resize_converts_and_builds():
+def test_faster_fpn_reader_converts_and_builds():
     """faster_fpn_reader.yml's TrainReader: RandomResize (six [h, 1333] sizes, keep_ratio, cubic) maps to
     ppdist's RandomResize with those options; the EvalReader's Resize keeps keep_ratio and [800, 1333]."""
     result = convert_config(os.path.join(CONFIGS, "faster_rcnn_r50_fpn_1x_coco.yml"))
@@ -158,4 +158,7 @@ def test_faster_fpn_reader_random_resize_converts_and_builds():
     assert not op.random_interp and not op.random_range
     evaluation = result.config["Eval"]["dataset"]["transforms"]
     assert evaluation[1] == {"Resize": {"interp": 2, "target_size": [800, 1333], "keep_ratio": True}}
-    assert not [u for u in result.unmapped if "RandomResize" in str(u)]
+    for section in ("Train", "Eval"):  # PaddleDetection's PadBatch, stride 32, joins the sizes
+        assert result.config[section]["dataset"]["batch_transforms"] == [{"PadBatch": {"pad_to_stride": 32}}]
+    assert TRANSFORMS.build({"name": "PadBatch", "pad_to_stride": 32}).stride == 32
+    assert not [u for u in result.unmapped if "RandomResize" in str(u) or "PadBatch" in str(u)]

@@ -1,17 +1,15 @@
 """RandomResize / Resize(keep_ratio) and the rest of Faster R-CNN's sample transforms equal
 PaddleDetection's operators (fixture: tests/fixtures/paddle_det_reader/make_reader.py)."""
 
-import os
-
 import numpy as np
 import pytest
+from det_reader_testing import FIXTURE, images, sample
 
 from ppdist.data.pending_image import materialize
 from ppdist.data.transforms import NormalizeImage, Permute, RandomFlip, RandomResize, Resize
 from ppdist.data.transforms.det import BATCH_INTERPS
 from ppdist.errors import ConfigError
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "paddle_det_reader", "reader.npz")
 SIZES = [[32, 60], [40, 60], [48, 60]]
 CASES = [(size, True, interp) for size in SIZES for interp in range(5)] + [([32, 60], False, 2)]
 
@@ -20,27 +18,6 @@ CASES = [(size, True, interp) for size in SIZES for interp in range(5)] + [([32,
 def ref():
     with np.load(FIXTURE) as data:
         return dict(data)
-
-
-def images():
-    rng = np.random.RandomState(43)  # as make_reader.py
-    wide = rng.randint(0, 256, (45, 70, 3)).astype(np.uint8)
-    tall = rng.randint(0, 256, (90, 20, 3)).astype(np.uint8)
-    return {
-        "wide": (wide, np.array([[3.5, 4.0, 60.25, 40.0], [10.0, 0.0, 70.0, 45.0]], np.float32)),
-        "tall": (tall, np.array([[1.0, 2.5, 19.0, 88.0]], np.float32)),
-    }
-
-
-def sample(image, boxes):
-    h, w = image.shape[:2]
-    return {
-        "image": image.copy(),
-        "gt_bbox": boxes.copy(),
-        "gt_class": np.zeros((len(boxes), 1), np.int32),
-        "im_shape": np.array([h, w], np.float32),
-        "scale_factor": np.array([1.0, 1.0], np.float32),
-    }
 
 
 def check(out, ref, key):

@@ -52,6 +52,7 @@ DET_OPS: Dict[str, Op] = {
         {"keep_ratio": True, "interp": 1, "random_range": False, "random_size": True, "random_interp": False},
         required=("target_size",),
     ),
+    "PadBatch": Op("PadBatch", {"pad_to_stride": 0}),
     "BatchRandomResize": Op(
         "BatchRandomResize",
         {"interp": 0, "random_size": True, "random_interp": False},

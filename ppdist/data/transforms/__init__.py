@@ -1,6 +1,6 @@
 """Data transforms ("ops"); importing this package registers all of them in ``TRANSFORMS``."""
 
-from ppdist.data.transforms import common, det, det_resize, rec, rec_concat, rec_labels, seg, table  # noqa: F401  (registration)
+from ppdist.data.transforms import common, det, det_batch, det_resize, rec, rec_concat, rec_labels, seg, table  # noqa: F401  (registration)
 from ppdist.data.transforms.common import DecodeImage, KeepKeys, NormalizeImage, Permute
 from ppdist.data.transforms.det import (
     BatchRandomResize,
@@ -10,6 +10,7 @@ from ppdist.data.transforms.det import (
     RandomExpand,
     RandomFlip,
 )
+from ppdist.data.transforms.det_batch import PadBatch
 from ppdist.data.transforms.det_resize import RandomResize
 from ppdist.data.transforms.rec import CTCLabelEncode, RecAug, RecResizeImg
 from ppdist.data.transforms.rec_concat import RecConAug
@@ -36,6 +37,7 @@ __all__ = [
     "KeepKeys",
     "BatchRandomResize",
     "RandomResize",
+    "PadBatch",
     "Decode",
     "NormalizeImage",
     "PadGT",
