@@ -75,6 +75,26 @@ def apply_batch_transforms(ops: Sequence[Any], samples: List[Dict[str, Any]]) ->
     return samples
 
 
+def size_mismatch_message(samples: List[Dict[str, Any]]) -> str:
+    """Why ``samples`` do not stack: the first entry whose shapes differ, and what joins them."""
+    for key in samples[0]:
+        shapes = sorted({tuple(np.shape(s.get(key))) for s in samples})
+        if len(shapes) > 1:
+            break
+    else:
+        key, shapes = "image", []
+    if key == "image":
+        fix = (
+            "use batch_size_per_card: 1 for images of varying size (e.g. segmentation eval at full "
+            "resolution), add a resize/crop transform, or PadBatch (detection)"
+        )
+    elif key.startswith("gt_") or key in ("is_crowd", "difficult"):
+        fix = "add PadGT to batch_transforms (pads the boxes to the batch's largest count) or use batch_size_per_card: 1"
+    else:
+        fix = "use batch_size_per_card: 1"
+    return f"samples of one batch have different sizes of '{key}' ({shapes[:4]}): {fix}"
+
+
 def batch_seed(samples: List[Dict[str, Any]]) -> int:
     """The seed of a batch's batch transforms, taken out of its samples: their optimizer step's
     seed (training: the same on every rank and micro-batch of the step, so all draw one size),
@@ -127,12 +147,7 @@ def collate(
     except RuntimeError as exc:
         if "stack expects each tensor to be equal size" not in str(exc):
             raise
-        shapes = sorted({tuple(np.shape(s.get("image"))) for s in good})
-        raise DataError(
-            f"samples of one batch have different sizes ({shapes[:4]}): use batch_size_per_card: 1 "
-            f"for images of varying size (e.g. segmentation eval at full resolution), or add a "
-            f"resize/crop transform"
-        ) from None
+        raise DataError(size_mismatch_message(good)) from None
     if good and len(indices) == len(good):  # eval samples: their dataset indices, kept on the host
         batch[SAMPLE_INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
     if good and device_transform is not None:
