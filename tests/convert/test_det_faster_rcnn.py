@@ -162,3 +162,12 @@ def test_faster_fpn_reader_converts_and_builds():
         assert result.config[section]["dataset"]["batch_transforms"] == [{"PadBatch": {"pad_to_stride": 32}}]
     assert TRANSFORMS.build({"name": "PadBatch", "pad_to_stride": 32}).stride == 32
     assert not [u for u in result.unmapped if "RandomResize" in str(u) or "PadBatch" in str(u)]
+
+
+def test_faster_reader_without_fpn_pads_without_rounding():
+    """faster_reader.yml (the C4 configs) is the FPN reader with PadBatch pad_to_stride -1: no rounding."""
+    config = convert_config(os.path.join(CONFIGS, "faster_rcnn_r50_1x_coco.yml")).config
+    assert next(iter(config["Train"]["dataset"]["transforms"][1])) == "RandomResize"
+    (pad,) = config["Train"]["dataset"]["batch_transforms"]
+    assert pad == {"PadBatch": {"pad_to_stride": -1}}
+    assert TRANSFORMS.build({"name": "PadBatch", **pad["PadBatch"]}).stride == 0

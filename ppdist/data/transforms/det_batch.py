@@ -21,14 +21,16 @@ from ppdist.registry import TRANSFORMS
 @TRANSFORMS.register
 class PadBatch:
     """Pad every image of a batch (bottom / right, zeros) to the batch's largest height and width,
-    each rounded up to a multiple of ``pad_to_stride`` when it is > 0."""
+    each rounded up to a multiple of ``pad_to_stride`` when it is > 0 (0 or -1: not rounded)."""
 
     batch_op = True
 
     def __init__(self, pad_to_stride: int = 0) -> None:
-        if isinstance(pad_to_stride, bool) or not isinstance(pad_to_stride, int) or pad_to_stride < 0:
-            raise ConfigError(f"PadBatch.pad_to_stride must be an int >= 0, got {pad_to_stride!r}")
-        self.stride = pad_to_stride
+        if isinstance(pad_to_stride, bool) or not isinstance(pad_to_stride, int):
+            raise ConfigError(
+                f"PadBatch.pad_to_stride must be an int (<= 0: no rounding), got {pad_to_stride!r}"
+            )
+        self.stride = max(0, pad_to_stride)  # faster_reader.yml's -1, like 0: the largest size as is
 
     def padded_hw(self, samples: List[Sample]) -> tuple:
         """The (height, width) every image of ``samples`` is padded to."""
