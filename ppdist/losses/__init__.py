@@ -10,7 +10,6 @@ from ppdist.losses.distillation import (
     DistillationDMLLoss,
     DistillationSARLoss,
 )
-from ppdist.losses.faster_rcnn import FasterRCNNLoss
 from ppdist.losses.multi import MultiLoss
 from ppdist.losses.ppyoloe import PPYOLOELoss
 from ppdist.losses.sar import SARLoss
@@ -18,7 +17,6 @@ from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntrop
 from ppdist.losses.table import SLALoss
 
 __all__ = [
-    "FasterRCNNLoss",
     "ATSSAssigner",
     "CTCLoss",
     "CombinedLoss",

@@ -67,28 +67,3 @@ def clip_to_shape(boxes: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
         ],
         dim=-1,
     )
-
-
-def bbox2delta(
-    boxes: torch.Tensor, gt_boxes: torch.Tensor, weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0)
-) -> torch.Tensor:
-    """The deltas [..., 4] that ``delta2bbox`` turns ``boxes`` into ``gt_boxes`` with (PaddleDetection's
-    ``bbox2delta``: centre offsets by the size, log size ratios, times ``weights``)."""
-    wx, wy, ww, wh = (float(w) for w in weights)
-    widths = boxes[..., 2] - boxes[..., 0]
-    heights = boxes[..., 3] - boxes[..., 1]
-    ctr_x = boxes[..., 0] + 0.5 * widths
-    ctr_y = boxes[..., 1] + 0.5 * heights
-    gt_widths = gt_boxes[..., 2] - gt_boxes[..., 0]
-    gt_heights = gt_boxes[..., 3] - gt_boxes[..., 1]
-    gt_ctr_x = gt_boxes[..., 0] + 0.5 * gt_widths
-    gt_ctr_y = gt_boxes[..., 1] + 0.5 * gt_heights
-    return torch.stack(
-        [
-            wx * (gt_ctr_x - ctr_x) / widths,
-            wy * (gt_ctr_y - ctr_y) / heights,
-            ww * torch.log(gt_widths / widths),
-            wh * torch.log(gt_heights / heights),
-        ],
-        dim=-1,
-    )

@@ -1,6 +1,5 @@
 """Heads; importing this package registers them in ``HEADS``."""
 
-from ppdist.modeling.heads.bbox_assigner import BBoxAssigner
 from ppdist.modeling.heads.bbox_head import BBoxHead, TwoFCHead
 from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.heads.faster_rcnn import FasterRCNNHead
@@ -15,7 +14,6 @@ from ppdist.modeling.heads.segformer import SegFormerHead
 from ppdist.modeling.heads.slanet import SLAHead
 
 __all__ = [
-    "BBoxAssigner",
     "BBoxHead",
     "CTCHead",
     "FasterRCNNHead",
