@@ -90,7 +90,11 @@ def convert_faster_rcnn(
         "bbox_head": _bbox_head(conv, num_classes),
         "feat_strides": strides,
     }
-    loss = {"name": "FasterRCNNLoss"}
+    loss = {  # the RPN's target settings and the box weights, which the loss terms need too
+        "name": "FasterRCNNLoss",
+        "rpn_target_assign": dict(arch["Head"]["rpn_head"].get("rpn_target_assign") or {}),
+        "bbox_weight": list(arch["Head"]["bbox_head"].get("bbox_weight") or [10.0, 10.0, 5.0, 5.0]),
+    }
     return arch, loss, _post_process(conv, num_classes)
 
 
