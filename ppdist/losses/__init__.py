@@ -10,14 +10,17 @@ from ppdist.losses.distillation import (
     DistillationDMLLoss,
     DistillationSARLoss,
 )
+from ppdist.losses.faster_rcnn import FasterRCNNLoss
 from ppdist.losses.multi import MultiLoss
 from ppdist.losses.ppyoloe import PPYOLOELoss
+from ppdist.losses.rcnn_assigner import BBoxAssigner
 from ppdist.losses.sar import SARLoss
 from ppdist.losses.seg import CrossEntropyLoss, MultiOutputLoss, OhemCrossEntropyLoss
 from ppdist.losses.table import SLALoss
 
 __all__ = [
     "ATSSAssigner",
+    "BBoxAssigner",
     "CTCLoss",
     "CombinedLoss",
     "CrossEntropyLoss",
@@ -27,6 +30,7 @@ __all__ = [
     "DistillationDMLLoss",
     "DistillationDistanceLoss",
     "DistillationSARLoss",
+    "FasterRCNNLoss",
     "MultiLoss",
     "MultiOutputLoss",
     "OhemCrossEntropyLoss",
