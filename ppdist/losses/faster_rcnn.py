@@ -31,9 +31,10 @@ def rpn_loss(
     bce = F.binary_cross_entropy_with_logits(
         rpn_scores.float(), labels.clamp(min=0).float(), reduction="none"
     )
-    pos = (labels == 1).to(rpn_deltas.dtype).unsqueeze(-1)
-    l1 = (rpn_deltas.float() - targets["deltas"].detach()).abs() * pos
-    l1 = torch.where(pos > 0, l1, 0.0)  # a NaN target on an unused anchor stays out
+    pos = (labels == 1).unsqueeze(-1)
+    # targets of unused anchors (a padded gt, log 0) stay out of the values and the gradients
+    target = torch.where(pos, targets["deltas"].detach(), 0.0)
+    l1 = torch.where(pos, (rpn_deltas.float() - target).abs(), 0.0)
     return {"loss_rpn_cls": (bce * sampled).sum() / norm, "loss_rpn_reg": l1.sum() / norm}
 
 
@@ -58,8 +59,11 @@ def bbox_head_loss(
         col = labels.clamp(0, num_classes - 1)[..., None, None].expand(-1, -1, 1, 4)
         deltas = deltas.gather(2, col)
     deltas = deltas.squeeze(2)
-    reg_target = bbox2delta(targets["rois"], targets["tgt_bboxes"], bbox_weight).detach()
-    l1 = torch.where(fg.unsqueeze(-1), (deltas - reg_target).abs(), 0.0)
+    fg4 = fg.unsqueeze(-1)
+    reg_target = torch.where(
+        fg4, bbox2delta(targets["rois"], targets["tgt_bboxes"], bbox_weight).detach(), 0.0
+    )
+    l1 = torch.where(fg4, (deltas - reg_target).abs(), 0.0)
     return {"loss_bbox_cls": loss_cls, "loss_bbox_reg": l1.sum() / count}
 
 

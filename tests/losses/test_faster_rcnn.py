@@ -145,3 +145,18 @@ def test_training_step_through_faster_rcnn_head():
     assert all(torch.isfinite(v) for v in out.values())
     assert out["loss_bbox_reg"] > 0 and out["loss_rpn_reg"] > 0  # the gt boxes are appended: fg RoIs exist
     assert model.backbone.res5.res5a.branch2a.conv.weight.grad.abs().sum() > 0
+
+
+def test_unused_nan_targets_leave_values_and_gradients_finite(fx):
+    rpn, roi = _targets(fx)
+    rpn = dict(rpn, deltas=torch.where(rpn["labels"].unsqueeze(-1) == 1, rpn["deltas"], float("nan")))
+    bg = (roi["tgt_labels"] == 4) | (roi["tgt_labels"] < 0)
+    roi = dict(roi, rois=torch.where(bg.unsqueeze(-1), 0.0, roi["rois"]))  # empty boxes: 0 / 0 deltas
+    deltas = fx["rpn_deltas"].clone().requires_grad_(True)
+    bbox_delta = fx["bbox_delta"].clone().requires_grad_(True)
+    out = rpn_loss(fx["rpn_scores"], deltas, rpn)
+    out.update(bbox_head_loss(fx["bbox_score"], bbox_delta, roi, 4))
+    torch.testing.assert_close(out["loss_rpn_reg"], fx["loss_rpn_reg"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out["loss_bbox_reg"], fx["loss_bbox_reg"], atol=1e-5, rtol=1e-5)
+    (out["loss_rpn_reg"] + out["loss_bbox_reg"]).backward()
+    assert torch.isfinite(deltas.grad).all() and torch.isfinite(bbox_delta.grad).all()
