@@ -135,3 +135,9 @@ def test_registered_bbox_assigner_reads_the_batch(fx):
     assert torch.equal(out["tgt_labels"], fx["sampled_labels"].to(torch.int64))
     with pytest.raises(DataError, match="gt_class"):
         assigner(fx["rois"], fx["rois_mask"], {"gt_bbox": fx["gt_bbox"]})
+
+
+def test_rpn_ignore_thresh_near_crowd_equals_paddle(fx):
+    out = _rpn(fx, ignore_thresh=0.3)
+    assert torch.equal(out["labels"].int(), fx["rpn_labels_ignore"].int())
+    assert not torch.equal(fx["rpn_labels_ignore"], fx["rpn_labels"])  # the setting changes the choice
