@@ -32,13 +32,14 @@ def bbox2delta(
 def pairwise_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
     """IoU [B, M, N] of ``boxes1`` [B, M, 4] and ``boxes2`` [B, N, 4]; 0 where the boxes do not
     intersect (so zero-area padding gives 0, never NaN)."""
-    area1 = (boxes1[..., 2] - boxes1[..., 0]) * (boxes1[..., 3] - boxes1[..., 1])
-    area2 = (boxes2[..., 2] - boxes2[..., 0]) * (boxes2[..., 3] - boxes2[..., 1])
-    lo = torch.maximum(boxes1[:, :, None, :2], boxes2[:, None, :, :2])
-    hi = torch.minimum(boxes1[:, :, None, 2:], boxes2[:, None, :, 2:])
-    inter = (hi - lo).clamp(min=0).prod(dim=-1)
-    union = area1[:, :, None] + area2[:, None, :] - inter
-    return torch.where(inter > 0, inter / torch.where(inter > 0, union, torch.ones_like(union)), 0.0)
+    a = boxes1.unsqueeze(2).unbind(-1)  # x1, y1, x2, y2: [B, M, 1] each
+    b = boxes2.unsqueeze(1).unbind(-1)  # [B, 1, N] each
+    iw = (torch.minimum(a[2], b[2]) - torch.maximum(a[0], b[0])).clamp_(min=0)
+    ih = (torch.minimum(a[3], b[3]) - torch.maximum(a[1], b[1])).clamp_(min=0)
+    inter = iw.mul_(ih)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    hit = inter > 0
+    return torch.where(hit, inter / torch.where(hit, union, torch.ones_like(union)), 0.0)
 
 
 def label_boxes(
@@ -60,12 +61,10 @@ def label_boxes(
     valid = gt_mask.reshape(gt_boxes.shape[:2]).bool()
     crowd = torch.zeros_like(valid) if is_crowd is None else is_crowd.reshape(valid.shape) > 0
     iou = pairwise_iou(gt_boxes, boxes)  # [B, G, M]
-    crowd_f = (crowd & valid).to(iou.dtype)[:, :, None]
-    if ignore_thresh > 0:
-        near = ((iou * crowd_f) > ignore_thresh).any(dim=1, keepdim=True).to(iou.dtype)
-        iou = iou * (1 - near) - near
-    drop = (crowd | ~valid).to(iou.dtype)[:, :, None]
-    iou = iou * (1 - drop) - drop
+    if ignore_thresh > 0:  # a box over a crowd box is ignored: IoU -1 with every gt
+        near = ((iou > ignore_thresh) & (crowd & valid)[:, :, None]).any(dim=1, keepdim=True)
+        iou = torch.where(near, -1.0, iou)
+    iou = torch.where((crowd | ~valid)[:, :, None], -1.0, iou)
     vals, matches = iou.max(dim=1)
     labels = torch.full_like(matches, -1)
     labels = torch.where((vals > -1) & (vals < negative_overlap), 0, labels)
