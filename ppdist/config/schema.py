@@ -283,6 +283,12 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "Keep only the newest N periodic checkpoints (iter_epoch_N, iter_step_N); latest and "
         "best_accuracy are always kept. null: keep all.",
     ),
+    "checkpoint_in_background": GlobalKey(
+        (bool,),
+        True,
+        "Write checkpoints from a host copy in a background thread (the step pays the copy only); "
+        "false: the save returns once the files are whole.",
+    ),
     "dist_timeout": GlobalKey((int,), 1800, "Seconds before a collective that waits on a dead peer fails."),
     "auto_scale_lr": GlobalKey(
         (dict, NONE_TYPE),

@@ -308,6 +308,7 @@ def build_trainer(
         channels_last=runtime.channels_last,
         train_metric=train_metric,
         writer=writer,
+        background_checkpoints=glob["checkpoint_in_background"],
         save_dir=glob["save_model_dir"],
         config=config,
         classes=class_vocabulary(config),

@@ -104,6 +104,7 @@ class Trainer:
         save_dir: Optional[str] = None,
         config: Optional[Mapping[str, Any]] = None,
         classes: Optional[Mapping[str, Any]] = None,
+        background_checkpoints: bool = True,
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_loader = train_loader
@@ -137,7 +138,9 @@ class Trainer:
         self.writer = writer or ScalarWriter(None)
         self.save_dir, self.config = save_dir, config
         self.classes = dict(classes) if classes else None  # what the outputs mean (checkpoint.classes)
-        self.checkpoint_writer = BackgroundWriter()  # rank 0's checkpoint files, off the step's path
+        self.checkpoint_writer = BackgroundWriter(
+            background=background_checkpoints
+        )  # rank 0's checkpoint files, off the step's path
         layout = Layout.of(self.sampler)
         if layout.steps_per_epoch == 0:
             raise ConfigError(

@@ -46,11 +46,15 @@ class BackgroundWriter:
     """Writes checkpoint states to files in a background thread, one job at a time.
 
     ``write(state, path)`` writes one file (``save_atomic``; tests put a slow or failing one in its
-    place).
+    place). ``background`` False (``Global.checkpoint_in_background``): ``submit`` waits for its
+    own job, so its error is raised and ``on_written`` run before it returns.
     """
 
-    def __init__(self, write: Callable[[Mapping[str, Any], str], None] = save_atomic) -> None:
+    def __init__(
+        self, write: Callable[[Mapping[str, Any], str], None] = save_atomic, background: bool = True
+    ) -> None:
         self.write = write
+        self.background = background  # False: submit returns once the files are whole
         self._copier = HostCopier()
         self._job: Optional[_Job] = None
         _WRITERS.add(self)
@@ -76,6 +80,8 @@ class BackgroundWriter:
         job.thread = threading.Thread(target=self._run, args=(job,), name=THREAD_NAME)
         self._job = job
         job.thread.start()
+        if not self.background:
+            self.wait()
 
     def poll(self) -> None:
         """Take the outcome of a job that has ended (raise its error, or run ``on_written``);

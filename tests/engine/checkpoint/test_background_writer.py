@@ -119,3 +119,23 @@ def test_a_write_left_pending_at_exit_is_finished_and_its_error_logged(tmp_path)
     assert load_file(str(tmp_path / "latest.pt"))["step"] == 5
     assert f"ERROR: cannot write checkpoint {tmp_path / 'blocker' / 'latest.pt'}: " in done.stderr
     assert "the state of global_step 5)" in done.stderr
+
+
+def test_without_background_the_submit_returns_with_the_files_whole_or_raises(tmp_path):
+    # Global.checkpoint_in_background: false
+    done = []
+    writer = BackgroundWriter(background=False)
+    path = str(tmp_path / "latest.pt")
+    writer.submit({"step": torch.tensor(5)}, [path], label="global_step 5", on_written=lambda: done.append(1))
+    assert done == [1] and not writer.pending
+    assert int(torch.load(path, weights_only=True)["step"]) == 5
+
+    def broken(state, path):
+        raise OSError(28, "No space left on device")
+
+    writer.write = broken
+    with pytest.raises(
+        CheckpointError, match=r"latest.pt, the state of global_step 6: OSError: .*No space left"
+    ):
+        writer.submit({"step": torch.tensor(6)}, [path], label="global_step 6")
+    assert not writer.pending and int(torch.load(path, weights_only=True)["step"]) == 5

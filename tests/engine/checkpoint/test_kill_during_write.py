@@ -86,3 +86,18 @@ def test_a_failed_background_write_stops_training_naming_the_file(tmp_path, digi
     # the first epoch's end failed: the run stopped at the next step's check, in the second epoch
     assert not trainer.finished and trainer.epoch == 2
     assert not (tmp_path / "run" / "latest.pt").exists()
+
+
+def test_with_the_background_off_a_failed_write_stops_training_at_that_save(tmp_path, digits_dir):
+    overrides = ["Global.eval_batch_step=[0, 100000]", "Global.checkpoint_in_background=false"]
+    trainer = build_trainer(tiny_run_config(tmp_path, digits_dir, "run", overrides), DistEnv())
+    assert not trainer.checkpoint_writer.background
+
+    def full_disk(state, path):
+        raise OSError(28, "No space left on device")
+
+    trainer.checkpoint_writer.write = full_disk
+    with pytest.raises(CheckpointError, match=r"latest.pt, the state of global_step 32: OSError"):
+        trainer.train()
+    # raised by the first epoch's save itself, before any step of the second epoch
+    assert not trainer.finished and trainer.epoch == 1 and trainer.position.global_step == 32
