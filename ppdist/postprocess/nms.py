@@ -200,14 +200,27 @@ class MultiClassNMS:
         if scale is not None:  # (h, w) per image -> (w, h, w, h) per box
             ratio = torch.as_tensor(scale).cpu().reshape(num_images, -1)[:, :2].float()
             boxes = boxes / ratio[:, [1, 0, 1, 0]][image]
-        ids = batch.get("im_id")
-        ids = (
-            torch.as_tensor(ids).cpu().reshape(num_images, -1)[:, 0].tolist()
-            if ids is not None
-            else range(num_images)
-        )
-        counts = torch.bincount(image, minlength=num_images).tolist()
-        return [
-            {"boxes": b, "scores": s, "labels": c, "im_id": int(i)}
-            for b, s, c, i in zip(boxes.split(counts), scores.split(counts), labels.split(counts), ids)
-        ]
+        return split_by_image(batch, num_images, image, boxes, scores, labels)
+
+
+def split_by_image(
+    batch: Mapping[str, Any],
+    num_images: int,
+    image: torch.Tensor,
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+) -> List[Dict[str, Any]]:
+    """One ``{boxes, scores, labels, im_id}`` per image from detections ordered by ``image`` (the
+    batch's ``im_id``, else the image's position)."""
+    ids = batch.get("im_id")
+    ids = (
+        torch.as_tensor(ids).cpu().reshape(num_images, -1)[:, 0].tolist()
+        if ids is not None
+        else range(num_images)
+    )
+    counts = torch.bincount(image, minlength=num_images).tolist()
+    return [
+        {"boxes": b, "scores": s, "labels": c, "im_id": int(i)}
+        for b, s, c, i in zip(boxes.split(counts), scores.split(counts), labels.split(counts), ids)
+    ]

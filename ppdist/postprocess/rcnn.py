@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 
 from ppdist.ops.box_coder import clip_to_shape, delta2bbox
-from ppdist.postprocess.nms import multiclass_nms_batch
+from ppdist.postprocess.nms import multiclass_nms_batch, split_by_image
 from ppdist.registry import POSTPROCESSES
 
 DEFAULT_NMS = {"score_threshold": 0.05, "nms_top_k": -1, "keep_top_k": 100, "nms_threshold": 0.5}
@@ -133,14 +133,4 @@ class BBoxPostProcess:
             boxes = clip_to_shape(boxes / ratio[:, [1, 0, 1, 0]][image], origin[image])
         nonempty = (boxes[:, 3] - boxes[:, 1] > 0) & (boxes[:, 2] - boxes[:, 0] > 0)
         image, labels, scores, boxes = image[nonempty], labels[nonempty], scores[nonempty], boxes[nonempty]
-        ids = batch.get("im_id")
-        ids = (
-            torch.as_tensor(ids).cpu().reshape(num_images, -1)[:, 0].tolist()
-            if ids is not None
-            else range(num_images)
-        )
-        counts = torch.bincount(image, minlength=num_images).tolist()
-        return [
-            {"boxes": b, "scores": s, "labels": c, "im_id": int(i)}
-            for b, s, c, i in zip(boxes.split(counts), scores.split(counts), labels.split(counts), ids)
-        ]
+        return split_by_image(batch, num_images, image, boxes, scores, labels)
