@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from faster_rcnn_testing import tiny_faster_rcnn
 
 import ppdist.components  # noqa: F401  (registers the model parts)
 from ppdist.errors import DataError
@@ -98,35 +99,11 @@ def test_registered_loss_sums_terms_and_backpropagates(fx):
         loss(preds, {"gt_class": fx["gt_class"]})
 
 
-ARCH = {
-    "model_type": "det",
-    "Backbone": {"name": "ResNet", "depth": 18, "freeze_at": -1},
-    "Neck": {"name": "FPN", "out_channel": 16},
-    "Head": {
-        "name": "FasterRCNNHead",
-        "rpn_head": {
-            "name": "RPNHead",
-            "anchor_generator": {
-                "anchor_sizes": [[32], [64], [128], [256], [512]],
-                "strides": [4, 8, 16, 32, 64],
-            },
-            "train_proposal": {"pre_nms_top_n": 200, "post_nms_top_n": 50, "topk_after_collect": True},
-        },
-        "bbox_head": {
-            "name": "BBoxHead",
-            "head": {"name": "TwoFCHead", "out_channel": 32},
-            "num_classes": 3,
-            "bbox_assigner": {"name": "BBoxAssigner", "batch_size_per_im": 16, "num_classes": 3},
-        },
-    },
-}
-
-
 def test_training_step_through_faster_rcnn_head():
     """FasterRCNNHead (training) -> BBoxAssigner -> FasterRCNNLoss: finite terms, gradients into the
     backbone, and no host read from the targets or the losses (the proposal NMS is the RPN's)."""
     torch.manual_seed(0)
-    model = BaseModel(ARCH).train()
+    model = BaseModel(tiny_faster_rcnn()).train()
     loss = LOSSES.build({"name": "FasterRCNNLoss"})
     z = [0.0, 0.0, 0.0, 0.0]
     batch = {

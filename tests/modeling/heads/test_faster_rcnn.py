@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from faster_rcnn_testing import tiny_faster_rcnn
 from torch import nn
 
 import ppdist.components  # noqa: F401  (registers every component)
@@ -31,24 +32,6 @@ CONFIGS = os.path.join(
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "faster_rcnn")
 with open(os.path.join(FIXTURES, "param_counts.json"), encoding="utf-8") as f:
     COUNTS = json.load(f)
-TINY = {
-    "model_type": "det",
-    "Backbone": {"name": "ResNet", "depth": 18, "freeze_at": -1},
-    "Neck": {"name": "FPN", "out_channel": 16},
-    "Head": {
-        "name": "FasterRCNNHead",
-        "rpn_head": {
-            "name": "RPNHead",
-            "anchor_generator": {
-                "anchor_sizes": [[32], [64], [128], [256], [512]],
-                "strides": [4, 8, 16, 32, 64],
-            },
-            "train_proposal": {"pre_nms_top_n": 200, "post_nms_top_n": 50, "topk_after_collect": True},
-            "test_proposal": {"pre_nms_top_n": 100, "post_nms_top_n": 40},
-        },
-        "bbox_head": {"name": "BBoxHead", "head": {"name": "TwoFCHead", "out_channel": 32}, "num_classes": 3},
-    },
-}
 
 
 def trainable(module):
@@ -90,7 +73,7 @@ def test_a_model_zoo_state_dict_converts_whole(name):
 
 def test_eval_gives_the_post_process_inputs_and_a_bare_tensor_the_same():
     torch.manual_seed(0)
-    model = BaseModel(TINY).eval()
+    model = BaseModel(tiny_faster_rcnn()).eval()
     x = torch.randn(2, 3, 64, 96)
     with torch.no_grad():
         out = model({"image": x, "im_shape": torch.tensor([[64.0, 96.0], [64.0, 96.0]])})
@@ -116,7 +99,7 @@ class FirstRoIs(nn.Module):
 
 def test_training_samples_the_proposals_between_the_stages():
     torch.manual_seed(0)
-    model = BaseModel(TINY).train()
+    model = BaseModel(tiny_faster_rcnn()).train()
     model.head.bbox_assigner = FirstRoIs()
     batch = {"image": torch.randn(2, 3, 64, 96), "im_shape": torch.tensor([[64.0, 96.0], [60.0, 90.0]])}
     out = model(batch)
@@ -129,7 +112,7 @@ def test_training_samples_the_proposals_between_the_stages():
 
 
 def test_training_without_a_registered_sampler_is_one_line():
-    arch = json.loads(json.dumps(TINY))
+    arch = tiny_faster_rcnn()
     arch["Head"]["bbox_head"]["bbox_assigner"] = {"name": "NoSuchAssigner"}
     model = BaseModel(arch).train()
     with pytest.raises(ConfigError, match="bbox_assigner 'NoSuchAssigner'"):
