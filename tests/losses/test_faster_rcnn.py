@@ -101,7 +101,7 @@ def test_registered_loss_sums_terms_and_backpropagates(fx):
 
 def test_training_step_through_faster_rcnn_head():
     """FasterRCNNHead (training) -> BBoxAssigner -> FasterRCNNLoss: finite terms, gradients into the
-    backbone, and no host read from the targets or the losses (the proposal NMS is the RPN's)."""
+    backbone, and no host read but the proposal NMS's in the whole step (ops/nms.grouped_nms)."""
     torch.manual_seed(0)
     model = BaseModel(tiny_faster_rcnn()).train()
     loss = LOSSES.build({"name": "FasterRCNNLoss"})
@@ -118,6 +118,10 @@ def test_training_step_through_faster_rcnn_head():
         out = loss(model(batch), batch)
         out["loss"].backward()
     assert "losses/" not in counter.report()
+    # the only host reads of the whole step: the proposal NMS's (ops/nms.grouped_nms: its kept counts)
+    assert counter.count > 0 and all(key.endswith("(grouped_nms)") for key in counter.summary()), (
+        counter.report()
+    )
     assert set(out) == {"loss", "loss_rpn_cls", "loss_rpn_reg", "loss_bbox_cls", "loss_bbox_reg"}
     assert all(torch.isfinite(v) for v in out.values())
     assert out["loss_bbox_reg"] > 0 and out["loss_rpn_reg"] > 0  # the gt boxes are appended: fg RoIs exist
