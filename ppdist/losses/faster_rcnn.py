@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ppdist.errors import DataError
-from ppdist.losses.rcnn_targets import bbox2delta, rpn_anchor_target
+from ppdist.losses.rcnn_targets import rpn_anchor_target
+from ppdist.ops.box_coder import bbox2delta
 from ppdist.registry import LOSSES
 
 

@@ -1,4 +1,4 @@
-"""Faster R-CNN training targets in fixed shapes (issue 43): ``bbox2delta``, the RPN anchor
+"""Faster R-CNN training targets in fixed shapes (issue 43): the RPN anchor
 assignment (PaddleDetection's ``RPNTargetAssign``) and the proposal sampling (``BBoxAssigner``).
 
 Ground truth is padded per image with a validity mask; proposals carry a validity mask. Sampling
@@ -9,24 +9,13 @@ is a top-k over keys on masks: uniform random keys for ``use_random=True``, ``-i
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
+from ppdist.ops.box_coder import bbox2delta
+
 _BIG = 1 << 30
-
-
-def bbox2delta(
-    src: torch.Tensor, tgt: torch.Tensor, weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0)
-) -> torch.Tensor:
-    """Encode ``tgt`` boxes [..., 4] against ``src`` boxes [..., 4] (xyxy) -> deltas [..., 4],
-    each term multiplied by ``weights`` ``(wx, wy, ww, wh)``; widths without +1."""
-    sw, sh = src[..., 2] - src[..., 0], src[..., 3] - src[..., 1]
-    tw, th = tgt[..., 2] - tgt[..., 0], tgt[..., 3] - tgt[..., 1]
-    wx, wy, ww, wh = (float(w) for w in weights)
-    dx = wx * ((tgt[..., 0] + 0.5 * tw) - (src[..., 0] + 0.5 * sw)) / sw
-    dy = wy * ((tgt[..., 1] + 0.5 * th) - (src[..., 1] + 0.5 * sh)) / sh
-    return torch.stack((dx, dy, ww * torch.log(tw / sw), wh * torch.log(th / sh)), dim=-1)
 
 
 def pairwise_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:

@@ -67,3 +67,16 @@ def clip_to_shape(boxes: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
         ],
         dim=-1,
     )
+
+
+def bbox2delta(
+    src: torch.Tensor, tgt: torch.Tensor, weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0)
+) -> torch.Tensor:
+    """Encode ``tgt`` boxes [..., 4] against ``src`` boxes [..., 4] (xyxy) -> deltas [..., 4],
+    each term multiplied by ``weights`` ``(wx, wy, ww, wh)``; widths without +1."""
+    sw, sh = src[..., 2] - src[..., 0], src[..., 3] - src[..., 1]
+    tw, th = tgt[..., 2] - tgt[..., 0], tgt[..., 3] - tgt[..., 1]
+    wx, wy, ww, wh = (float(w) for w in weights)
+    dx = wx * ((tgt[..., 0] + 0.5 * tw) - (src[..., 0] + 0.5 * sw)) / sw
+    dy = wy * ((tgt[..., 1] + 0.5 * th) - (src[..., 1] + 0.5 * sh)) / sh
+    return torch.stack((dx, dy, ww * torch.log(tw / sw), wh * torch.log(th / sh)), dim=-1)

@@ -188,14 +188,7 @@ class MultiClassNMS:
             self.nms_threshold,
             self.keep_top_k,
         )
-        columns = [found["image"], found["labels"], found["scores"]]
-        rows = torch.cat([c.double().unsqueeze(1) for c in columns] + [found["boxes"].double()], dim=1).cpu()
-        image, labels, scores, boxes = (
-            rows[:, 0].long(),
-            rows[:, 1].long(),
-            rows[:, 2].float(),
-            rows[:, 3:].float(),
-        )
+        image, labels, scores, boxes = detections_on_host(found)
         scale = batch.get("scale_factor")
         if scale is not None:  # (h, w) per image -> (w, h, w, h) per box
             ratio = torch.as_tensor(scale).cpu().reshape(num_images, -1)[:, :2].float()
@@ -224,3 +217,10 @@ def split_by_image(
         {"boxes": b, "scores": s, "labels": c, "im_id": int(i)}
         for b, s, c, i in zip(boxes.split(counts), scores.split(counts), labels.split(counts), ids)
     ]
+
+
+def detections_on_host(found: Mapping[str, torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+    """``(image, labels, scores, boxes)`` of batched detections, brought to the host in one transfer."""
+    columns = [found["image"], found["labels"], found["scores"]]
+    rows = torch.cat([c.double().unsqueeze(1) for c in columns] + [found["boxes"].double()], dim=1).cpu()
+    return rows[:, 0].long(), rows[:, 1].long(), rows[:, 2].float(), rows[:, 3:].float()

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 
 from ppdist.ops.box_coder import clip_to_shape, delta2bbox
-from ppdist.postprocess.nms import multiclass_nms_batch, split_by_image
+from ppdist.postprocess.nms import detections_on_host, multiclass_nms_batch, split_by_image
 from ppdist.registry import POSTPROCESSES
 
 DEFAULT_NMS = {"score_threshold": 0.05, "nms_top_k": -1, "keep_top_k": 100, "nms_threshold": 0.5}
@@ -118,14 +118,7 @@ class BBoxPostProcess:
         num_images = preds["rois"].shape[0]
         im_shape = torch.as_tensor(batch["im_shape"]).reshape(num_images, 2).float()
         found = self.detections(preds, im_shape)
-        columns = [found["image"], found["labels"], found["scores"]]
-        rows = torch.cat([c.double().unsqueeze(1) for c in columns] + [found["boxes"].double()], dim=1).cpu()
-        image, labels, scores, boxes = (
-            rows[:, 0].long(),
-            rows[:, 1].long(),
-            rows[:, 2].float(),
-            rows[:, 3:].float(),
-        )
+        image, labels, scores, boxes = detections_on_host(found)
         scale = batch.get("scale_factor")
         if scale is not None:
             ratio = torch.as_tensor(scale).cpu().reshape(num_images, -1)[:, :2].float()

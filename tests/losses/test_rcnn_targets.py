@@ -12,7 +12,8 @@ import torch
 
 import ppdist.losses  # noqa: F401  (registers BBoxAssigner)
 from ppdist.errors import DataError
-from ppdist.losses.rcnn_targets import bbox2delta, bbox_assign, rpn_anchor_target
+from ppdist.losses.rcnn_targets import bbox_assign, rpn_anchor_target
+from ppdist.ops.box_coder import bbox2delta
 from ppdist.registry import HEADS
 from ppdist.utils.host_sync import HostSyncCounter
 
