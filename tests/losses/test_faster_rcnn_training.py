@@ -57,4 +57,4 @@ def test_a_small_faster_rcnn_learns_and_is_evaluated(tmp_path):
     late = sum(v["loss_rpn_cls"] + v["loss_bbox_cls"] for v in steps[-8:]) / 8
     assert all(math.isfinite(v["loss"]) for v in steps)
     assert late < 0.7 * early, (early, late)
-    print(summary)
+    assert summary["images"] == 8 and 0.0 <= summary["ap"] <= 1.0 and summary["best_step"] == len(steps)
