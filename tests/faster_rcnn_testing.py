@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict
 
+import yaml
+
 TINY_FASTER_RCNN: Dict[str, Any] = {
     "model_type": "det",
     "Backbone": {"name": "ResNet", "depth": 18, "freeze_at": -1},
@@ -33,3 +35,38 @@ TINY_FASTER_RCNN: Dict[str, Any] = {
 def tiny_faster_rcnn() -> Dict[str, Any]:
     """A ResNet-18 Faster R-CNN with a 16-channel FPN, 3 classes, few proposals (a fresh copy)."""
     return copy.deepcopy(TINY_FASTER_RCNN)
+
+
+def tiny_faster_rcnn_config(path: str, data_dir: str, save_dir: str) -> str:
+    """A config file of ``tiny_faster_rcnn`` with its post-process and a 128x160 Eval resize (what
+    export reads; no data set: ``data_dir`` is where its annotations would be)."""
+    config = {
+        "Global": {"num_classes": 3, "epoch_num": 1, "save_model_dir": save_dir, "use_gpu": False},
+        "Architecture": dict(tiny_faster_rcnn(), algorithm="FasterRCNN"),
+        "Loss": {"name": "FasterRCNNLoss"},
+        "Optimizer": {"name": "Momentum", "momentum": 0.9, "lr": {"name": "Piecewise", "values": [0.01]}},
+        "Metric": {"name": "COCOMetric"},
+        "PostProcess": {
+            "name": "BBoxPostProcess",
+            "num_classes": 3,
+            "nms": {"score_threshold": 0.05, "keep_top_k": 100, "nms_threshold": 0.5},
+        },
+        "Eval": {
+            "dataset": {
+                "name": "COCODataSet",
+                "dataset_dir": data_dir,
+                "image_dir": "images/val",
+                "anno_path": "annotations/instances_val.json",
+                "transforms": [
+                    {"Decode": {}},
+                    {"Resize": {"target_size": [128, 160], "keep_ratio": False, "interp": 2}},
+                    {"NormalizeImage": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}},
+                    {"Permute": {}},
+                ],
+            },
+            "loader": {"batch_size_per_card": 2},
+        },
+    }
+    with open(path, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(config, handle, sort_keys=False)
+    return path

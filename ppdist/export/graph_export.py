@@ -30,8 +30,17 @@ def has_scripted_part(module: nn.Module) -> bool:
     return any(isinstance(m, torch.jit.ScriptModule) for m in module.modules())
 
 
+def load_torchvision_ops() -> None:
+    """Register torchvision's operators (NMS, RoIAlign) before a trace meets them: torchvision
+    imported for the first time inside a trace fails (its import calls an operator). Imported here,
+    not with the module: torchvision.ops loads torch._dynamo (about 1-3 s), which the tools' -h do
+    not need."""
+    import torchvision.ops  # noqa: F401, PLC0415
+
+
 def traced(module: nn.Module, inputs: Tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule:
     """``torch.jit.trace`` of ``module`` (its scripted parts kept as they are, loops included)."""
+    load_torchvision_ops()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return torch.jit.trace(module, inputs, check_trace=False)
@@ -42,10 +51,7 @@ def export_onnx(module: nn.Module, spec: GraphSpec, path: str) -> str:
     exporter (opset 18) for graphs it cannot express with dynamic sizes; returns which one. A
     module with a scripted part is traced first: the exporter's own trace refuses a scripted
     sub-module, and exports a traced module's graph as it is (a scripted loop stays one Loop)."""
-    # torchvision's operators registered before a trace meets NMS; imported here, not with the
-    # module: torchvision.ops loads torch._dynamo (about 1-3 s), which the tools' -h do not need
-    import torchvision.ops  # noqa: F401, PLC0415
-
+    load_torchvision_ops()
     inputs = example_inputs(spec, spec.example_shapes[0])
     try:
         with warnings.catch_warnings():

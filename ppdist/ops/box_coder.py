@@ -56,7 +56,7 @@ def clip_to_shape(boxes: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
     """Clip xyxy ``boxes`` [..., 4] to ``[0, w]`` x ``[0, h]`` for ``shape`` [..., 2] = (h, w),
     broadcast against ``boxes[..., 0]`` (Paddle's ``max(min(v, size), 0)``)."""
     h, w = shape[..., 0], shape[..., 1]
-    zero = torch.zeros((), dtype=boxes.dtype, device=boxes.device)
+    zero = boxes.new_zeros(())  # no device recorded in a traced graph
     x1, y1, x2, y2 = boxes.unbind(-1)
     return torch.stack(
         [

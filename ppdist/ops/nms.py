@@ -3,15 +3,23 @@ arithmetic and order, suppression matrices per size class of groups, a few host 
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Callable, List, Tuple
 
 import numpy as np
 import torch
 
-from ppdist.ops.ranges import index_range
+from ppdist.ops.ranges import index_range, is_graph_capture
 
 # box pairs per suppression matrix: small enough for the CPU's caches, large enough for few GPU launches
 PAIRS_PER_CHUNK = {"cpu": 2**21, "cuda": 2**25}
+
+
+def torchvision_batched_nms() -> Callable[..., torch.Tensor]:
+    """``torchvision.ops.batched_nms``, imported on first use: importing torchvision.ops loads
+    torch._dynamo (about 3 s), which the tools' ``-h`` and the non-detection tasks do not need."""
+    from torchvision.ops import batched_nms  # noqa: PLC0415  (heavy: loads torch._dynamo, about 3 s)
+
+    return batched_nms
 
 
 def float32_threshold(threshold: float) -> float:
@@ -94,6 +102,8 @@ def grouped_nms(
     chunk at once. Host reads: the group sizes, then one per round (a handful: a box's decision is
     final once those of the boxes before it are).
     """
+    if is_graph_capture():
+        return graph_grouped_nms(boxes, scores, groups, iou_threshold, top_k, empty_overlap)
     count = scores.shape[0]
     if count == 0:
         return scores < scores
@@ -132,3 +142,20 @@ def grouped_nms(
     for keep, (rows, _, _) in zip(keeps, parts):
         kept[rows.reshape(-1)] = keep.reshape(-1)  # padding writes to the spare last entry
     return kept[:count]
+
+
+def graph_grouped_nms(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    groups: torch.Tensor,
+    iou_threshold: float,
+    top_k: int = -1,
+    empty_overlap: bool = False,
+) -> torch.Tensor:
+    """``grouped_nms``'s mask from ``torchvision.ops.batched_nms`` (tensor operations only: ONNX's
+    NonMaxSuppression, a TorchScript graph with dynamic sizes), for exported graphs. Same decisions
+    (torchvision's, per group); ``top_k`` and ``empty_overlap`` have no such form."""
+    if top_k > -1 or empty_overlap:
+        raise ValueError("grouped_nms: top_k and empty_overlap have no exported-graph form")
+    keep = torchvision_batched_nms()(boxes.float(), scores.float(), groups, iou_threshold)
+    return torch.zeros_like(scores, dtype=torch.float32).index_fill(0, keep, 1.0) > 0

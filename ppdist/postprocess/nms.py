@@ -7,21 +7,13 @@ and ``batched_multiclass_nms`` (tensor operations only, for exported graphs)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 
-from ppdist.ops.nms import grouped_nms
-from ppdist.ops.ranges import Length, index_range
+from ppdist.ops.nms import grouped_nms, torchvision_batched_nms
+from ppdist.ops.ranges import Length, at_most, index_range
 from ppdist.registry import POSTPROCESSES
-
-
-def _batched_nms() -> Callable[..., torch.Tensor]:
-    """``torchvision.ops.batched_nms``, imported on first use: importing torchvision.ops loads
-    torch._dynamo (about 3 s), which the tools' ``-h`` and the non-detection tasks do not need."""
-    from torchvision.ops import batched_nms  # noqa: PLC0415  (heavy: loads torch._dynamo, about 3 s)
-
-    return batched_nms
 
 
 def per_class_top_k(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -54,7 +46,7 @@ def multiclass_nms(
         keep = per_class_top_k(values, labels, nms_top_k)
         labels, anchors, values = labels[keep], anchors[keep], values[keep]
     candidate_boxes = boxes[anchors].float()
-    keep = _batched_nms()(candidate_boxes, values.float(), labels, nms_threshold).sort().values
+    keep = torchvision_batched_nms()(candidate_boxes, values.float(), labels, nms_threshold).sort().values
     # best first; equal scores in candidate order (by class, then anchor): batched_nms's own order of
     # equal scores depends on its path (past 1000 boxes on the CPU an unstable sort)
     keep = keep[torch.argsort(values[keep], descending=True, stable=True)]
@@ -111,11 +103,6 @@ def multiclass_nms_batch(
     }
 
 
-def _at_most(size: Length, limit: int) -> Length:
-    """``min(size, limit)``; a traced size (a 0-d tensor) stays a tensor, so the graph stays dynamic."""
-    return size.clamp(max=limit) if isinstance(size, torch.Tensor) else min(size, limit)
-
-
 def batched_multiclass_nms(
     scores: torch.Tensor,
     boxes: torch.Tensor,
@@ -127,26 +114,56 @@ def batched_multiclass_nms(
     """``multiclass_nms`` for a whole batch with tensor operations only (traceable to ONNX with a
     dynamic batch and anchor count, as PaddleDetection's exported ``multiclass_nms3``).
 
-    ``scores`` [B, C, A], ``boxes`` [B, A, 4] -> ``bbox`` [M, 6] rows ``(label, score, x1, y1, x2,
-    y2)`` grouped by image in batch order, best first, and ``bbox_num`` [B] rows per image.
+    ``scores`` [B, C, A], ``boxes`` [B, A, 4] (or per-class boxes [B, A, C, 4]) -> ``bbox`` [M, 6]
+    rows ``(label, score, x1, y1, x2, y2)`` grouped by image in batch order, best first, and
+    ``bbox_num`` [B] rows per image.
     """
+    rows = batched_multiclass_nms_rows(scores, boxes, score_threshold, nms_top_k, nms_threshold, keep_top_k)
+    return bbox_rows(*rows, batch=scores.shape[0])
+
+
+def batched_multiclass_nms_rows(
+    scores: torch.Tensor,
+    boxes: torch.Tensor,
+    score_threshold: float,
+    nms_top_k: int,
+    nms_threshold: float,
+    keep_top_k: int,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``batched_multiclass_nms``'s kept detections as ``(image, labels, scores, boxes)`` [M], [M],
+    [M], [M, 4]: by image, each image best first (tensor operations only)."""
     batch, num_classes, num_anchors = scores.shape
-    k = num_anchors if nms_top_k < 0 else _at_most(num_anchors, nms_top_k)
+    k = num_anchors if nms_top_k < 0 else at_most(num_anchors, nms_top_k)
     top_scores, top_anchors = torch.topk(scores, k, dim=2)  # [B, C, k] per class, best first
     image, label, slot = torch.nonzero(top_scores > score_threshold, as_tuple=True)
     values = top_scores[image, label, slot]
     anchors = top_anchors[image, label, slot]
-    candidates = boxes[image, anchors].float()
-    keep = _batched_nms()(candidates, values.float(), image * num_classes + label, nms_threshold)  # by score
+    candidates = (boxes[image, anchors, label] if boxes.ndim == 4 else boxes[image, anchors]).float()
+    keep = torchvision_batched_nms()(candidates, values.float(), image * num_classes + label, nms_threshold)
     image, label, values, candidates = image[keep], label[keep], values[keep].float(), candidates[keep]
     position = index_range(image.shape[0], image)  # kept boxes come best first
     order = torch.argsort(image * image.shape[0] + position)  # by image, best first; unique keys, exact
     image, label, values, candidates = image[order], label[order], values[order], candidates[order]
+    if keep_top_k > -1:
+        kept = rank_in_image(image, batch) < keep_top_k
+        image, label, values, candidates = image[kept], label[kept], values[kept], candidates[kept]
+    return image, label, values, candidates
+
+
+def rank_in_image(image: torch.Tensor, batch: Length) -> torch.Tensor:
+    """Each row's place among the rows of its image (``image`` [M] sorted), tensor operations only."""
     one_hot = (image.unsqueeze(1) == index_range(batch, image)).long()  # [M, B]
-    rank = (one_hot.cumsum(0) * one_hot).sum(1) - 1  # position inside its image
-    kept = rank < keep_top_k if keep_top_k > -1 else torch.ones_like(rank, dtype=torch.bool)
-    bbox = torch.cat([label[kept].unsqueeze(1).float(), values[kept].unsqueeze(1), candidates[kept]], dim=1)
-    return bbox, (one_hot * kept.unsqueeze(1).long()).sum(0)
+    return (one_hot.cumsum(0) * one_hot).sum(1) - 1
+
+
+def bbox_rows(
+    image: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor, boxes: torch.Tensor, batch: Length
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Detections ordered by image -> PaddleDetection's exported ``bbox`` [M, 6] rows ``(label,
+    score, x1, y1, x2, y2)`` and ``bbox_num`` [B] (tensor operations only)."""
+    bbox = torch.cat([labels.unsqueeze(1).float(), scores.unsqueeze(1).float(), boxes.float()], dim=1)
+    counts = (image.unsqueeze(1) == index_range(batch, image)).long().sum(0)
+    return bbox, counts
 
 
 @POSTPROCESSES.register
@@ -171,6 +188,25 @@ class MultiClassNMS:
         self.nms_top_k = int(nms_top_k)
         self.keep_top_k = int(keep_top_k)
         self.nms_threshold = float(nms_threshold)
+
+    graph_raw_outputs = True  # an exported graph may leave the NMS out (``boxes``, ``scores``)
+
+    def graph_outputs(
+        self,
+        preds: Mapping[str, torch.Tensor],
+        im_shape: torch.Tensor,
+        scale_factor: torch.Tensor,
+        exclude_nms: bool = False,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """An exported graph's outputs (tensor operations only): ``(bbox [M, 6], bbox_num [B])`` on
+        the original images, or without NMS ``(boxes [B, A, 4], scores [B, C, A])``; ``im_shape``
+        (the network input's h, w) is not needed here."""
+        del im_shape
+        ratio = torch.cat([scale_factor[:, 1:2], scale_factor[:, 0:1]], dim=1).repeat(1, 2).unsqueeze(1)
+        boxes = preds["boxes"] / ratio
+        if exclude_nms:
+            return boxes, preds["scores"]
+        return self.batched(preds["scores"], boxes)
 
     def batched(self, scores: torch.Tensor, boxes: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """``batched_multiclass_nms`` with these settings: ``(bbox [M, 6], bbox_num [B])``."""

@@ -11,7 +11,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 
 from ppdist.ops.box_coder import clip_to_shape, delta2bbox
-from ppdist.postprocess.nms import detections_on_host, multiclass_nms_batch, split_by_image
+from ppdist.postprocess.nms import (
+    batched_multiclass_nms_rows,
+    bbox_rows,
+    detections_on_host,
+    multiclass_nms_batch,
+    split_by_image,
+)
 from ppdist.registry import POSTPROCESSES
 
 DEFAULT_NMS = {"score_threshold": 0.05, "nms_top_k": -1, "keep_top_k": 100, "nms_threshold": 0.5}
@@ -112,6 +118,39 @@ class BBoxPostProcess:
             self.nms["nms_threshold"],
             self.nms["keep_top_k"],
             empty_overlap=True,  # clipped boxes can be empty: Paddle's NMS suppresses touching ones
+        )
+
+    graph_raw_outputs = False  # per-class boxes: an exported graph keeps its NMS
+
+    def graph_outputs(
+        self,
+        preds: Mapping[str, torch.Tensor],
+        im_shape: torch.Tensor,
+        scale_factor: torch.Tensor,
+        exclude_nms: bool = False,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """An exported graph's ``(bbox [M, 6], bbox_num [B])`` (tensor operations only): decode, NMS
+        (torchvision's ``batched_nms``: empty boxes never suppress each other, which changes nothing
+        but which empty boxes hold ``keep_top_k`` places before they are dropped), boxes back to the
+        original image, clipped, empty ones dropped, as ``__call__``."""
+        if exclude_nms:
+            raise ValueError("BBoxPostProcess: an exported Faster R-CNN keeps its NMS (per-class boxes)")
+        boxes, scores = self.decode(preds, im_shape)
+        image, labels, values, found = batched_multiclass_nms_rows(
+            scores,
+            boxes,
+            self.nms["score_threshold"],
+            self.nms["nms_top_k"],
+            self.nms["nms_threshold"],
+            self.nms["keep_top_k"],
+        )
+        ratio = scale_factor[:, :2].float()
+        origin = torch.floor(im_shape / ratio + 0.5)
+        per_box = torch.cat([ratio[:, 1:2], ratio[:, 0:1]], dim=1).repeat(1, 2)  # (sx, sy, sx, sy)
+        found = clip_to_shape(found / per_box[image], origin[image])
+        nonempty = (found[:, 3] - found[:, 1] > 0) & (found[:, 2] - found[:, 0] > 0)
+        return bbox_rows(
+            image[nonempty], labels[nonempty], values[nonempty], found[nonempty], scores.shape[0]
         )
 
     def __call__(self, preds: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> List[Dict[str, Any]]:

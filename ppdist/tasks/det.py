@@ -1,4 +1,4 @@
-"""Object detection (PP-YOLOE): everything of the task outside the model: the
+"""Object detection (PP-YOLOE, Faster R-CNN): everything of the task outside the model: the
 deployed module and its graph, labels, the inference runner and result writer, the synthetic
 benchmark set."""
 
@@ -17,6 +17,8 @@ from torch import nn
 
 from ppdist.components import build_postprocess
 from ppdist.data.synthetic_det import generate_det_dataset
+from ppdist.errors import ConfigError
+from ppdist.ops.ranges import size_of
 from ppdist.tasks.registry import (
     BenchmarkData,
     BrowsePanel,
@@ -44,21 +46,23 @@ INPUTS, OUTPUTS, RAW_OUTPUTS = ("image", "scale_factor"), ("bbox", "bbox_num"), 
 class DetDeploy(nn.Module):
     """image [N, 3, H, W], scale_factor [N, 2] (h, w input/original) -> with NMS ``bbox`` [M, 6]
     (label, score, x1, y1, x2, y2 on the original image) and ``bbox_num`` [N], or without NMS
-    ``boxes`` [N, A, 4] (original image) and ``scores`` [N, C, A]."""
+    ``boxes`` [N, A, 4] (original image) and ``scores`` [N, C, A].
 
-    def __init__(self, model: nn.Module, nms: Any, exclude_nms: bool = False) -> None:
+    The model gets the batch ``{"image", "im_shape"}`` (every image's h, w: the input's size);
+    the config's post-process (``MultiClassNMS``, ``BBoxPostProcess``) makes the outputs with its
+    ``graph_outputs``."""
+
+    def __init__(self, model: nn.Module, postprocess: Any, exclude_nms: bool = False) -> None:
         super().__init__()
         self.model = model
-        self.nms = nms  # a MultiClassNMS
+        self.postprocess = postprocess
         self.exclude_nms = exclude_nms
 
     def forward(self, image: torch.Tensor, scale_factor: torch.Tensor):
-        out = self.model(image)
-        ratio = torch.cat([scale_factor[:, 1:2], scale_factor[:, 0:1]], dim=1).repeat(1, 2).unsqueeze(1)
-        boxes = out["boxes"] / ratio
-        if self.exclude_nms:
-            return boxes, out["scores"]
-        return self.nms.batched(out["scores"], boxes)
+        height, width = (size_of(image.shape[axis], scale_factor) for axis in (2, 3))
+        im_shape = torch.zeros_like(scale_factor) + torch.stack([height, width])  # [N, 2], sizes dynamic
+        out = self.model({"image": image, "im_shape": im_shape})
+        return self.postprocess.graph_outputs(out, im_shape, scale_factor, self.exclude_nms)
 
 
 def build_det_deploy(
@@ -67,7 +71,12 @@ def build_det_deploy(
     """A dynamic batch and image size (the Eval size and one 64 px flatter and wider); the config's
     MultiClassNMS in the graph unless ``exclude_nms``."""
     height, width = eval_transform_size(config, (640, 640))
-    nms = build_postprocess(config)  # MultiClassNMS with the config's settings and defaults
+    postprocess = build_postprocess(config)  # MultiClassNMS / BBoxPostProcess with the config's settings
+    if exclude_nms and not postprocess.graph_raw_outputs:
+        raise ConfigError(
+            f"--exclude_nms: PostProcess {config['PostProcess']['name']} keeps its NMS in the graph "
+            "(per-class boxes); export without --exclude_nms"
+        )
     outputs = TASK.graph_outputs(exclude_nms)
     axes = {"image": {0: "batch", 2: "height", 3: "width"}, "scale_factor": {0: "batch"}}
     axes.update(
@@ -76,7 +85,7 @@ def build_det_deploy(
         else {"bbox": {0: "detections"}, "bbox_num": {0: "batch"}}
     )
     spec = GraphSpec(list(INPUTS), outputs, axes, [(1, 3, height, width), (2, 3, height - 64, width + 64)])
-    return DetDeploy(model, nms, exclude_nms).eval(), spec
+    return DetDeploy(model, postprocess, exclude_nms).eval(), spec
 
 
 def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -313,7 +322,7 @@ def training_sample(config: Mapping[str, Any], size: Tuple[int, int], index: int
 TASK = register_task(
     Task(
         name="det",
-        postprocesses=("MultiClassNMS",),
+        postprocesses=("MultiClassNMS", "BBoxPostProcess"),
         inputs=INPUTS,
         outputs=OUTPUTS,
         raw_outputs=RAW_OUTPUTS,

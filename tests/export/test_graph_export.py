@@ -11,10 +11,12 @@ from typing import Iterator, List
 
 import pytest
 import torch
+from faster_rcnn_testing import tiny_faster_rcnn_config
 from ppdist_testing import tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.components import build_model
 from ppdist.config import load_config
+from ppdist.errors import ConfigError
 from ppdist.export.deploy_modules import build_deploy
 from ppdist.export.graph_export import example_inputs, export_onnx, export_torchscript, onnx_parity
 from ppdist.modeling.deploy import convert_to_deploy
@@ -28,9 +30,15 @@ MAKERS = {
     "det": tiny_det_config,
     "segformer": functools.partial(tiny_seg_config, model="segformer"),
     "ocrnet": functools.partial(tiny_seg_config, model="ocrnet"),
+    "faster_rcnn": tiny_faster_rcnn_config,
 }
-TASKS = {"segformer": "seg", "ocrnet": "seg"}
-DEVICE_CASES = ("rec", "seg", "det")  # the others' graphs are checked for devices by the export test
+TASKS = {"segformer": "seg", "ocrnet": "seg", "faster_rcnn": "det"}
+DEVICE_CASES = (
+    "rec",
+    "seg",
+    "det",
+    "faster_rcnn",
+)  # the others' graphs are checked for devices by the export test
 # largest difference allowed, relative to the output's magnitude where it exceeds 1 (onnx_parity's rule)
 TOLERANCE = {"segformer": 1e-4, "ocrnet": 1e-4}
 ODD_SIZE = (1, 3, 71, 101)  # 71x101 -> 36x51 -> 18x26 -> 9x13 -> 5x7 -> 3x4: odd sizes at every stride
@@ -50,6 +58,16 @@ def _spread_ocrnet_outputs(model: torch.nn.Module) -> None:
         torch.nn.init.normal_(layer.weight, std=0.5)
 
 
+def spread_class_scores(model: torch.nn.Module) -> None:
+    """A detector's class layers (PP-YOLOE's ``pred_cls``, Faster R-CNN's ``bbox_score``) at
+    Normal(0, 0.05) weights and Normal(0, 1) biases: distinct scores, so NMS has no ties."""
+    head = model.head
+    layers = head.pred_cls if hasattr(head, "pred_cls") else [head.bbox_head.bbox_score]
+    for layer in layers:
+        torch.nn.init.normal_(layer.weight, std=0.05)
+        torch.nn.init.normal_(layer.bias, std=1.0)
+
+
 def _largest_difference(want: torch.Tensor, got: torch.Tensor) -> float:
     scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
     return float((want.float() - got.float()).abs().max()) / scale
@@ -57,14 +75,22 @@ def _largest_difference(want: torch.Tensor, got: torch.Tensor) -> float:
 
 @pytest.mark.parametrize(
     "case,exclude_nms",
-    [("rec", False), ("seg", False), ("det", False), ("det", True), ("segformer", False), ("ocrnet", False)],
+    [
+        ("rec", False),
+        ("seg", False),
+        ("det", False),
+        ("det", True),
+        ("segformer", False),
+        ("ocrnet", False),
+        ("faster_rcnn", False),
+    ],
 )
 @pytest.mark.slow
 def test_export_matches_pytorch_at_two_sizes(tmp_path, case, exclude_nms):
     task = TASKS.get(case, case)
     cfg = MAKERS[case](str(tmp_path / "c.yml"), str(tmp_path / "data"), str(tmp_path / "out"))
     overrides = ["Global.synthetic_data=null"] + (
-        ["PostProcess.score_threshold=0.0"] if task == "det" else []
+        ["PostProcess.score_threshold=0.0"] if case == "det" else []
     )
     config = load_config(cfg, overrides)  # untrained detector: scores ~0.01, keep them all for NMS
     assert task_of(config) == task
@@ -74,9 +100,7 @@ def test_export_matches_pytorch_at_two_sizes(tmp_path, case, exclude_nms):
         _spread_ocrnet_outputs(model)
     convert_to_deploy(model)
     if task == "det":  # spread the untrained scores (all ~0.01): NMS ties would make the outputs ambiguous
-        for layer in model.head.pred_cls:
-            torch.nn.init.normal_(layer.weight, std=0.05)
-            torch.nn.init.normal_(layer.bias, std=1.0)
+        spread_class_scores(model)
     module, spec = build_deploy(model, config, exclude_nms=exclude_nms)
     tolerance = TOLERANCE.get(case, 1e-3)
     path = str(tmp_path / "model.onnx")
@@ -181,3 +205,11 @@ def test_torchscript_graphs_record_no_device(tmp_path, case):
         export_torchscript(module, spec, path)
         frozen = torch.jit.load(path)
     _assert_no_device(case, {"traced": _traced_graph(module, spec), "frozen": frozen.graph})
+
+
+def test_faster_rcnn_refuses_exclude_nms_in_one_line(tmp_path):
+    """Faster R-CNN's boxes are per class: its graph keeps the NMS; --exclude_nms is a config error."""
+    cfg = tiny_faster_rcnn_config(str(tmp_path / "c.yml"), str(tmp_path / "data"), str(tmp_path / "out"))
+    config = load_config(cfg, ["Global.synthetic_data=null"])
+    with pytest.raises(ConfigError, match="--exclude_nms: PostProcess BBoxPostProcess keeps its NMS"):
+        build_deploy(build_model(config).eval(), config, exclude_nms=True)

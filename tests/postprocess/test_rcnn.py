@@ -163,3 +163,34 @@ def test_the_eval_chain_fits_together():
         assert boxes.shape[0] > 0 and result["labels"].max() < 3 and result["scores"].min() > 0.05
         assert bool((boxes[:, 2] <= width).all() and (boxes[:, 3] <= height).all() and (boxes >= 0).all())
         assert bool((result["scores"][1:] <= result["scores"][:-1]).all())
+
+
+def graph_rows(post, preds, batch):
+    bbox, num = post.graph_outputs(preds, batch["im_shape"].float(), batch["scale_factor"].float())
+    return bbox.split(num.tolist())
+
+
+def eval_rows(result):
+    return torch.cat([result["labels"][:, None].float(), result["scores"][:, None], result["boxes"]], dim=1)
+
+
+def test_exported_graph_outputs_equal_evaluation(data):
+    """``graph_outputs`` (tensor operations only, what export traces) gives evaluation's detections
+    row for row, where keep_top_k cuts nothing; where it cuts, an empty box that Paddle's NMS
+    suppresses (``empty_overlap``) keeps a place in torchvision's, so the graph's rows are
+    evaluation's first rows, at most one fewer per such box (fixture: 22 of 23 in image 0)."""
+    preds, batch = preds_and_batch(data)
+    post = POSTPROCESSES.build(
+        {"name": "BBoxPostProcess", "num_classes": 4, "nms": dict(NMS, keep_top_k=100)}
+    )
+    for mine, result in zip(graph_rows(post, preds, batch), post(preds, batch)):
+        assert mine.shape[0] == len(result["boxes"]) > 20
+        assert torch.equal(mine, eval_rows(result))
+    post = build()  # keep_top_k 25
+    counts = []
+    for mine, result in zip(graph_rows(post, preds, batch), post(preds, batch)):
+        assert torch.equal(mine, eval_rows(result)[: mine.shape[0]])
+        counts.append((mine.shape[0], len(result["boxes"])))
+    assert counts == [(22, 23), (23, 23)]
+    with pytest.raises(ValueError, match="keeps its NMS"):
+        post.graph_outputs(preds, batch["im_shape"].float(), batch["scale_factor"].float(), exclude_nms=True)

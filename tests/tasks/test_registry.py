@@ -24,6 +24,7 @@ def test_the_four_tasks_are_registered_with_their_graphs():
         "CTCLabelDecode": "rec",
         "DistillationCTCLabelDecode": "rec",
         "MultiClassNMS": "det",
+        "BBoxPostProcess": "det",
         "SegPostProcess": "seg",
         "TableLabelDecode": "table",
     }

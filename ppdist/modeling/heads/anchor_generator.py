@@ -92,5 +92,7 @@ class AnchorGenerator(nn.Module):
             shift_y, shift_x = torch.meshgrid(ys, xs, indexing="ij")
             shift_x, shift_y = shift_x.reshape(-1), shift_y.reshape(-1)
             shifts = torch.stack([shift_x, shift_y, shift_x, shift_y], dim=1)
-            anchors.append((shifts[:, None, :] + cell.to(feat.device)[None]).reshape(-1, 4))
+            anchors.append(
+                (shifts[:, None, :] + cell[None]).reshape(-1, 4)
+            )  # a buffer: on the model's device
         return anchors

@@ -90,6 +90,8 @@ class FasterRCNNHead(nn.Module):
         self.bbox_assigner: Optional[nn.Module] = None
         if assigner is not None:
             entry = _entry(assigner, f"{where}.bbox_head.bbox_assigner")
+            # PaddleDetection injects the one global num_classes into both; here the head's count is the default
+            entry.setdefault("num_classes", int(getattr(self.bbox_head, "num_classes", 80)))
             if entry["name"] in HEADS:
                 self.bbox_assigner = HEADS.build(entry, where=f"{where}.bbox_head.bbox_assigner")
             self._assigner_name = entry["name"]
@@ -126,8 +128,11 @@ class FasterRCNNHead(nn.Module):
         """``[B, 2]`` (h, w) of each image: the batch's ``im_shape``, else the input's size."""
         first = feats[0]
         if batch is not None and batch.get("im_shape") is not None:
-            shape = torch.as_tensor(batch["im_shape"], device=first.device)
-            return shape.reshape(first.shape[0], 2).float()
+            shape = batch["im_shape"]
+            shape = shape if isinstance(shape, torch.Tensor) else torch.as_tensor(shape)
+            if shape.device != first.device:  # a host entry; a traced graph's is on the device already
+                shape = shape.to(first.device)
+            return shape.float().reshape(first.shape[0], 2)
         if input_size is None:
             raise ValueError("FasterRCNNHead: needs the batch's im_shape or the input size")
         size = torch.tensor([float(input_size[0]), float(input_size[1])], device=first.device)

@@ -6,7 +6,8 @@ per image (the best ``post_nms_top_n`` when more survive; otherwise all, in leve
 Fixed shapes: every image's proposals come padded to one width with a validity mask, so a
 training step never reads a proposal count on the host. The NMS is ``ops.grouped_nms`` over all
 (image, level) groups at once (equal to ``torchvision.ops.nms`` per group); its host reads are the
-only ones here: the group sizes and one per suppression round (a handful per step).
+only ones here: the group sizes and one per suppression round (a handful per step). In an exported
+graph (a trace) every size stays dynamic and the NMS is torchvision's ``batched_nms``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from ppdist.ops.box_coder import clip_to_shape, delta2bbox
 from ppdist.ops.nms import grouped_nms
-from ppdist.ops.ranges import index_range
+from ppdist.ops.ranges import Length, at_most, best_first, index_range, kept_first
 
 # Paddle's generate_proposals never keeps a box narrower or lower than this, whatever min_size says
 SMALLEST_SIDE = 1.0
@@ -32,9 +33,9 @@ def flatten_level(scores: torch.Tensor, deltas: torch.Tensor) -> Tuple[torch.Ten
     return flat_scores, flat_deltas
 
 
-def compact(keep: torch.Tensor, width: int) -> torch.Tensor:
+def compact(keep: torch.Tensor, width: Length) -> torch.Tensor:
     """[B, width] indices of the first ``width`` entries of each row, kept ones first (in order)."""
-    return torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)[:, :width]
+    return kept_first(keep)[:, :width]
 
 
 def gather_rows(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -94,7 +95,7 @@ class ProposalGenerator:
         [B, K] (best first) and whether they pass the size filter [B, K]."""
         flat_scores, flat_deltas = flatten_level(scores, deltas)
         count = flat_scores.shape[1]
-        k = count if self.pre_nms_top_n <= 0 else min(self.pre_nms_top_n, count)
+        k = count if self.pre_nms_top_n <= 0 else at_most(count, self.pre_nms_top_n)
         top_scores, top_index = torch.topk(flat_scores, k, dim=1, sorted=True)
         boxes = delta2bbox(gather_rows(flat_deltas, top_index), anchors[top_index])[..., 0, :]
         boxes = clip_to_shape(boxes, im_shape[:, None, :].to(boxes.dtype))
@@ -123,7 +124,7 @@ class ProposalGenerator:
         for (boxes, level_scores, _), keep in zip(levels, kept):
             rank = keep.long().cumsum(1) - 1
             keep = keep & (rank < top_n) if top_n > 0 else keep
-            index = compact(keep, min(top_n, keep.shape[1]) if top_n > 0 else keep.shape[1])
+            index = compact(keep, at_most(keep.shape[1], top_n) if top_n > 0 else keep.shape[1])
             level_rois, level_logits, level_mask = placeholder_if_empty(
                 gather_rows(boxes, index), gather_rows(level_scores, index), gather_rows(keep, index)
             )
@@ -157,10 +158,10 @@ class ProposalGenerator:
     ) -> Dict[str, torch.Tensor]:
         """Per image: the best ``post_nms_top_n`` of the levels' proposals when more than that are
         valid, else all valid ones in level order; padded to ``min(post_nms_top_n, width)``."""
-        width = min(self.post_nms_top_n, rois.shape[1])
+        width = at_most(rois.shape[1], self.post_nms_top_n)
         count = mask.sum(1, keepdim=True)
         ranked = torch.where(mask, logits, torch.full_like(logits, -torch.inf))
-        best = torch.argsort(ranked, dim=1, descending=True, stable=True)[:, :width]
+        best = best_first(ranked, width)
         index = torch.where(count > self.post_nms_top_n, best, compact(mask, width))
         valid = index_range(width, count)[None, :] < count
         return {
