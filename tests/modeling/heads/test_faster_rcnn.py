@@ -117,3 +117,14 @@ def test_training_without_a_registered_sampler_is_one_line():
     model = BaseModel(arch).train()
     with pytest.raises(ConfigError, match="bbox_assigner 'NoSuchAssigner'"):
         model({"image": torch.randn(1, 3, 64, 64), "im_shape": torch.tensor([[64.0, 64.0]])})
+
+
+def test_the_box_sampler_counts_the_box_heads_classes_unless_told():
+    """PaddleDetection injects one global num_classes into BBoxHead and BBoxAssigner; an assigner
+    entry without its own takes the box head's (a mismatch would give out-of-range labels)."""
+    arch = tiny_faster_rcnn()
+    del arch["Head"]["bbox_head"]["bbox_assigner"]["num_classes"]
+    model = BaseModel(arch)
+    assert model.head.bbox_head.num_classes == 3 and model.head.bbox_assigner.num_classes == 3
+    arch["Head"]["bbox_head"]["bbox_assigner"]["num_classes"] = 5
+    assert BaseModel(arch).head.bbox_assigner.num_classes == 5
