@@ -72,7 +72,7 @@ def build_det_deploy(
     MultiClassNMS in the graph unless ``exclude_nms``."""
     height, width = eval_transform_size(config, (640, 640))
     postprocess = build_postprocess(config)  # MultiClassNMS / BBoxPostProcess with the config's settings
-    if exclude_nms and not postprocess.graph_raw_outputs:
+    if exclude_nms and not nms_can_leave_the_graph(config):
         raise ConfigError(
             f"--exclude_nms: PostProcess {config['PostProcess']['name']} keeps its NMS in the graph "
             "(per-class boxes); export without --exclude_nms"
@@ -86,6 +86,12 @@ def build_det_deploy(
     )
     spec = GraphSpec(list(INPUTS), outputs, axes, [(1, 3, height, width), (2, 3, height - 64, width + 64)])
     return DetDeploy(model, postprocess, exclude_nms).eval(), spec
+
+
+def nms_can_leave_the_graph(config: Mapping[str, Any]) -> bool:
+    """Whether the config's post-process has raw graph outputs (MultiClassNMS: yes; BBoxPostProcess:
+    no, its boxes are per class)."""
+    return bool(build_postprocess(config).graph_raw_outputs)
 
 
 def detection_labels(config: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -333,5 +339,6 @@ TASK = register_task(
         browse=BROWSE_PANEL,
         build_deploy=build_det_deploy,
         labels=detection_labels,
+        raw_graph=nms_can_leave_the_graph,
     )
 )

@@ -95,6 +95,13 @@ class Task:
     training_sample: Optional[
         Callable[[Mapping[str, Any], Tuple[int, int], int], Dict[str, torch.Tensor]]
     ] = None
+    # whether a config's graph can leave its post-process out (``raw_outputs``); default: when the
+    # task has raw outputs (Faster R-CNN's per-class boxes cannot)
+    raw_graph: Optional[Callable[[Mapping[str, Any]], bool]] = None
+
+    def has_raw_graph(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config``'s model exports without its in-graph post-process (``exclude_nms``)."""
+        return bool(self.raw_outputs) and (self.raw_graph is None or self.raw_graph(config))
 
     def graph_outputs(self, exclude_nms: bool = False) -> List[str]:
         """The graph's output names, the raw ones when the in-graph post-process is left out."""

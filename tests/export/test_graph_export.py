@@ -19,6 +19,7 @@ from ppdist.config import load_config
 from ppdist.errors import ConfigError
 from ppdist.export.deploy_modules import build_deploy
 from ppdist.export.graph_export import example_inputs, export_onnx, export_torchscript, onnx_parity
+from ppdist.export.model_export import export_single
 from ppdist.modeling.deploy import convert_to_deploy
 from ppdist.tasks import task_of
 
@@ -213,3 +214,16 @@ def test_faster_rcnn_refuses_exclude_nms_in_one_line(tmp_path):
     config = load_config(cfg, ["Global.synthetic_data=null"])
     with pytest.raises(ConfigError, match="--exclude_nms: PostProcess BBoxPostProcess keeps its NMS"):
         build_deploy(build_model(config).eval(), config, exclude_nms=True)
+
+
+def test_faster_rcnn_export_check_compares_the_whole_graph(tmp_path):
+    """--check on a graph that keeps its NMS compares ``bbox`` / ``bbox_num`` themselves (there is
+    no raw graph to compare instead)."""
+    cfg = tiny_faster_rcnn_config(str(tmp_path / "c.yml"), str(tmp_path / "data"), str(tmp_path / "out"))
+    config = load_config(cfg, ["Global.synthetic_data=null"])
+    torch.manual_seed(0)
+    model = convert_to_deploy(build_model(config).eval())
+    spread_class_scores(model)
+    report = export_single(model, config, str(tmp_path / "inf"), {}, ("onnx",), False, True, 1e-4)
+    assert [sorted(row) for row in report["parity"]] == [["bbox", "bbox_num", "shape"]] * 2
+    assert report["max_abs_diff"] <= 1e-4
