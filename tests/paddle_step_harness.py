@@ -35,6 +35,7 @@ from paddle_step_testing import (
     replay,
     sample_positions,
     to_torch,
+    trainable_parameters,
 )
 
 from ppdist.components import build_loss, build_model
@@ -271,11 +272,11 @@ class Family:
         """ppdist parameter -> (Paddle name, positions of the fixture's sampled entries)."""
         found = sample_positions(self.base, self.state, self.arrays)
         sampled = len([key for key in self.arrays if key.startswith("grad_index/")])
-        assert len(found) == len(list(self.base.parameters())) == sampled
+        assert len(found) == len(trainable_parameters(self.base)) == sampled
         if self.spec.parameter_tensors is not None:
             assert len(found) == self.spec.parameter_tensors, len(found)
         if self.spec.parameters is not None:
-            assert sum(p.numel() for p in self.base.parameters()) == self.spec.parameters
+            assert sum(p.numel() for _, p in trainable_parameters(self.base)) == self.spec.parameters
         return found
 
     def run(self, name: str) -> StepRun:
@@ -413,8 +414,9 @@ def replay_error(family: Family, clip: bool) -> float:
 
         def after_step(step: int) -> None:
             ema.update(model)
-            for key, p in ema.module.named_parameters():
-                owner, where = family.positions[key]
+            averaged = dict(ema.module.named_parameters())  # the EMA copy trains nothing itself
+            for key, (owner, where) in family.positions.items():
+                p = averaged[key]
                 ours = p.detach().double().numpy().reshape(-1)[where]
                 theirs = arrays[f"ema_{step}/{owner}"]
                 ema_errors.append(float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-12)))

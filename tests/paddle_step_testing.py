@@ -31,6 +31,12 @@ def to_torch(model: torch.nn.Module, state: Dict[str, np.ndarray]) -> Dict[str, 
     return converted
 
 
+def trainable_parameters(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Parameter]]:
+    """``(name, parameter)`` of the parameters that train (a frozen backbone stage's do not: the
+    original's fixture holds gradients of its trainable parameters only)."""
+    return [(key, p) for key, p in model.named_parameters() if p.requires_grad]
+
+
 def sample_positions(
     model: torch.nn.Module, state: Dict[str, np.ndarray], fixture: Dict[str, np.ndarray]
 ) -> Positions:
@@ -49,7 +55,7 @@ def sample_positions(
     starts = sorted((o, n) for n, o in offsets.items())
     keys = [o for o, _ in starts]
     positions = {}
-    for key, _ in model.named_parameters():
+    for key, _ in trainable_parameters(model):
         flat = converted[key].numpy().reshape(-1).astype(np.int64) - 1
         owner = starts[int(np.searchsorted(keys, flat.min(), side="right")) - 1][1]
         where = np.empty(flat.size, dtype=np.int64)
@@ -72,7 +78,7 @@ def gradient_errors(
     norms = {key: float(fixture[f"grad_norm_{step}/{owner}"]) for key, (owner, _) in positions.items()}
     total = float(np.sqrt(sum(n * n for n in norms.values())))
     errors, zero = {}, []
-    for key, p in model.named_parameters():
+    for key, p in trainable_parameters(model):
         owner, where = positions[key]
         ours = p.grad.double().numpy().reshape(-1)
         if norms[key] <= 1e-10 * total:
@@ -129,12 +135,13 @@ def replay(
     (``gradient_with_full_norm``)."""
     worst = 0.0
     old = {
-        key: p.detach().double().numpy().reshape(-1)[positions[key][1]] for key, p in model.named_parameters()
+        key: p.detach().double().numpy().reshape(-1)[positions[key][1]]
+        for key, p in trainable_parameters(model)
     }
     for step in range(1, steps + 1):
         for group in optimizer.param_groups:
             assert group["lr"] == float(fixture[f"lr_{step}"]) * group.get("lr_mult", 1.0), step
-        for key, p in model.named_parameters():
+        for key, p in trainable_parameters(model):
             owner, where = positions[key]
             grad = torch.zeros(p.numel(), dtype=p.dtype)
             grad[torch.from_numpy(where)] = torch.from_numpy(fixture[f"grad_{step}/{owner}"]).to(p.dtype)
@@ -147,7 +154,7 @@ def replay(
         scheduler.step()
         if after_step is not None:
             after_step(step)
-        for key, p in model.named_parameters():
+        for key, p in trainable_parameters(model):
             owner, where = positions[key]
             ours = p.detach().double().numpy().reshape(-1)[where]
             theirs = fixture[f"param_{step}/{owner}"]

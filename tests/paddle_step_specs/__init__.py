@@ -7,8 +7,9 @@ from typing import Dict
 
 from paddle_step_harness import StepSpec
 
-from paddle_step_specs import det, ocrnet, ppocrv3, rec, seg, segformer, table
+from paddle_step_specs import det, faster_rcnn, ocrnet, ppocrv3, rec, seg, segformer, table
 
 SPECS: Dict[str, StepSpec] = {
-    module.SPEC.name: module.SPEC for module in (rec, ppocrv3, table, det, seg, ocrnet, segformer)
+    module.SPEC.name: module.SPEC
+    for module in (rec, ppocrv3, table, det, faster_rcnn, seg, ocrnet, segformer)
 }
