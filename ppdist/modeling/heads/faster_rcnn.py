@@ -135,5 +135,6 @@ class FasterRCNNHead(nn.Module):
             return shape.float().reshape(first.shape[0], 2)
         if input_size is None:
             raise ValueError("FasterRCNNHead: needs the batch's im_shape or the input size")
-        size = torch.tensor([float(input_size[0]), float(input_size[1])], device=first.device)
-        return size.expand(first.shape[0], 2)
+        size = first.new_empty((first.shape[0], 2), dtype=torch.float32)  # filled on the device:
+        size[:, 0], size[:, 1] = float(input_size[0]), float(input_size[1])  # no host-to-device copy
+        return size
