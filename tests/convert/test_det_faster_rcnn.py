@@ -158,8 +158,12 @@ def test_faster_fpn_reader_converts_and_builds():
     assert not op.random_interp and not op.random_range
     evaluation = result.config["Eval"]["dataset"]["transforms"]
     assert evaluation[1] == {"Resize": {"interp": 2, "target_size": [800, 1333], "keep_ratio": True}}
-    for section in ("Train", "Eval"):  # PaddleDetection's PadBatch, stride 32, joins the sizes
-        assert result.config[section]["dataset"]["batch_transforms"] == [{"PadBatch": {"pad_to_stride": 32}}]
+    # PaddleDetection's PadBatch, stride 32, joins the sizes; training pads the boxes too (PadGT: any
+    # batch size trains, as PaddleDetection's per-image box lists)
+    pad = {"PadBatch": {"pad_to_stride": 32}}
+    assert result.config["Train"]["dataset"]["batch_transforms"] == [pad, {"PadGT": {}}]
+    assert result.config["Eval"]["dataset"]["batch_transforms"] == [pad]
+    assert any("PadGT appended" in note for note in result.notes)
     assert TRANSFORMS.build({"name": "PadBatch", "pad_to_stride": 32}).stride == 32
     assert not [u for u in result.unmapped if "RandomResize" in str(u) or "PadBatch" in str(u)]
 
@@ -168,6 +172,7 @@ def test_faster_reader_without_fpn_pads_without_rounding():
     """faster_reader.yml (the C4 configs) is the FPN reader with PadBatch pad_to_stride -1: no rounding."""
     config = convert_config(os.path.join(CONFIGS, "faster_rcnn_r50_1x_coco.yml")).config
     assert next(iter(config["Train"]["dataset"]["transforms"][1])) == "RandomResize"
-    (pad,) = config["Train"]["dataset"]["batch_transforms"]
+    pad, boxes = config["Train"]["dataset"]["batch_transforms"]
+    assert boxes == {"PadGT": {}}
     assert pad == {"PadBatch": {"pad_to_stride": -1}}
     assert TRANSFORMS.build({"name": "PadBatch", **pad["PadBatch"]}).stride == 0

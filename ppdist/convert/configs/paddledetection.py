@@ -367,6 +367,13 @@ class DetConverter:
                 batch, f"{reader.path}.batch_transforms", self.report
             )
         training = name == "Train"
+        if training and not any("PadGT" in entry for entry in ds.get("batch_transforms", [])):
+            # PaddleDetection collates each image's boxes as a list; ppdist's losses take them padded
+            ds.setdefault("batch_transforms", []).append({"PadGT": {}})
+            self.report.note(
+                f"{reader.path}.batch_transforms: PadGT appended (pads each batch's boxes to its "
+                "largest count, as PaddleDetection's list of boxes per image), so any batch size trains"
+            )
         loader: Dict[str, Any] = {"batch_size_per_card": int(reader.get("batch_size", 1))}
         if training:
             loader["shuffle"] = bool(reader.get("shuffle", True))
