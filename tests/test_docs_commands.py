@@ -56,6 +56,18 @@ TINY: Dict[str, List[str]] = {
         "Global.plot_curves=false",
         "Global.eval_pictures=false",
     ],
+    "configs/det/faster_rcnn_quickstart_synth.yml": [
+        "Global.epoch_num=1",
+        "Global.print_batch_step=1",
+        "Global.synthetic_data.num_train=8",
+        "Global.synthetic_data.num_val=4",
+        "Global.synthetic_data.image_size=64",
+        "Train.loader.batch_size_per_card=4",
+        "Train.loader.num_workers=0",
+        "Eval.loader.batch_size_per_card=4",
+        "Global.plot_curves=false",
+        "Global.eval_pictures=false",
+    ],
     "configs/table/quickstart_synth.yml": [
         "Global.synthetic_data.num_train=8",
         "Global.synthetic_data.num_val=4",
@@ -94,6 +106,11 @@ RUN: List[Tuple[str, List[str], List[str]]] = [
     (
         "= python tools/train.py -c configs/det/quickstart_synth.yml",
         ["output/det/quickstart_synth/best_accuracy.pt"],
+        [],
+    ),
+    (
+        "= python tools/train.py -c configs/det/faster_rcnn_quickstart_synth.yml",
+        ["output/det/faster_rcnn_quickstart_synth/best_accuracy.pt"],
         [],
     ),
     (
@@ -271,6 +288,8 @@ NOT_RUN: List[Tuple[str, str]] = [
     ("speed_rec_ppocrv3.py paddle --source", PADDLE),
     ("speed_seg_families.py paddle --source", PADDLE),
     ("speed_seg_families.py ppdist --steps", BENCH),
+    ("speed_faster_rcnn.py paddle --source", PADDLE),
+    ("speed_faster_rcnn.py ppdist", BENCH),
     ("speed_table.py paddle --source", PADDLE),
     ("speed_table.py ppdist --size", BENCH),
     ("paddle_segformer/make_fixtures.py", PADDLE),
