@@ -7,9 +7,9 @@ import os
 
 import pytest
 import torch
+from cuda_testing import PRECISIONS, device_syncs, sync_warnings
 from ppdist_testing import REPO
 from step_testing import device_batch, step_trainer
-from test_cuda_training import PRECISIONS, device_syncs, sync_warnings
 
 from ppdist.convert.configs.convert import load_config
 from ppdist.engine.dist import DistEnv

@@ -2,13 +2,12 @@
 recording every synchronising call (``torch.cuda.set_sync_debug_mode``): none, except those ATen's
 CTC kernels make internally (measured alone and subtracted), and resuming across AMP settings."""
 
-import contextlib
 import copy
 import os
-import warnings
 
 import pytest
 import torch
+from cuda_testing import PRECISIONS, device_syncs, sync_warnings
 from ppdist_testing import REPO
 from step_testing import device_batch, step_trainer
 
@@ -47,30 +46,6 @@ RECIPES = {  # the recipes' real training input sizes, a few samples per batch
 RECIPE_AMP_OVERRIDES = {"slanet": ["Global.amp_custom_white_list=[]"]}
 # the PP-OCRv3 quick start's dictionary is written with its data: the bundled English one stands in
 QUICKSTART_DICT = "Global.character_dict_path=" + os.path.join(REPO, "ppdist", "data", "dicts", "en_dict.txt")
-PRECISIONS = {
-    "fp32": ["Global.use_amp=false"],
-    "fp16": ["Global.use_amp=true", "Global.amp_dtype=float16", "Global.scale_loss=1024"],
-    "bf16": ["Global.use_amp=true", "Global.amp_dtype=bfloat16"],
-}
-
-
-@contextlib.contextmanager
-def device_syncs():
-    """Records the synchronising CUDA calls (``set_sync_debug_mode("warn")``) made inside."""
-    torch.cuda.synchronize()
-    previous = torch.cuda.get_sync_debug_mode()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            yield caught
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
-
-
-def sync_warnings(caught):
-    """The synchronising calls among the warnings (not the mode's own 'prototype feature' notice)."""
-    return [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
 
 
 def detached(value):
