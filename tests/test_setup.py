@@ -8,7 +8,7 @@ import os
 
 from paddle_step_specs import SPECS
 
-FAMILIES = ("CRNN", "PP-OCRv3", "SLANet", "PP-YOLOE", "PP-LiteSeg", "OCRNet", "SegFormer")
+FAMILIES = ("CRNN", "PP-OCRv3", "SLANet", "PP-YOLOE", "Faster R-CNN", "PP-LiteSeg", "OCRNet", "SegFormer")
 
 
 def setup_keyword(repo_root: str, name: str) -> str:
