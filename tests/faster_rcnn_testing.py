@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any, Dict
 
 import yaml
+
+# PaddleDetection release/2.7.1's configs/faster_rcnn, copied unchanged
+RELEASE_CONFIGS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)),
+    "fixtures",
+    "paddle_configs",
+    "PaddleDetection",
+    "configs",
+    "faster_rcnn",
+)
+# the seed's recipe (Faster R-CNN R50-vd FPN 1x)
+R50_VD_FPN = os.path.join(RELEASE_CONFIGS, "faster_rcnn_r50_vd_fpn_1x_coco.yml")
 
 TINY_FASTER_RCNN: Dict[str, Any] = {
     "model_type": "det",

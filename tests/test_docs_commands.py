@@ -21,6 +21,19 @@ import pytest
 from docs_commands_testing import DocCommand, extract_commands, fresh_copy, with_overrides
 from ppdist_testing import HANG_TIMEOUT_S, REPO
 
+# the PP-YOLOE and Faster R-CNN quick starts: 16 images of 64 px, one epoch
+TINY_DET = [
+    "Global.epoch_num=1",
+    "Global.print_batch_step=1",
+    "Global.synthetic_data.num_train=16",
+    "Global.synthetic_data.num_val=4",
+    "Global.synthetic_data.image_size=64",
+    "Train.loader.batch_size_per_card=4",
+    "Train.loader.num_workers=0",
+    "Eval.loader.batch_size_per_card=4",
+    "Global.plot_curves=false",
+    "Global.eval_pictures=false",
+]
 # tiny versions of the quick starts: a few samples, a few steps, no loader workers (curves and
 # evaluation pictures where a command's page shows them: the rec quick start's)
 TINY: Dict[str, List[str]] = {
@@ -44,30 +57,8 @@ TINY: Dict[str, List[str]] = {
         "Global.plot_curves=false",
         "Global.eval_pictures=false",
     ],
-    "configs/det/quickstart_synth.yml": [
-        "Global.epoch_num=1",
-        "Global.print_batch_step=1",
-        "Global.synthetic_data.num_train=16",
-        "Global.synthetic_data.num_val=4",
-        "Global.synthetic_data.image_size=64",
-        "Train.loader.batch_size_per_card=4",
-        "Train.loader.num_workers=0",
-        "Eval.loader.batch_size_per_card=4",
-        "Global.plot_curves=false",
-        "Global.eval_pictures=false",
-    ],
-    "configs/det/faster_rcnn_quickstart_synth.yml": [
-        "Global.epoch_num=1",
-        "Global.print_batch_step=1",
-        "Global.synthetic_data.num_train=8",
-        "Global.synthetic_data.num_val=4",
-        "Global.synthetic_data.image_size=64",
-        "Train.loader.batch_size_per_card=4",
-        "Train.loader.num_workers=0",
-        "Eval.loader.batch_size_per_card=4",
-        "Global.plot_curves=false",
-        "Global.eval_pictures=false",
-    ],
+    "configs/det/quickstart_synth.yml": TINY_DET,
+    "configs/det/faster_rcnn_quickstart_synth.yml": TINY_DET,
     "configs/table/quickstart_synth.yml": [
         "Global.synthetic_data.num_train=8",
         "Global.synthetic_data.num_val=4",

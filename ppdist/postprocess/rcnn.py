@@ -104,6 +104,10 @@ class BBoxPostProcess:
         self.decode = RCNNBox(**decode_cfg)
         self.nms = _nms_settings(nms)
 
+    def nms_arguments(self) -> Tuple[float, int, float, int]:
+        """``(score_threshold, nms_top_k, nms_threshold, keep_top_k)``, the NMS functions' order."""
+        return tuple(self.nms[key] for key in ("score_threshold", "nms_top_k", "nms_threshold", "keep_top_k"))
+
     def detections(
         self, preds: Mapping[str, torch.Tensor], im_shape: torch.Tensor
     ) -> Dict[str, torch.Tensor]:
@@ -113,10 +117,7 @@ class BBoxPostProcess:
         return multiclass_nms_batch(
             scores,
             boxes,
-            self.nms["score_threshold"],
-            self.nms["nms_top_k"],
-            self.nms["nms_threshold"],
-            self.nms["keep_top_k"],
+            *self.nms_arguments(),
             empty_overlap=True,  # clipped boxes can be empty: Paddle's NMS suppresses touching ones
         )
 
@@ -136,14 +137,7 @@ class BBoxPostProcess:
         if exclude_nms:
             raise ValueError("BBoxPostProcess: an exported Faster R-CNN keeps its NMS (per-class boxes)")
         boxes, scores = self.decode(preds, im_shape)
-        image, labels, values, found = batched_multiclass_nms_rows(
-            scores,
-            boxes,
-            self.nms["score_threshold"],
-            self.nms["nms_top_k"],
-            self.nms["nms_threshold"],
-            self.nms["keep_top_k"],
-        )
+        image, labels, values, found = batched_multiclass_nms_rows(scores, boxes, *self.nms_arguments())
         ratio = scale_factor[:, :2].float()
         origin = torch.floor(im_shape / ratio + 0.5)
         per_box = torch.cat([ratio[:, 1:2], ratio[:, 0:1]], dim=1).repeat(1, 2)  # (sx, sy, sx, sy)

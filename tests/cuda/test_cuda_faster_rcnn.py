@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 from cuda_testing import PRECISIONS, device_syncs, sync_warnings
+from faster_rcnn_testing import R50_VD_FPN
 from ppdist_testing import REPO
 from step_testing import device_batch, step_trainer
 
@@ -16,20 +17,7 @@ from ppdist.engine.dist import DistEnv
 from ppdist.utils.host_sync import HostSyncCounter
 
 QUICKSTART = (os.path.join(REPO, "configs", "det", "faster_rcnn_quickstart_synth.yml"), 8, (160, 160))
-RECIPE = (
-    os.path.join(
-        REPO,
-        "tests",
-        "fixtures",
-        "paddle_configs",
-        "PaddleDetection",
-        "configs",
-        "faster_rcnn",
-        "faster_rcnn_r50_vd_fpn_1x_coco.yml",
-    ),
-    2,
-    (800, 1088),
-)
+RECIPE = (R50_VD_FPN, 2, (800, 1088))
 
 
 def faster_rcnn_trainer(path, batch_size, size, overrides):

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import torch
+from faster_rcnn_testing import R50_VD_FPN
 from paddle_step_testing import to_torch
 
 from ppdist.components import build_postprocess
@@ -18,16 +19,7 @@ from ppdist.modeling.architectures import BaseModel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "fixtures", "faster_rcnn")
-CONFIG = os.path.join(
-    HERE,
-    "..",
-    "fixtures",
-    "paddle_configs",
-    "PaddleDetection",
-    "configs",
-    "faster_rcnn",
-    "faster_rcnn_r50_vd_fpn_1x_coco.yml",
-)
+CONFIG = R50_VD_FPN
 
 
 def make_eval():

@@ -24,20 +24,12 @@ from typing import Dict
 import numpy as np
 import paddle_step_harness as harness
 import torch
+from faster_rcnn_testing import R50_VD_FPN
 from paddle_step_testing import load_arrays
 
 from ppdist.convert.configs.convert import load_config
 
-CONFIG = os.path.join(
-    harness.ROOT,
-    "tests",
-    "fixtures",
-    "paddle_configs",
-    "PaddleDetection",
-    "configs",
-    "faster_rcnn",
-    "faster_rcnn_r50_vd_fpn_1x_coco.yml",
-)
+CONFIG = R50_VD_FPN
 FIXTURE = os.path.join(harness.STEP_DIR, "faster_rcnn.npz")
 TERMS = ("loss", "loss_rpn_cls", "loss_rpn_reg", "loss_bbox_cls", "loss_bbox_reg")
 MAKE = harness.fixture_script("make_faster_rcnn.py")
