@@ -481,3 +481,18 @@ def multi_size_det_config(folder: Any, name: str, sizes: List[int], *overrides: 
             *overrides,
         ],
     )
+
+
+def spread_class_scores(model: Any) -> None:
+    """An untrained detector's scoring layers spread, so that NMS and the proposal ranking have no
+    near-ties: the class layers (PP-YOLOE's ``pred_cls``, Faster R-CNN's ``bbox_score``) at
+    Normal(0, 0.05) weights and Normal(0, 1) biases; Faster R-CNN's RPN objectness too."""
+    import torch
+
+    head = model.head
+    layers = list(head.pred_cls) if hasattr(head, "pred_cls") else [head.bbox_head.bbox_score]
+    if hasattr(head, "rpn_head"):
+        layers.append(head.rpn_head.rpn_rois_score)
+    for layer in layers:
+        torch.nn.init.normal_(layer.weight, std=0.05)
+        torch.nn.init.normal_(layer.bias, std=1.0)

@@ -12,7 +12,7 @@ from typing import Iterator, List
 import pytest
 import torch
 from faster_rcnn_testing import tiny_faster_rcnn_config
-from ppdist_testing import tiny_config, tiny_det_config, tiny_seg_config
+from ppdist_testing import spread_class_scores, tiny_config, tiny_det_config, tiny_seg_config
 
 from ppdist.components import build_model
 from ppdist.config import load_config
@@ -57,16 +57,6 @@ def _spread_ocrnet_outputs(model: torch.nn.Module) -> None:
     model.eval()
     for layer in (model.head.cls_head, model.head.aux_head[1]):
         torch.nn.init.normal_(layer.weight, std=0.5)
-
-
-def spread_class_scores(model: torch.nn.Module) -> None:
-    """A detector's class layers (PP-YOLOE's ``pred_cls``, Faster R-CNN's ``bbox_score``) at
-    Normal(0, 0.05) weights and Normal(0, 1) biases: distinct scores, so NMS has no ties."""
-    head = model.head
-    layers = head.pred_cls if hasattr(head, "pred_cls") else [head.bbox_head.bbox_score]
-    for layer in layers:
-        torch.nn.init.normal_(layer.weight, std=0.05)
-        torch.nn.init.normal_(layer.bias, std=1.0)
 
 
 def _largest_difference(want: torch.Tensor, got: torch.Tensor) -> float:
