@@ -3,7 +3,7 @@
 #   OUT=$OUT bash tools/gpu_session.sh                 # steps, trainer, suite: at most ~9.7 minutes
 #   OUT=$OUT SUITE_S=480 bash tools/gpu_session.sh suite   # a second call: the CUDA suite alone
 # Parts, in order, each under its own time cap (seconds, overridable) so a slow one cannot eat the others:
-#   steps   (STEPS_S per recipe): tools/benchmark.py --step_time, the bare Trainer.step of each of the 7
+#   steps   (STEPS_S per recipe): tools/benchmark.py --step_time, the bare Trainer.step of each of the 8
 #           recipes at its real input and per-GPU batch in fp32 and bf16 (median ms/step, samples/s, issue
 #           time, kernels/step, GPU-busy share, top kernels); PP-YOLOE-s also --size_costs 6 (cuDNN
 #           autotuning on vs off: what decides Global.cudnn_warmup / cudnn_benchmark)
@@ -14,12 +14,14 @@
 set -u
 OUT=${OUT:-output/gpu_session}; mkdir -p "$OUT"
 PARTS=${*:-steps trainer suite}
-STEPS_S=${STEPS_S:-35}; TRAINER_S=${TRAINER_S:-65}; SUITE_S=${SUITE_S:-120}
+STEPS_S=${STEPS_S:-35}; TRAINER_S=${TRAINER_S:-65}; SUITE_S=${SUITE_S:-90}
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 el "env"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 nproc | tee -a "$OUT/env.txt"
 LITESEG=configs/seg/pp_liteseg_stdc1_cityscapes_1024x512_scale0.5_160k.yml
 PPYOLOE=configs/det/ppyoloe_crn_s_300e_coco.yml
+# the seed's Faster R-CNN R50-vd FPN 1x: PaddleDetection release/2.7.1's file, as the tests hold it
+FASTER_RCNN=tests/fixtures/paddle_configs/PaddleDetection/configs/faster_rcnn/faster_rcnn_r50_vd_fpn_1x_coco.yml
 BF16="Global.use_amp=true Global.amp_dtype=bfloat16"
 
 if [[ " $PARTS " == *" trainer "* ]]; then  # the trainer part's synthetic sets, drawn on the CPU meanwhile
@@ -51,6 +53,7 @@ if [[ " $PARTS " == *" steps "* ]]; then
     step segformer configs/seg/segformer_b0_cityscapes_1024x1024_160k.yml 1024 1024 "$STEPS_S"
     step crnn configs/rec/rec_mv3_none_bilstm_ctc.yml 32 100 "$STEPS_S"
     step ppocrv3 configs/rec/PP-OCRv3/ch_PP-OCRv3_rec_distillation.yml 48 320 "$STEPS_S"
+    step faster_rcnn "$FASTER_RCNN" 800 1216 "$STEPS_S" --step_batch 2
 fi
 
 trainer() {  # name, config, images, overrides...
