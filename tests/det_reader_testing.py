@@ -1,4 +1,5 @@
-"""The images and samples of tests/fixtures/paddle_det_reader/make_reader.py, for the reader tests."""
+"""The images and samples of the reader fixture (tests/fixtures/paddle_det_reader/make_reader.py
+writes the original's results on them; the reader tests replay them): numpy only."""
 
 import os
 
@@ -8,7 +9,7 @@ FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "paddle_det_reader
 
 
 def images():
-    """{name: (uint8 RGB image, boxes)}: a wide 45x70 and a tall 90x20 image, as make_reader.py."""
+    """{name: (uint8 RGB image, boxes)}: a wide 45x70 and a tall 90x20 image."""
     rng = np.random.RandomState(43)
     wide = rng.randint(0, 256, (45, 70, 3)).astype(np.uint8)
     tall = rng.randint(0, 256, (90, 20, 3)).astype(np.uint8)

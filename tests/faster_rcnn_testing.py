@@ -20,6 +20,22 @@ RELEASE_CONFIGS = os.path.join(
 # the seed's recipe (Faster R-CNN R50-vd FPN 1x)
 R50_VD_FPN = os.path.join(RELEASE_CONFIGS, "faster_rcnn_r50_vd_fpn_1x_coco.yml")
 
+# the RPN fixture's settings (fixtures/faster_rcnn/make_rpn.py, tests/modeling/heads/test_rpn_head.py)
+RPN_STRIDES = [4, 8, 16, 32, 64]
+RPN_ANCHORS = {
+    "aspect_ratios": [0.5, 1.0, 2.0],
+    "anchor_sizes": [[32], [64], [128], [256], [512]],
+    "strides": RPN_STRIDES,
+}
+RPN_TRAIN = {
+    "min_size": 0.0,
+    "nms_thresh": 0.7,
+    "pre_nms_top_n": 120,
+    "post_nms_top_n": 80,
+    "topk_after_collect": True,
+}
+RPN_TEST = {"min_size": 0.0, "nms_thresh": 0.7, "pre_nms_top_n": 100, "post_nms_top_n": 60}
+
 TINY_FASTER_RCNN: Dict[str, Any] = {
     "model_type": "det",
     "Backbone": {"name": "ResNet", "depth": 18, "freeze_at": -1},

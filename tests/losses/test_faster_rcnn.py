@@ -4,46 +4,26 @@ no-host-read rule."""
 
 from __future__ import annotations
 
-import os
-
-import numpy as np
 import pytest
 import torch
 from faster_rcnn_testing import tiny_faster_rcnn
+from rcnn_targets_testing import load_targets_fixture, roi_targets, rpn_targets
 
 import ppdist.components  # noqa: F401  (registers the model parts)
 from ppdist.errors import DataError
 from ppdist.losses.faster_rcnn import FasterRCNNLoss, bbox_head_loss, rpn_loss
-from ppdist.losses.rcnn_targets import bbox_assign, rpn_anchor_target
 from ppdist.modeling.architectures import BaseModel
 from ppdist.registry import LOSSES
 from ppdist.utils.host_sync import HostSyncCounter
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "faster_rcnn", "targets.npz")
-
 
 @pytest.fixture(scope="module")
 def fx():
-    with np.load(FIX) as data:
-        return {k: torch.from_numpy(np.asarray(v)) for k, v in data.items()}
+    return load_targets_fixture()
 
 
 def _targets(fx):
-    rpn = rpn_anchor_target(
-        fx["anchors"], fx["gt_bbox"], fx["gt_mask"], fx["is_crowd"], batch_size_per_im=64, use_random=False
-    )
-    roi = bbox_assign(
-        fx["rois"],
-        fx["rois_mask"],
-        fx["gt_bbox"],
-        fx["gt_class"],
-        fx["gt_mask"],
-        4,
-        fx["is_crowd"],
-        batch_size_per_im=32,
-        use_random=False,
-    )
-    return rpn, roi
+    return rpn_targets(fx), roi_targets(fx)
 
 
 def test_rpn_loss_equals_paddle(fx):

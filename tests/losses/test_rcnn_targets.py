@@ -4,52 +4,22 @@ the no-host-read rule."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
+from rcnn_targets_testing import load_targets_fixture, roi_targets, rpn_targets
 
 import ppdist.losses  # noqa: F401  (registers BBoxAssigner)
 from ppdist.errors import DataError
-from ppdist.losses.rcnn_targets import bbox_assign, rpn_anchor_target
+from ppdist.losses.rcnn_targets import rpn_anchor_target
 from ppdist.ops.box_coder import bbox2delta
 from ppdist.registry import HEADS
 from ppdist.utils.host_sync import HostSyncCounter
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "faster_rcnn", "targets.npz")
-
 
 @pytest.fixture(scope="module")
 def fx():
-    with np.load(FIX) as data:
-        return {k: torch.from_numpy(np.asarray(v)) for k, v in data.items()}
-
-
-def _rpn(fx, use_random=False, **kw):
-    return rpn_anchor_target(
-        fx["anchors"],
-        fx["gt_bbox"],
-        fx["gt_mask"],
-        fx["is_crowd"],
-        batch_size_per_im=64,
-        use_random=use_random,
-        **kw,
-    )
-
-
-def _roi(fx, use_random=False):
-    return bbox_assign(
-        fx["rois"],
-        fx["rois_mask"],
-        fx["gt_bbox"],
-        fx["gt_class"],
-        fx["gt_mask"],
-        4,
-        fx["is_crowd"],
-        batch_size_per_im=32,
-        use_random=use_random,
-    )
+    return load_targets_fixture()
 
 
 def test_bbox2delta_inverts_known_boxes():
@@ -61,7 +31,7 @@ def test_bbox2delta_inverts_known_boxes():
 
 
 def test_rpn_labels_and_deltas_equal_paddle(fx):
-    out = _rpn(fx)
+    out = rpn_targets(fx)
     assert torch.equal(out["labels"].int(), fx["rpn_labels"].int())
     pos = fx["rpn_labels"] == 1
     torch.testing.assert_close(out["deltas"][pos], fx["rpn_deltas_tgt"][pos], atol=1e-5, rtol=1e-5)
@@ -69,7 +39,7 @@ def test_rpn_labels_and_deltas_equal_paddle(fx):
 
 
 def test_bbox_assign_equals_paddle(fx):
-    out = _roi(fx)
+    out = roi_targets(fx)
     counts = fx["sampled_counts"]
     assert torch.equal(out["rois_mask"].sum(1), counts.to(torch.int64))
     assert torch.equal(out["tgt_labels"], fx["sampled_labels"].to(torch.int64))
@@ -79,10 +49,10 @@ def test_bbox_assign_equals_paddle(fx):
 
 
 def test_crowd_gt_is_never_a_match(fx):
-    out = _roi(fx)
+    out = roi_targets(fx)
     fg = (out["tgt_labels"] >= 0) & (out["tgt_labels"] < 4)
     assert not ((out["tgt_gt_inds"] == 3) & fg)[0].any()
-    rpn = _rpn(fx)
+    rpn = rpn_targets(fx)
     assert (rpn["labels"] >= 0).sum(1).le(64).all()
 
 
@@ -95,8 +65,8 @@ def test_no_valid_gt_gives_only_background(fx):
 
 def test_use_random_keeps_counts_and_varies_choice(fx):
     torch.manual_seed(0)
-    ref = _rpn(fx)
-    a, b = _rpn(fx, use_random=True), _rpn(fx, use_random=True)
+    ref = rpn_targets(fx)
+    a, b = rpn_targets(fx, use_random=True), rpn_targets(fx, use_random=True)
     for out in (a, b):
         for lab in (0, 1):
             assert torch.equal((out["labels"] == lab).sum(1), (ref["labels"] == lab).sum(1))
@@ -105,22 +75,22 @@ def test_use_random_keeps_counts_and_varies_choice(fx):
     # std ~0.025 over 200 draws); a fixed or biased choice gives rates of 0 and 1
     hits = torch.zeros(fx["anchors"].shape[0])
     for _ in range(200):
-        hits += (_rpn(fx, use_random=True)["labels"][0] == 0).float()
+        hits += (rpn_targets(fx, use_random=True)["labels"][0] == 0).float()
     neg = (ref["labels"][0] != 1) & (hits > 0)
     rate = hits[neg] / 200
     p = 56 / neg.sum().item()
     assert neg.sum().item() > 200 and (rate - p).abs().max().item() < 0.12
-    r = _roi(fx, use_random=True)
+    r = roi_targets(fx, use_random=True)
     assert torch.equal(r["rois_mask"].sum(1), fx["sampled_counts"].to(torch.int64))
     assert torch.equal(((r["tgt_labels"] >= 0) & (r["tgt_labels"] < 4)).sum(1), torch.tensor([8, 8]))
 
 
 def test_targets_read_nothing_on_host(fx):
     with HostSyncCounter() as counter:
-        _rpn(fx, use_random=True)
-        _roi(fx, use_random=True)
-        _rpn(fx)
-        _roi(fx)
+        rpn_targets(fx, use_random=True)
+        roi_targets(fx, use_random=True)
+        rpn_targets(fx)
+        roi_targets(fx)
     assert counter.count == 0, counter.report()
 
 
@@ -141,6 +111,6 @@ def test_registered_bbox_assigner_reads_the_batch(fx):
 
 
 def test_rpn_ignore_thresh_near_crowd_equals_paddle(fx):
-    out = _rpn(fx, ignore_thresh=0.3)
+    out = rpn_targets(fx, ignore_thresh=0.3)
     assert torch.equal(out["labels"].int(), fx["rpn_labels_ignore"].int())
     assert not torch.equal(fx["rpn_labels_ignore"], fx["rpn_labels"])  # the setting changes the choice

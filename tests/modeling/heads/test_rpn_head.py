@@ -16,6 +16,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from faster_rcnn_testing import RPN_ANCHORS, RPN_STRIDES, RPN_TEST, RPN_TRAIN
 from torch import nn
 
 from ppdist.convert.weights import convert_state_dict
@@ -27,20 +28,7 @@ from ppdist.registry import HEADS
 from ppdist.utils.host_sync import HostSyncCounter
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "faster_rcnn", "rpn.npz")
-STRIDES = [4, 8, 16, 32, 64]
-ANCHORS = {
-    "aspect_ratios": [0.5, 1.0, 2.0],
-    "anchor_sizes": [[32], [64], [128], [256], [512]],
-    "strides": STRIDES,
-}
-TRAIN = {
-    "min_size": 0.0,
-    "nms_thresh": 0.7,
-    "pre_nms_top_n": 120,
-    "post_nms_top_n": 80,
-    "topk_after_collect": True,
-}
-TEST = {"min_size": 0.0, "nms_thresh": 0.7, "pre_nms_top_n": 100, "post_nms_top_n": 60}
+STRIDES, ANCHORS, TRAIN, TEST = RPN_STRIDES, RPN_ANCHORS, RPN_TRAIN, RPN_TEST  # the fixture's settings
 
 
 @pytest.fixture(scope="module")
