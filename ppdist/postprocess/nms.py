@@ -150,6 +150,12 @@ def batched_multiclass_nms_rows(
     return image, label, values, candidates
 
 
+def box_ratio(scale_factor: torch.Tensor) -> torch.Tensor:
+    """[B, 2] ``scale_factor`` (h, w input/original) -> [B, 4] (w, h, w, h): xyxy boxes divided by
+    it go back to the original image (tensor operations only)."""
+    return torch.cat([scale_factor[:, 1:2], scale_factor[:, 0:1]], dim=1).repeat(1, 2)
+
+
 def rank_in_image(image: torch.Tensor, batch: Length) -> torch.Tensor:
     """Each row's place among the rows of its image (``image`` [M] sorted), tensor operations only."""
     one_hot = (image.unsqueeze(1) == index_range(batch, image)).long()  # [M, B]
@@ -202,8 +208,7 @@ class MultiClassNMS:
         the original images, or without NMS ``(boxes [B, A, 4], scores [B, C, A])``; ``im_shape``
         (the network input's h, w) is not needed here."""
         del im_shape
-        ratio = torch.cat([scale_factor[:, 1:2], scale_factor[:, 0:1]], dim=1).repeat(1, 2).unsqueeze(1)
-        boxes = preds["boxes"] / ratio
+        boxes = preds["boxes"] / box_ratio(scale_factor).unsqueeze(1)
         if exclude_nms:
             return boxes, preds["scores"]
         return self.batched(preds["scores"], boxes)

@@ -14,6 +14,7 @@ from ppdist.ops.box_coder import clip_to_shape, delta2bbox
 from ppdist.postprocess.nms import (
     batched_multiclass_nms_rows,
     bbox_rows,
+    box_ratio,
     detections_on_host,
     multiclass_nms_batch,
     split_by_image,
@@ -140,8 +141,7 @@ class BBoxPostProcess:
         image, labels, values, found = batched_multiclass_nms_rows(scores, boxes, *self.nms_arguments())
         ratio = scale_factor[:, :2].float()
         origin = torch.floor(im_shape / ratio + 0.5)
-        per_box = torch.cat([ratio[:, 1:2], ratio[:, 0:1]], dim=1).repeat(1, 2)  # (sx, sy, sx, sy)
-        found = clip_to_shape(found / per_box[image], origin[image])
+        found = clip_to_shape(found / box_ratio(ratio)[image], origin[image])
         nonempty = (found[:, 3] - found[:, 1] > 0) & (found[:, 2] - found[:, 0] > 0)
         return bbox_rows(
             image[nonempty], labels[nonempty], values[nonempty], found[nonempty], scores.shape[0]

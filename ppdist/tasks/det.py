@@ -72,7 +72,7 @@ def build_det_deploy(
     MultiClassNMS in the graph unless ``exclude_nms``."""
     height, width = eval_transform_size(config, (640, 640))
     postprocess = build_postprocess(config)  # MultiClassNMS / BBoxPostProcess with the config's settings
-    if exclude_nms and not nms_can_leave_the_graph(config):
+    if exclude_nms and not postprocess.graph_raw_outputs:
         raise ConfigError(
             f"--exclude_nms: PostProcess {config['PostProcess']['name']} keeps its NMS in the graph "
             "(per-class boxes); export without --exclude_nms"

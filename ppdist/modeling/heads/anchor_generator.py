@@ -92,7 +92,6 @@ class AnchorGenerator(nn.Module):
             shift_y, shift_x = torch.meshgrid(ys, xs, indexing="ij")
             shift_x, shift_y = shift_x.reshape(-1), shift_y.reshape(-1)
             shifts = torch.stack([shift_x, shift_y, shift_x, shift_y], dim=1)
-            anchors.append(
-                (shifts[:, None, :] + cell[None]).reshape(-1, 4)
-            )  # a buffer: on the model's device
+            # ``cell`` is a buffer, on the model's device: no device is named (a traced graph records none)
+            anchors.append((shifts[:, None, :] + cell[None]).reshape(-1, 4))
         return anchors
