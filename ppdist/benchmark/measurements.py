@@ -30,7 +30,7 @@ from ppdist.engine.ema import ModelEMA
 from ppdist.engine.runtime import build_runtime
 from ppdist.engine.setup import build_trainer
 from ppdist.engine.size_warmup import synthetic_batch, warm_input_sizes, warm_training_sizes
-from ppdist.engine.trainer import EPOCH_KEY
+from ppdist.engine.step_batches import EPOCH_KEY
 from ppdist.export.deploy_modules import build_deploy
 from ppdist.inference.backends import TorchBackend
 from ppdist.inference.infer import infer

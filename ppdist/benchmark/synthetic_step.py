@@ -20,7 +20,8 @@ from ppdist.engine.batch import move_to_device
 from ppdist.engine.device_settings import apply_backend_settings, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.setup import build_ema, build_optimizer, build_weight_update, place_model
-from ppdist.engine.trainer import EPOCH_KEY, Trainer
+from ppdist.engine.step_batches import EPOCH_KEY
+from ppdist.engine.trainer import Trainer
 from ppdist.tasks import get_task
 
 

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 from torch.utils.data._utils.collate import default_collate
 
-from ppdist.engine.trainer import EPOCH_KEY, Trainer
+from ppdist.engine.step_batches import EPOCH_KEY
+from ppdist.engine.trainer import Trainer
 from ppdist.modeling.batch_norm import restore_variance_scales, variance_scales
 from ppdist.tasks import get_task
 from ppdist.utils.rng import capture_rng_state, restore_rng_state

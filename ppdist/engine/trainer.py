@@ -29,10 +29,9 @@ from typing import (
 import torch
 from torch import nn
 
-from ppdist.data.base import BAD_SAMPLES_KEY, NOTES_KEY
 from ppdist.engine import checkpoint as ckpt
 from ppdist.engine.amp import load_scaler_state
-from ppdist.engine.batch import batch_size_of, detach, move_to_device
+from ppdist.engine.batch import detach, move_to_device
 from ppdist.engine.checkpoint.background import BackgroundWriter
 from ppdist.engine.checkpoint.resumable import check_resumable
 from ppdist.engine.dist import DistEnv, all_gather_object, broadcast_tensors
@@ -43,15 +42,15 @@ from ppdist.engine.logger import ScalarWriter
 from ppdist.engine.nonfinite import NonFiniteError, NonFiniteWatch, last_good_text
 from ppdist.engine.position import Layout, RunPosition, run_length
 from ppdist.engine.prefetch import DevicePrefetcher
+from ppdist.engine.step_batches import step_batches
 from ppdist.engine.step_record import StepRecord
 from ppdist.engine.update import WeightUpdate
-from ppdist.errors import ConfigError, DataError
+from ppdist.errors import ConfigError
 from ppdist.losses.normalizer import NORMALIZER_KEY
 from ppdist.modeling.batch_norm import store_true_variances
 from ppdist.utils.rng import capture_rng_state, restore_rng_state
 
 logger = logging.getLogger("ppdist")
-EPOCH_KEY = "epoch_id"  # 0-based epoch in the batch, for epoch-dependent losses (PP-YOLOE's assigner switch)
 
 
 class Trainer:
@@ -209,7 +208,8 @@ class Trainer:
         arrives), then advance the position."""
         count = self.position.layout.accumulate_steps
         record = StepRecord({}, 0, 0, reader_cost, 0.0)
-        values, preds = self._optimizer_step(self._device_batches(batch, more_batches, count, record), count)
+        micro_batches = step_batches(batch, more_batches, count, record, self.to_device, self.epoch - 1)
+        values, preds = self._optimizer_step(micro_batches, count)
         self.epoch_done = self.position.advance()
         record.values, record.samples = values, record.local_samples * self.env.world_size
         record.batch_cost = time.perf_counter() - tick
@@ -218,41 +218,6 @@ class Trainer:
         else:
             record.preds = preds
         return record
-
-    def _device_batches(
-        self,
-        first: Dict[str, Any],
-        more_batches: Optional[Iterator[Dict[str, Any]]],
-        count: int,
-        record: StepRecord,
-    ) -> Iterator[Dict[str, Any]]:
-        """The ``count`` micro-batches of a step on the device; their bad samples, sizes and waits
-        for data go into ``record`` (``record.batch``: the last one)."""
-        batch = first
-        for index in range(count):
-            if index:
-                wait = time.perf_counter()
-                batch = next(more_batches, None) if more_batches is not None else None
-                if batch is None:
-                    raise RuntimeError(
-                        f"the training loader ended inside an accumulated step ({index} of {count} "
-                        f"micro-batches); its batch sampler must yield whole steps (TrainBatchSampler does)"
-                    )
-                record.reader_cost += time.perf_counter() - wait
-            record.bad_samples += batch.pop(BAD_SAMPLES_KEY, [])
-            record.notes += batch.pop(NOTES_KEY, [])
-            size = batch_size_of(batch)
-            if size == 0:  # training replaces a bad sample by any usable one: none is left
-                bad = record.bad_samples
-                raise DataError(
-                    f"a training batch has no usable sample: no sample of the training set could be read "
-                    f"({len(bad)} bad in this batch, e.g. {'; '.join(bad[:3])}); check Train.dataset"
-                )
-            record.local_samples += size
-            batch = self.to_device(batch)  # (a prefetched batch is there already)
-            batch[EPOCH_KEY] = self.epoch - 1
-            record.batch = batch
-            yield batch
 
     def to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """``batch``'s tensors on the training device (non-blocking), but the loss's ``host_keys``."""
