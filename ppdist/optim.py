@@ -357,12 +357,24 @@ class IterScheduler:
         self.optimizer = optimizer
         self.schedule = schedule
         self.last_step = 0
+        self.lr_tensors: Optional[List[torch.Tensor]] = None  # set by use_tensor_lr
+        self._apply()
+
+    def use_tensor_lr(self, device: torch.device) -> None:
+        """Each group's rate in a device tensor filled in place (a captured step reads it anew; torch's
+        fused optimizers take it): float64 (the update of a Python float), float32 on CUDA."""
+        dtype = torch.float32 if device.type == "cuda" else torch.float64
+        self.lr_tensors = [torch.zeros((), dtype=dtype, device=device) for _ in self.optimizer.param_groups]
         self._apply()
 
     def _apply(self) -> None:
         lr = self.schedule.lr_at(self.last_step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_mult", 1.0)
+        for index, group in enumerate(self.optimizer.param_groups):
+            value = lr * group.get("lr_mult", 1.0)
+            if self.lr_tensors is None:
+                group["lr"] = value
+            else:  # the same tensor every step (a loaded optimizer state may have replaced it)
+                group["lr"] = self.lr_tensors[index].fill_(value)
 
     def step(self) -> None:
         self.last_step += 1

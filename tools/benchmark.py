@@ -48,6 +48,7 @@ from ppdist.benchmark.workers import loader_workers, with_workers
 from ppdist.cli import base_parser, flat_overrides, positive_int, run_main
 from ppdist.convert.configs import load_config
 from ppdist.data.build import train_input_sizes
+from ppdist.engine.capture_config import capture_refusal
 from ppdist.engine.checkpoint import weights_source
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.prepare import ensure_synthetic_data
@@ -182,9 +183,11 @@ def build_parser():
         "--precisions",
         nargs="+",
         default=["config"],
-        choices=("config", "fp32", "bf16"),
+        choices=("config", "fp32", "bf16", "config_graph", "fp32_graph", "bf16_graph"),
         help="--step_time: 'config' (as configured), 'fp32' (Global.use_amp=false) and/or 'bf16' "
-        "(Global.use_amp=true Global.amp_dtype=bfloat16; channels_last follows), one after the other",
+        "(Global.use_amp=true Global.amp_dtype=bfloat16; channels_last follows), one after the other; "
+        "'..._graph': the same with Global.cuda_graph (the captured step; a recipe it refuses is "
+        "reported in one line and skipped)",
     )
     parser.add_argument(
         "--profile_steps",
@@ -349,6 +352,9 @@ PRECISIONS = {
     "fp32": ["Global.use_amp=false"],
     "bf16": ["Global.use_amp=true", "Global.amp_dtype=bfloat16"],
 }
+PRECISIONS.update(
+    {f"{name}_graph": [*overrides, "Global.cuda_graph=true"] for name, overrides in list(PRECISIONS.items())}
+)
 
 
 def run_step_time(args, overrides, name: str) -> dict:
@@ -357,6 +363,11 @@ def run_step_time(args, overrides, name: str) -> dict:
     result = {"config": args.config, "overrides": overrides, "device": str(device), "steps": {}}
     for precision in args.precisions:
         config = load_config(args.config, overrides + PRECISIONS[precision])
+        refusal = capture_refusal(config)
+        if refusal is not None:
+            result["steps"][precision] = {"refused": refusal}
+            print(f"step {name} {precision}: refused: {refusal}", flush=True)
+            continue
         sizes = train_input_sizes(config)
         size = tuple(args.step_size or (max(sizes, key=lambda hw: hw[0] * hw[1]) if sizes else ()))
         if not size:

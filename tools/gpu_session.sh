@@ -1,10 +1,11 @@
 #!/bin/bash
 # The next GPU session in one command (docs/benchmarks.md, "Next GPU session"), from the repository root:
-#   OUT=$OUT bash tools/gpu_session.sh                 # steps, trainer, suite: at most ~9.7 minutes
+#   OUT=$OUT bash tools/gpu_session.sh                 # steps, trainer, suite: at most ~9.6 minutes
 #   OUT=$OUT SUITE_S=480 bash tools/gpu_session.sh suite   # a second call: the CUDA suite alone
 # Parts, in order, each under its own time cap (seconds, overridable) so a slow one cannot eat the others:
 #   steps   (STEPS_S per recipe): tools/benchmark.py --step_time, the bare Trainer.step of each of the 8
-#           recipes at its real input and per-GPU batch in fp32 and bf16 (median ms/step, samples/s, issue
+#           recipes at its real input and per-GPU batch in fp32 and bf16, the 4 static ones also captured
+#           (Global.cuda_graph: fp32_graph, bf16_graph) (median ms/step, samples/s, issue
 #           time, kernels/step, GPU-busy share, top kernels); PP-YOLOE-s also --size_costs 6 (cuDNN
 #           autotuning on vs off: what decides Global.cudnn_warmup / cudnn_benchmark)
 #   trainer (TRAINER_S per run): tools/benchmark.py --synthetic: trainer against the bare loop (median steps,
@@ -14,7 +15,7 @@
 set -u
 OUT=${OUT:-output/gpu_session}; mkdir -p "$OUT"
 PARTS=${*:-steps trainer suite}
-STEPS_S=${STEPS_S:-35}; TRAINER_S=${TRAINER_S:-65}; SUITE_S=${SUITE_S:-90}
+STEPS_S=${STEPS_S:-35}; TRAINER_S=${TRAINER_S:-55}; SUITE_S=${SUITE_S:-45}
 T0=$(date +%s); el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 el "env"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 nproc | tee -a "$OUT/env.txt"
@@ -38,22 +39,25 @@ EOF
     DRAW=$!
 fi
 
-step() {  # name, config, H, W, limit, extra args...
-    local name=$1 cfg=$2 h=$3 w=$4 limit=$5; shift 5
+step() {  # name, config, H, W, limit, precisions, extra args...
+    local name=$1 cfg=$2 h=$3 w=$4 limit=$5 precisions=$6; shift 6
     el "step $name"
+    # shellcheck disable=SC2086  # the precisions are words
     timeout "$limit" python tools/benchmark.py -c "$cfg" --step_time --step_size "$h" "$w" \
-        --precisions fp32 bf16 --warmup 3 --iters 10 --json "$OUT/step_$name.json" "$@" \
+        --precisions $precisions --warmup 3 --iters 10 --json "$OUT/step_$name.json" "$@" \
         2> "$OUT/step_$name.err" | grep -E "^(step|size)" || tail -3 "$OUT/step_$name.err"
 }
+# the static recipes also as the captured step (Global.cuda_graph: a CUDA graph replayed per step)
+GRAPHS="fp32 bf16 fp32_graph bf16_graph"
 if [[ " $PARTS " == *" steps "* ]]; then
-    step pp_liteseg "$LITESEG" 512 1024 "$STEPS_S"
-    step ocrnet configs/seg/ocrnet_hrnetw18_cityscapes_1024x512_160k.yml 512 1024 "$STEPS_S"
-    step slanet configs/table/SLANet.yml 488 488 $((STEPS_S + 20)) --profile_steps 1 -o "Global.amp_custom_white_list=[]"
-    step ppyoloe "$PPYOLOE" 640 640 $((STEPS_S + 60)) --size_costs 6
-    step segformer configs/seg/segformer_b0_cityscapes_1024x1024_160k.yml 1024 1024 "$STEPS_S"
-    step crnn configs/rec/rec_mv3_none_bilstm_ctc.yml 32 100 "$STEPS_S"
-    step ppocrv3 configs/rec/PP-OCRv3/ch_PP-OCRv3_rec_distillation.yml 48 320 "$STEPS_S"
-    step faster_rcnn "$FASTER_RCNN" 800 1216 "$STEPS_S" --step_batch 2
+    step pp_liteseg "$LITESEG" 512 1024 $((STEPS_S + 15)) "$GRAPHS"
+    step ocrnet configs/seg/ocrnet_hrnetw18_cityscapes_1024x512_160k.yml 512 1024 $((STEPS_S + 15)) "$GRAPHS"
+    step slanet configs/table/SLANet.yml 488 488 $((STEPS_S + 35)) "$GRAPHS" --profile_steps 1 -o "Global.amp_custom_white_list=[]"
+    step ppyoloe "$PPYOLOE" 640 640 $((STEPS_S + 60)) "fp32 bf16" --size_costs 6
+    step segformer configs/seg/segformer_b0_cityscapes_1024x1024_160k.yml 1024 1024 $((STEPS_S + 15)) "$GRAPHS"
+    step crnn configs/rec/rec_mv3_none_bilstm_ctc.yml 32 100 "$STEPS_S" "fp32 bf16"
+    step ppocrv3 configs/rec/PP-OCRv3/ch_PP-OCRv3_rec_distillation.yml 48 320 "$STEPS_S" "fp32 bf16"
+    step faster_rcnn "$FASTER_RCNN" 800 1216 "$STEPS_S" "fp32 bf16" --step_batch 2
 fi
 
 trainer() {  # name, config, images, overrides...

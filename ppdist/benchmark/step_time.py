@@ -40,9 +40,18 @@ def _sync(device: torch.device) -> None:
 
 
 def _build(config: Mapping[str, Any], batch_size: int, size: Size, device: torch.device) -> Any:
-    """A step trainer of ``config`` on ``device`` (nan_policy stop, as ``build_trainer``), with the
-    cuDNN setting the recipe trains with (heuristics for several sizes unless warmed)."""
-    trainer = step_trainer(config, batch_size, size, env=DistEnv(device=device), steps=2, nan_policy="stop")
+    """A step trainer of ``config`` on ``device`` (nan_policy stop, as ``build_trainer``; the
+    captured step with ``Global.cuda_graph``), with the cuDNN setting the recipe trains with
+    (heuristics for several sizes unless warmed)."""
+    trainer = step_trainer(
+        config,
+        batch_size,
+        size,
+        env=DistEnv(device=device),
+        steps=2,
+        nan_policy="stop",
+        capture_step=bool(config["Global"].get("cuda_graph")),
+    )
     apply_backend_settings(config["Global"], device, len(train_input_sizes(config)))
     return trainer
 
@@ -101,6 +110,9 @@ def measure_step_time(
         "build_s": round(time.perf_counter() - started, 2),
     }
     tick = time.perf_counter()
+    if trainer.step_graph is not None:  # its eager steps and the capture are warm-up too
+        warmup = max(warmup, trainer.step_graph.eager_steps_left + 1)
+        record["cuda_graph"] = True
     for i in range(warmup):  # the first step allocates and, with autotuning, searches
         trainer.step(batches[i % 2])
     _sync(device)

@@ -53,8 +53,10 @@ def step_trainer(
     env: Optional[DistEnv] = None,
     steps: int = 8,
     nan_policy: Optional[str] = None,
+    capture_step: bool = False,
 ) -> Trainer:
-    """A trainer of ``config``'s parts over ``steps`` synthetic batches of ``batch_size`` at ``size``."""
+    """A trainer of ``config``'s parts over ``steps`` synthetic batches of ``batch_size`` at ``size``
+    (``capture_step``: the captured step of ``Global.cuda_graph``)."""
     glob = config["Global"]
     env = env or DistEnv()
     if env.device.type == "cuda":  # as the trainer's setup: cuDNN, TF32, determinism
@@ -89,6 +91,7 @@ def step_trainer(
             nan_policy=nan_policy,
         ),
         channels_last=channels_last(glob, env.device),
+        capture_step=capture_step,
     )
 
 

@@ -283,6 +283,14 @@ GLOBAL_SCHEMA: Dict[str, GlobalKey] = {
         "Keep only the newest N periodic checkpoints (iter_epoch_N, iter_step_N); latest and "
         "best_accuracy are always kept. null: keep all.",
     ),
+    "cuda_graph": GlobalKey(
+        (bool,),
+        False,
+        "Capture the whole training step (forward, loss, backward, clipping, non-finite watch, optimizer, "
+        "EMA) after a few eager steps and replay it: one launch per step on CUDA (a CUDA graph; on the "
+        "CPU an op-by-op replay of the same semantics, not faster). For recipes of one input shape; "
+        "refused in one line for multi-scale training, fp16, accumulation, a loss that reads the host.",
+    ),
     "checkpoint_in_background": GlobalKey(
         (bool,),
         True,

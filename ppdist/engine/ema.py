@@ -75,8 +75,9 @@ class ModelEMA:
 
     @step.setter
     def step(self, value: int) -> None:
-        self._to_host()
         self._step = int(value)
+        if self._on_device is not None:
+            self._on_device[0].fill_(self._step)
 
     @property
     def last_decay(self) -> float:
@@ -86,13 +87,16 @@ class ModelEMA:
 
     @last_decay.setter
     def last_decay(self, value: float) -> None:
-        self._to_host()
         self._last_decay = float(value)
+        if self._on_device is not None:
+            self._on_device[1].fill_(self._last_decay)
 
     def _to_host(self) -> None:
+        """The host copies from the device count, which stays the one gated updates change (in
+        place: a captured step, ``ppdist.engine.step_graph``, keeps writing to it)."""
         if self._on_device is not None:
             step, last_decay = self._on_device.tolist()
-            self._step, self._last_decay, self._on_device = int(step), float(last_decay), None
+            self._step, self._last_decay = int(step), float(last_decay)
 
     def current_decay(self) -> float:
         """The decay the next update uses."""
@@ -172,7 +176,7 @@ class ModelEMA:
             torch._foreach_copy_(ema_copied, model_copied)
         step = step + taken
         last_decay = torch.where(skip, last_decay, decay)
-        self._on_device = torch.stack([step, last_decay])
+        self._on_device.copy_(torch.stack([step, last_decay]))
         if not averages:
             return
         corrected = averages

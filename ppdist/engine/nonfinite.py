@@ -15,7 +15,7 @@ step, as a GradScaler does. The count of skipped steps stays on the device until
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -123,9 +123,13 @@ class NonFiniteWatch:
         self.skipped_before, self.skip_count = int(value), None
 
     def observe(
-        self, values: Dict[str, torch.Tensor], grads_finite: Optional[torch.Tensor], global_step: int
+        self,
+        values: Dict[str, torch.Tensor],
+        grads_finite: Optional[torch.Tensor],
+        global_step: Union[int, torch.Tensor],
     ) -> torch.Tensor:
-        """Record step ``global_step`` (1-based: the step being taken); returns its device flag "not finite"."""
+        """Record step ``global_step`` (1-based: the step being taken; a device int64 in a captured
+        step); returns its device flag "not finite". The record is updated in place."""
         names = list(values)
         terms = torch.stack([values[name].detach().float().reshape(()) for name in names])
         bad = ~terms.isfinite().all()
@@ -138,8 +142,8 @@ class NonFiniteWatch:
             self.first_step = torch.full((), -1, dtype=torch.int64, device=terms.device)
             self.first_values = torch.zeros_like(terms)
         first = bad & (self.first_step < 0)
-        self.first_step = torch.where(first, torch.full_like(self.first_step, global_step), self.first_step)
-        self.first_values = torch.where(first, terms, self.first_values)
+        self.first_step.copy_(torch.where(first, global_step, self.first_step))
+        self.first_values.copy_(torch.where(first, terms, self.first_values))
         return bad
 
     def skip_flag(self, bad: torch.Tensor, env: DistEnv) -> torch.Tensor:
@@ -148,7 +152,10 @@ class NonFiniteWatch:
         flag = bad.to(torch.int32).reshape(1)
         if env.distributed:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        self.skip_count = flag.clone() if self.skip_count is None else self.skip_count + flag
+        if self.skip_count is None:
+            self.skip_count = flag.clone()
+        else:
+            self.skip_count.add_(flag)
         return flag.bool()
 
     def found(self, env: DistEnv) -> Optional[Tuple[int, Dict[str, float], int]]:

@@ -32,6 +32,7 @@ from ppdist.config import (
 )
 from ppdist.data.build import build_dataloader, input_size_count, loader_input_sizes, set_min_image_size
 from ppdist.engine.amp import make_grad_scaler
+from ppdist.engine.capture_config import check_capture_config, fused_by_default
 from ppdist.engine.device_settings import broadcast_buffers, channels_last
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.ema import ModelEMA
@@ -165,7 +166,7 @@ def build_optimizer(
     is scaled by global batch / base batch."""
     glob = config["Global"]
     epochs, total_steps = run_length(glob["epoch_num"], glob["max_iters"], steps_per_epoch)
-    section = config["Optimizer"]
+    section = fused_by_default(config)
     factor = lr_factor(glob, global_batch_size)
     if auto_scale_lr_base(glob):
         section = dict(section, lr=optim.scale_learning_rates(section["lr"], factor))
@@ -251,6 +252,7 @@ def build_trainer(
     there (no silent overwrite of another run's checkpoints; released when training ends), and
     without a configured ``ppdist`` logger the run logs to the console and ``train.log``."""
     glob = config["Global"]
+    check_capture_config(config)
     log_file = os.path.join(glob["save_model_dir"], "train.log")
     session = open_session(config, "training", log_file, claim=True, env=env, keep_logger=True)
     env, claim = session.env, session.claim
@@ -312,7 +314,14 @@ def build_trainer(
         save_dir=glob["save_model_dir"],
         config=config,
         classes=class_vocabulary(config),
+        capture_step=glob["cuda_graph"],
     )
+    if glob["cuda_graph"] and env.is_main:
+        logger.info(
+            "Global.cuda_graph: the training step is captured after %d eager steps and replayed%s",
+            trainer.step_graph.eager_steps_left,
+            "" if env.device.type == "cuda" else " op by op (no CUDA: the graph's semantics, not its speed)",
+        )
     log_lr_scaling(glob, trainer, sampler)
     seed_everything(glob["seed"] + env.rank)  # per-rank streams (dropout, ...); a resume restores its own
     resume_or_initialize(trainer, config)

@@ -24,6 +24,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    Union,
 )
 
 import torch
@@ -43,6 +44,7 @@ from ppdist.engine.nonfinite import NonFiniteError, NonFiniteWatch, last_good_te
 from ppdist.engine.position import Layout, RunPosition, run_length
 from ppdist.engine.prefetch import DevicePrefetcher
 from ppdist.engine.step_batches import step_batches
+from ppdist.engine.step_graph import StepGraph
 from ppdist.engine.step_record import StepRecord
 from ppdist.engine.update import WeightUpdate
 from ppdist.errors import ConfigError
@@ -79,7 +81,9 @@ class Trainer:
     evaluation refuse a model with a NaN/Inf weight or buffer whatever the policy (``check_state_finite``).
 
     A step reads no value on the host (the GPU never waits): loss terms stay tensors until a hook
-    logs them.
+    logs them. ``capture_step`` (``Global.cuda_graph``) captures the whole step after a few eager
+    ones and replays it (``ppdist.engine.step_graph``): one batch per step, a fused optimizer
+    (``WeightUpdate.capture_ready``), inputs of one shape.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class Trainer:
         config: Optional[Mapping[str, Any]] = None,
         classes: Optional[Mapping[str, Any]] = None,
         background_checkpoints: bool = True,
+        capture_step: bool = False,
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.train_loader = train_loader
@@ -121,14 +126,7 @@ class Trainer:
         self.autocast = autocast
         if update is None:  # a plain optimizer step: no scaler, clipping, EMA or non-finite watch
             update = WeightUpdate(model, optimizer, scheduler, env=self.env)
-        if (
-            update.model is not model
-            or update.optimizer is not optimizer
-            or update.scheduler is not scheduler
-        ):
-            raise ValueError(
-                "update (WeightUpdate) must be built for the trainer's model, optimizer and scheduler"
-            )
+        update.check_built_for(model, optimizer, scheduler)
         self.update = update
         self.normalizer_floor = float(getattr(loss_fn, "normalizer_floor", 0.0))  # ppdist.losses.normalizer
         self.channels_last, self.train_metric = channels_last, train_metric
@@ -141,6 +139,11 @@ class Trainer:
             background=background_checkpoints
         )  # rank 0's checkpoint files, off the step's path
         layout = Layout.of(self.sampler)
+        self.step_graph = (
+            StepGraph.for_training(self._captured_body, model, update, self.env, layout.accumulate_steps)
+            if capture_step
+            else None
+        )
         if layout.steps_per_epoch == 0:
             raise ConfigError(
                 f"the training set has {layout.dataset_len} samples: not one full batch of {layout.batch_size} "
@@ -233,6 +236,24 @@ class Trainer:
     def _optimizer_step(
         self, micro_batches: Iterator[Dict[str, Any]], count: int
     ) -> Tuple[Dict[str, Any], Any]:
+        """The step eagerly, or through the captured step (``Global.cuda_graph``), which leaves
+        the LR schedule to the host after it."""
+        if self.step_graph is None:
+            return self._eager_step(micro_batches, count, self.position.global_step + 1)
+        self.step_graph.set_step(self.position.global_step + 1)
+        values, preds = self.step_graph.run(next(micro_batches))
+        self.scheduler.step()
+        return values, detach(preds)
+
+    def _captured_body(self, batch: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
+        """What the captured step records: the eager step of one batch, the global step read
+        from the graph's device counter."""
+        assert self.step_graph is not None
+        return self._eager_step(iter((batch,)), 1, self.step_graph.step_number)
+
+    def _eager_step(
+        self, micro_batches: Iterator[Dict[str, Any]], count: int, next_step: Union[int, torch.Tensor]
+    ) -> Tuple[Dict[str, Any], Any]:
         """Forward and backward of each micro-batch (DDP syncs gradients on the last only), then
         the update (``WeightUpdate``: the gradient of their average, optimizer, LR schedule, EMA)."""
         self.update.begin()
@@ -255,7 +276,7 @@ class Trainer:
                 }
             )
         values = terms[0] if count == 1 else {k: torch.stack([t[k] for t in terms]).mean() for k in terms[0]}
-        self.update.apply(values, normalizers, count, self.position.global_step + 1, self.normalizer_floor)
+        self.update.apply(values, normalizers, count, next_step, self.normalizer_floor)
         return values, detach(preds)
 
     def _gradient_sync(self, enabled: bool) -> ContextManager[Any]:

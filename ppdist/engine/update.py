@@ -9,7 +9,7 @@ skip flag by an optimizer that cannot take it on the device)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 import torch
 from torch import nn
@@ -56,6 +56,29 @@ class WeightUpdate:
         # the model's buffers before each forward, put back when nan_policy skip leaves a step out
         self.rollback = BufferRollback(model) if nan_policy == "skip" else None
         self.stat_buffers = float_buffers(model)  # checked after each forward (nan_policy)
+        self.static = False  # the captured form (``capture_ready``)
+        self.no_skip: Optional[torch.Tensor] = None
+
+    def check_built_for(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+        """Raise ``ValueError`` unless this policy updates exactly these parts."""
+        if self.model is not model or self.optimizer is not optimizer or self.scheduler is not scheduler:
+            raise ValueError(
+                "update (WeightUpdate) must be built for the trainer's model, optimizer and scheduler"
+            )
+
+    def capture_ready(self, device: torch.device) -> None:
+        """The form of the update that a captured step (``ppdist.engine.step_graph``) can replay:
+        the learning rates in device tensors, the EMA's count and decay on the device, and the LR
+        schedule stepped by the caller after the step (``apply`` leaves it), on the host."""
+        use_tensor_lr = getattr(self.scheduler, "use_tensor_lr", None)
+        if use_tensor_lr is None:
+            raise TypeError(
+                f"a captured step needs ppdist's IterScheduler (its learning rates in device tensors), "
+                f"got {type(self.scheduler).__name__}"
+            )
+        use_tensor_lr(device)
+        self.static = True
+        self.no_skip = torch.zeros((), dtype=torch.bool, device=device)
 
     def begin(self) -> None:
         """Before the step's first forward: gradients cleared, the buffers kept for a rollback."""
@@ -83,12 +106,13 @@ class WeightUpdate:
         values: Dict[str, torch.Tensor],
         normalizers: List[torch.Tensor],
         count: int,
-        next_step: int,
+        next_step: Union[int, torch.Tensor],
         floor: float = 0.0,
     ) -> None:
         """After the step's last backward: the accumulated gradient normalised, unscaled and
         clipped, the non-finite watch (``values``: the step's loss terms; ``next_step``: the
-        global step being taken), the optimizer step (or its skip), the LR schedule and the EMA."""
+        global step being taken, a device tensor in the captured form), the optimizer step (or
+        its skip), the LR schedule (not in the captured form) and the EMA."""
         if normalizers:
             step_normalizer = torch.stack(normalizers).mean().clamp(min=floor)
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -99,9 +123,11 @@ class WeightUpdate:
         if self.clip_gradients is not None:
             self.clip_gradients(self.model)
         skip = self._step_optimizer(skip)
-        self.scheduler.step()  # a skipped step counts too (the schedule follows global_step)
+        if not self.static:
+            self.scheduler.step()  # a skipped step counts too (the schedule follows global_step)
         if self.ema is not None and skip is not True:
-            self.ema.update(self.model, skip=skip if isinstance(skip, torch.Tensor) else None)
+            device_skip = skip if isinstance(skip, torch.Tensor) else self.no_skip  # None unless static
+            self.ema.update(self.model, skip=device_skip)
 
     def _watch(self, values: Dict[str, torch.Tensor], next_step: int) -> Optional[torch.Tensor]:
         """Record whether the step's loss terms and gradients are finite (on the device; under an

@@ -146,6 +146,8 @@ class PPYOLOELoss(nn.Module):
     ``loss = w_class*cls + w_iou*iou + w_dfl*dfl``; ``loss_l1`` is logged only.
     """
 
+    epoch_dependent = True  # reads ``epoch_id`` on the host (a captured step could not follow it)
+
     def __init__(
         self,
         num_classes: int = 80,

@@ -181,6 +181,19 @@ def restore_variance_scales(scales: Mapping[StatisticsBatchNorm, float]) -> None
         module._var_scale = scale
 
 
+def rescale_variances(scales: Mapping[StatisticsBatchNorm, float]) -> None:
+    """Store each running variance at the scale ``scales`` gives (``variance_scales``), as a
+    training forward of that input size would (one ``mul_`` where it differs: after an evaluation
+    or a checkpoint divided it back). A captured step (``ppdist.engine.step_graph``) recorded the
+    scales it met and cannot make that decision itself."""
+    for module, scale in scales.items():
+        if module._var_scale != scale:
+            stored = module._buffers.get("running_var")
+            if stored is not None:
+                stored.data.mul_(scale / module._var_scale)
+            module._var_scale = scale
+
+
 class VarianceScales:
     """Which tensors of a fixed list are running variances stored scaled (``StatisticsBatchNorm``
     of ``model``), for those that read the buffers themselves every step."""

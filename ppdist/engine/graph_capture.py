@@ -1,0 +1,146 @@
+"""Recording a training step once and replaying it: a CUDA graph on the GPU, its op-by-op
+equivalent on the CPU.
+
+A capture records the work of a zero-argument function; a replay runs the same work again on the
+same tensors (the same memory), whatever the Python that produced it would do now: Python numbers
+read during the capture stay what they were, a tensor filled in place between replays is read
+with its new value. ``CudaGraphCapture`` is ``torch.cuda.CUDAGraph``. ``OpReplayCapture`` records
+the ATen operations of the function (forward, the autograd engine's backward, optimizer kernels)
+and replays them in order, each result written into the tensor the capture produced: the CUDA
+graph's semantics on any device, so that the CPU tests check what a captured step computes (it
+is not faster). Both refuse a host read during the capture, as a CUDA graph would fail on one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ContextManager, List, Optional, Tuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+HOST_READS = (torch.ops.aten._local_scalar_dense.default,)  # .item(), bool(), float() of a tensor
+SKIPPED_NAMESPACES = ("profiler",)  # record_function markers: no work to replay
+
+
+class CaptureError(RuntimeError):
+    """The function cannot be captured (it reads a value on the host, or changes shapes)."""
+
+
+class CudaGraphCapture:
+    """A ``torch.cuda.CUDAGraph`` of the function. Its warm-up steps run on a side stream (as
+    CUDA graphs with DDP need); the capture records without running, so the caller replays once."""
+
+    runs_while_capturing = False
+
+    def __init__(self) -> None:
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self.side_stream: Optional[torch.cuda.Stream] = None
+
+    @contextlib.contextmanager
+    def warmup(self):  # type: ignore[no-untyped-def]
+        """Eager steps before the capture, on a side stream the current one waits for."""
+        if self.side_stream is None:
+            self.side_stream = torch.cuda.Stream()
+        self.side_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side_stream):
+            yield
+        torch.cuda.current_stream().wait_stream(self.side_stream)
+
+    def capture(self, function: Callable[[], Any]) -> Any:
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            return function()
+
+    def replay(self) -> None:
+        assert self.graph is not None, "replay before capture"
+        self.graph.replay()
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Runs and records every ATen call below autograd; a host read is refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: List[Tuple[Any, tuple, dict, List[torch.Tensor]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func in HOST_READS:
+            raise CaptureError(
+                "the training step reads a tensor's value on the host (.item(), bool(), float(), "
+                "a data-dependent shape): a captured step cannot"
+            )
+        out = func(*args, **kwargs)
+        if func.namespace not in SKIPPED_NAMESPACES:
+            self.calls.append((func, args, kwargs, _written_results(func, out)))
+        return out
+
+
+def _written_results(func: Any, out: Any) -> List[torch.Tensor]:
+    """The results of ``func`` that are new tensors (not views of, or the same tensor as, an
+    input): what a replay writes its fresh results into."""
+    results = out if isinstance(out, (tuple, list)) else (out,)
+    returns = func._schema.returns
+    if len(returns) == 1 and isinstance(out, (tuple, list)):  # Tensor[] result
+        aliased = returns[0].alias_info is not None
+        return [] if aliased else [t for t in results if isinstance(t, torch.Tensor)]
+    written: List[torch.Tensor] = []
+    for spec, value in zip(returns, results):
+        if isinstance(value, torch.Tensor) and spec.alias_info is None:
+            written.append(value)
+    return written
+
+
+class OpReplayCapture:
+    """The CUDA graph's semantics by recording ATen calls (see the module docstring); the capture
+    runs the function."""
+
+    runs_while_capturing = True
+
+    def __init__(self) -> None:
+        self.calls: List[Tuple[Any, tuple, dict, List[torch.Tensor]]] = []
+
+    def warmup(self) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def capture(self, function: Callable[[], Any]) -> Any:
+        recorder = _OpRecorder()
+        with recorder:
+            out = function()
+        self.calls = recorder.calls
+        return out
+
+    @torch.no_grad()
+    def replay(self) -> None:
+        for func, args, kwargs, written in self.calls:
+            fresh = func(*args, **kwargs)
+            if func.namespace == "c10d":  # a collective: done before the next call, as a stream orders it
+                _wait_for_work(fresh)
+            if written:
+                fresh_results = _written_results(func, fresh)
+                for kept, new in zip(written, fresh_results):
+                    if kept.shape != new.shape:
+                        raise CaptureError(
+                            f"{func} gave a {tuple(new.shape)} result, captured {tuple(kept.shape)}"
+                        )
+                    kept.copy_(new)
+
+
+def _wait_for_work(result: Any) -> None:
+    """Wait for the collectives' ``Work`` objects in ``result``."""
+    for item in result if isinstance(result, (tuple, list)) else (result,):
+        if hasattr(item, "wait") and not isinstance(item, torch.Tensor):
+            item.wait()
+
+
+def capture_for(device: torch.device) -> Any:
+    """The capture of a step on ``device``: a CUDA graph, or its op-by-op replay elsewhere."""
+    return CudaGraphCapture() if device.type == "cuda" else OpReplayCapture()
+
+
+def flat_tensors(tree: Any) -> List[torch.Tensor]:
+    """The tensors of a nested structure (dicts, lists, tuples), in order."""
+    leaves, _ = tree_flatten(tree)
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
