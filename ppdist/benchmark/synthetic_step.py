@@ -70,7 +70,9 @@ def step_trainer(
         SyntheticSamples(samples), batch_sampler=TrainBatchSampler(len(samples), batch_size, seed=0)
     )
     optimizer, scheduler = build_optimizer(config, model, len(loader))
-    autocast, use_scaler = make_autocast(glob, env.device)
+    autocast, use_scaler = make_autocast(
+        dict(glob, cuda_graph=capture_step or glob.get("cuda_graph")), env.device
+    )
     return Trainer(
         model,
         loss_fn,

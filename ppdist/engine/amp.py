@@ -24,11 +24,16 @@ def amp_dtype(glob: Mapping[str, Any]) -> torch.dtype:
 
 
 def make_autocast(glob: Mapping[str, Any], device: torch.device) -> Tuple[Callable[[], Any], bool]:
-    """A zero-argument context factory for AMP on ``device`` and whether fp16 loss scaling is needed."""
+    """A zero-argument context factory for AMP on ``device`` and whether fp16 loss scaling is needed.
+    With ``Global.cuda_graph`` autocast keeps no cache of cast weights (a graph's capture must not:
+    the cache is freed when the context ends, and its memory reused by the capture)."""
     if not glob["use_amp"]:
         return contextlib.nullcontext, False
     dtype = amp_dtype(glob)
-    return functools.partial(torch.autocast, device.type, dtype=dtype), dtype == torch.float16
+    cache = not glob.get("cuda_graph")
+    return functools.partial(
+        torch.autocast, device.type, dtype=dtype, cache_enabled=cache
+    ), dtype == torch.float16
 
 
 def make_grad_scaler(glob: Mapping[str, Any], enabled: bool, device: torch.device) -> torch.amp.GradScaler:

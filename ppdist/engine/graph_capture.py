@@ -50,7 +50,8 @@ class CudaGraphCapture:
 
     def capture(self, function: Callable[[], Any]) -> Any:
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: a checkpoint written by the background thread meanwhile is not an error
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             return function()
 
     def replay(self) -> None:

@@ -61,14 +61,26 @@ class StepGraph:
 
     @classmethod
     def for_training(
-        cls, body: StepBody, model: nn.Module, update: WeightUpdate, env: DistEnv, accumulate_steps: int
+        cls,
+        body: StepBody,
+        model: nn.Module,
+        update: WeightUpdate,
+        env: DistEnv,
+        accumulate_steps: int,
+        autocast: Callable[[], Any],
     ) -> "StepGraph":
         """The captured step of a trainer: ``update`` in its captured form, the warm-up torch asks
-        for with ``env``'s processes, the variance scales of ``model`` kept. One batch per step."""
+        for with ``env``'s processes, the variance scales of ``model`` kept. One batch per step;
+        ``autocast`` (the forward's) must keep no cache."""
         if accumulate_steps > 1:
             raise ConfigError(
                 f"Global.cuda_graph captures a step of one batch: accumulate_steps {accumulate_steps} is "
                 f"refused (raise the batch size instead, or set Global.cuda_graph: false)"
+            )
+        if getattr(autocast(), "_cache_enabled", False):
+            raise ValueError(
+                "a captured step needs autocast without its cache of cast weights (cache_enabled=False; "
+                "make_autocast gives it with Global.cuda_graph)"
             )
         update.capture_ready(env.device)
         return cls(

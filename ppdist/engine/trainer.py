@@ -140,7 +140,9 @@ class Trainer:
         )  # rank 0's checkpoint files, off the step's path
         layout = Layout.of(self.sampler)
         self.step_graph = (
-            StepGraph.for_training(self._captured_body, model, update, self.env, layout.accumulate_steps)
+            StepGraph.for_training(
+                self._captured_body, model, update, self.env, layout.accumulate_steps, autocast
+            )
             if capture_step
             else None
         )

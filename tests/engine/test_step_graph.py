@@ -4,6 +4,7 @@ Python stays, what is filled in place is read anew); a batch of another shape an
 reads the host are refused in one line; a captured run resumes exactly, with or without capture.
 The same equality on a GPU: tests/cuda/test_cuda_step_graph.py."""
 
+import functools
 import os
 
 import pytest
@@ -18,6 +19,7 @@ from ppdist.engine.logger import setup_logger
 from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.setup import build_trainer
 from ppdist.errors import ConfigError
+from ppdist.utils.host_sync import HostSyncCounter
 
 
 def config_path(*parts):
@@ -75,6 +77,18 @@ def test_the_captured_step_equals_the_eager_step(case):
     if eager.nonfinite is not None:
         assert captured.nonfinite.skipped == eager.nonfinite.skipped == 0
         assert captured.nonfinite.found(DistEnv()) is None
+
+
+def test_replayed_steps_read_nothing_on_the_host():
+    config = load_config(SEG, ["Global.synthetic_data=null", "Optimizer.fused=true", "Global.use_ema=true"])
+    trainer = step_trainer(config, 2, (64, 64), steps=8, nan_policy="skip", capture_step=True)
+    batches = [device_batch(trainer, batch) for batch in trainer.train_loader][:7]
+    for batch in batches[:4]:  # eager, then the capture
+        trainer.step(batch)
+    with HostSyncCounter() as counter:
+        for batch in batches[4:]:
+            trainer.step(batch)
+    assert counter.count == 0, counter.report()
 
 
 def test_a_nonfinite_step_replayed_is_recorded_at_its_global_step():
@@ -145,6 +159,23 @@ def test_accumulation_is_refused_by_the_trainer():
             _accumulating_loader(trainer.train_loader),
             total_steps=4,
             update=trainer.update,
+            capture_step=True,
+        )
+
+
+def test_an_autocast_that_caches_cast_weights_is_refused():
+    config = load_config(SEG, ["Global.synthetic_data=null", "Optimizer.fused=true"])
+    trainer = step_trainer(config, 2, (64, 64), steps=8)
+    with pytest.raises(ValueError, match="autocast without its cache of cast weights"):
+        type(trainer)(
+            trainer.model,
+            trainer.loss_fn,
+            trainer.optimizer,
+            trainer.scheduler,
+            trainer.train_loader,
+            total_steps=4,
+            update=trainer.update,
+            autocast=functools.partial(torch.autocast, "cpu", dtype=torch.bfloat16),
             capture_step=True,
         )
 
