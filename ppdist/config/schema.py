@@ -41,6 +41,7 @@ SHARED_GLOBAL_KEYS = (
     "width_mult",
     "depth_mult",
     "max_image_pixels",
+    "cuda_graph",
 )
 
 

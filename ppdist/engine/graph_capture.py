@@ -14,11 +14,11 @@ is not faster). Both refuse a host read during the capture, as a CUDA graph woul
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 HOST_READS = (torch.ops.aten._local_scalar_dense.default,)  # .item(), bool(), float() of a tensor
 SKIPPED_NAMESPACES = ("profiler",)  # record_function markers: no work to replay
@@ -59,12 +59,15 @@ class CudaGraphCapture:
         self.graph.replay()
 
 
+Call = Tuple[Any, tuple, dict, List[Optional[torch.Tensor]], List[bool], bool]
+
+
 class _OpRecorder(TorchDispatchMode):
     """Runs and records every ATen call below autograd; a host read is refused."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: List[Tuple[Any, tuple, dict, List[torch.Tensor]]] = []
+        self.calls: List[Call] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -75,33 +78,40 @@ class _OpRecorder(TorchDispatchMode):
             )
         out = func(*args, **kwargs)
         if func.namespace not in SKIPPED_NAMESPACES:
-            self.calls.append((func, args, kwargs, _written_results(func, out)))
+            results, written = _results(func, out)
+            self.calls.append((func, args, kwargs, results, written, torch.is_grad_enabled()))
         return out
 
 
-def _written_results(func: Any, out: Any) -> List[torch.Tensor]:
-    """The results of ``func`` that are new tensors (not views of, or the same tensor as, an
-    input): what a replay writes its fresh results into."""
-    results = out if isinstance(out, (tuple, list)) else (out,)
+def _results(func: Any, out: Any) -> Tuple[List[Optional[torch.Tensor]], List[bool]]:
+    """The results of ``func`` by position (None where one is not a tensor) and, for each, whether
+    it is a new tensor (not a view of, or the same tensor as, an input): what a replay writes its
+    final value into."""
+    values = list(out) if isinstance(out, (tuple, list)) else [out]
     returns = func._schema.returns
-    if len(returns) == 1 and isinstance(out, (tuple, list)):  # Tensor[] result
-        aliased = returns[0].alias_info is not None
-        return [] if aliased else [t for t in results if isinstance(t, torch.Tensor)]
-    written: List[torch.Tensor] = []
-    for spec, value in zip(returns, results):
-        if isinstance(value, torch.Tensor) and spec.alias_info is None:
-            written.append(value)
-    return written
+    specs = (
+        [returns[0]] * len(values) if len(returns) == 1 and isinstance(out, (tuple, list)) else list(returns)
+    )
+    tensors = [value if isinstance(value, torch.Tensor) else None for value in values]
+    written = [tensor is not None and spec.alias_info is None for tensor, spec in zip(tensors, specs)]
+    return tensors, written
 
 
 class OpReplayCapture:
     """The CUDA graph's semantics by recording ATen calls (see the module docstring); the capture
-    runs the function."""
+    runs the function.
+
+    A replay runs the recorded calls again in order, each in the grad mode it was recorded in and
+    below autograd, on the results of this replay's earlier calls (and on the tensors from outside
+    the capture, read as they are now), then writes every new result into the tensor the capture
+    made — as a CUDA graph leaves its results in the same memory. The grad mode matters: a kernel
+    may choose its algorithm by it (oneDNN's LSTM keeps the workspace its backward needs only with
+    grad enabled)."""
 
     runs_while_capturing = True
 
     def __init__(self) -> None:
-        self.calls: List[Tuple[Any, tuple, dict, List[torch.Tensor]]] = []
+        self.calls: List[Call] = []
 
     def warmup(self) -> ContextManager[None]:
         return contextlib.nullcontext()
@@ -113,20 +123,49 @@ class OpReplayCapture:
         self.calls = recorder.calls
         return out
 
-    @torch.no_grad()
     def replay(self) -> None:
-        for func, args, kwargs, written in self.calls:
-            fresh = func(*args, **kwargs)
-            if func.namespace == "c10d":  # a collective: done before the next call, as a stream orders it
-                _wait_for_work(fresh)
-            if written:
-                fresh_results = _written_results(func, fresh)
-                for kept, new in zip(written, fresh_results):
-                    if kept.shape != new.shape:
-                        raise CaptureError(
-                            f"{func} gave a {tuple(new.shape)} result, captured {tuple(kept.shape)}"
-                        )
-                    kept.copy_(new)
+        fresh: Dict[int, torch.Tensor] = {}  # id of a captured result -> this replay's
+
+        def now(value: Any) -> Any:
+            return fresh.get(id(value), value) if isinstance(value, torch.Tensor) else value
+
+        grad_mode = torch.is_grad_enabled()
+        with torch._C._AutoDispatchBelowAutograd():  # no autograd graph, each call in its grad mode
+            try:
+                for call in self.calls:
+                    self._run(call, now, fresh)
+            finally:
+                torch.set_grad_enabled(grad_mode)
+        self._publish(fresh)
+
+    @staticmethod
+    def _run(call: Call, now: Callable[[Any], Any], fresh: Dict[int, torch.Tensor]) -> None:
+        """One recorded call on this replay's tensors, in the grad mode it was made in."""
+        func, args, kwargs, results, _, grad_enabled = call
+        torch.set_grad_enabled(grad_enabled)
+        out = func(*tree_map(now, args), **tree_map(now, kwargs))
+        if func.namespace == "c10d":  # a collective: done before the next call, as a stream orders it
+            _wait_for_work(out)
+        for captured, new in zip(results, _results(func, out)[0]):
+            if captured is not None and new is not None:
+                fresh[id(captured)] = new
+
+    @torch.no_grad()
+    def _publish(self, fresh: Dict[int, torch.Tensor]) -> None:
+        """Every new result's final value written into the tensor the capture made."""
+        for func, _, _, results, written, _ in self.calls:
+            for captured, is_new in zip(results, written):
+                if not is_new:
+                    continue
+                new = fresh.get(id(captured))
+                if new is None:
+                    raise CaptureError(f"{func} gave no tensor where the capture's gave one")
+                if captured.shape != new.shape:
+                    raise CaptureError(
+                        f"{func} gave a {tuple(new.shape)} result, captured {tuple(captured.shape)}"
+                    )
+                if new is not captured:
+                    captured.copy_(new)
 
 
 def _wait_for_work(result: Any) -> None:

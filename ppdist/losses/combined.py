@@ -26,7 +26,8 @@ class CombinedLoss(nn.Module):
 
     As PaddleOCR's tools/train.py, a ``DistillationSARLoss`` that is the last entry gets the SAR
     padding index (n + 1, from ``character_dict_path`` / ``use_space_char``, which Global injects)
-    as its ``ignore_index``. ``host_keys``: the union of the parts'.
+    as its ``ignore_index``; ``Global.cuda_graph`` goes to the parts that take it (CTC's lengths on
+    the device). ``host_keys``: the union of the parts'.
     """
 
     required_entry_keys = ("weight",)  # consumed here, not passed to the part (config validation strips them)
@@ -36,6 +37,7 @@ class CombinedLoss(nn.Module):
         loss_config_list: List[Dict[str, Any]],
         character_dict_path: Optional[str] = None,
         use_space_char: bool = False,
+        cuda_graph: bool = False,
     ) -> None:
         super().__init__()
         parsed = parse_entries(loss_config_list, WHERE)
@@ -46,6 +48,8 @@ class CombinedLoss(nn.Module):
             weight = params.pop("weight", None)
             if isinstance(weight, bool) or not isinstance(weight, (int, float)):
                 raise ConfigError(f"{where}.weight is required: a number, got {weight!r}")
+            if cuda_graph and "cuda_graph" in LOSSES.accepted_keys(name)[0]:  # Global's, for the parts
+                params = dict(params, cuda_graph=True)
             parts.append(build_entry(name, params, where))
             weights.append(float(weight))
             names.append(name)

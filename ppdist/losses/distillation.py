@@ -191,7 +191,8 @@ class DistillationDistanceLoss(DistanceLoss):
 class DistillationCTCLoss(nn.Module):
     """``CTCLoss`` of each model of ``model_name_list``; terms ``{name}_{model}_{i}``, no total.
     With ``multi_head`` the ``ctc`` branch is scored against ``batch["label_ctc"]``, otherwise the
-    output against ``batch["label"]``; the lengths (``batch["length"]``) stay on the host."""
+    output against ``batch["label"]``; the lengths (``batch["length"]``) stay on the host
+    (``cuda_graph``: on the device, as ``CTCLoss``)."""
 
     host_keys = CTCLoss.host_keys
 
@@ -203,13 +204,15 @@ class DistillationCTCLoss(nn.Module):
         key: Optional[str] = None,
         multi_head: bool = False,
         name: str = "loss_ctc",
+        cuda_graph: bool = False,
     ) -> None:
         super().__init__()
         self.model_name_list = model_names(model_name_list)
         self.key = key
         self.multi_head = multi_head
         self.name = name
-        self.ctc = CTCLoss()
+        self.ctc = CTCLoss(cuda_graph=cuda_graph)
+        self.host_keys = self.ctc.host_keys
 
     def forward(self, preds: Mapping[str, Any], batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
         labels = batch["label_ctc"] if self.multi_head else batch["label"]

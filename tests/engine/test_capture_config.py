@@ -6,6 +6,7 @@ import os
 import pytest
 from ppdist_testing import REPO
 
+from ppdist.components import build_loss
 from ppdist.config import load_config
 from ppdist.engine.capture_config import capture_refusal, fused_by_default
 from ppdist.engine.dist import DistEnv
@@ -36,6 +37,8 @@ BF16 = ["Global.use_amp=true", "Global.amp_dtype=bfloat16"]
         (config_path("seg", "ocrnet_hrnetw18_cityscapes_1024x512_160k.yml"), BF16),
         (config_path("seg", "segformer_b0_cityscapes_1024x1024_160k.yml"), BF16),
         (config_path("table", "SLANet.yml"), []),
+        (config_path("rec", "rec_mv3_none_bilstm_ctc.yml"), BF16),
+        (config_path("rec", "PP-OCRv3", "ch_PP-OCRv3_rec_distillation.yml"), []),
     ],
 )
 def test_the_static_recipes_are_taken(path, overrides):
@@ -52,15 +55,10 @@ def test_the_static_recipes_are_taken(path, overrides):
             "captured step has one shape; set Global.cuda_graph: false, or one target size",
         ),
         (
-            config_path("rec", "rec_mv3_none_bilstm_ctc.yml"),
-            [],
-            "Global.cuda_graph: the loss CTCLoss reads 'length' of each batch on the host, which a captured "
-            "step would read once; set Global.cuda_graph: false",
-        ),
-        (
-            config_path("rec", "PP-OCRv3", "ch_PP-OCRv3_rec_distillation.yml"),
-            [],
-            "Global.cuda_graph: the loss CombinedLoss reads 'length' of each batch on the host",
+            config_path("det", "ppyoloe_crn_s_300e_coco.yml"),
+            ["Train.dataset.batch_transforms=[]"],
+            "Global.cuda_graph: the loss PPYOLOELoss reads 'epoch_id' of each batch on the host, which a "
+            "captured step would read once; set Global.cuda_graph: false",
         ),
         (SEG, ["Global.use_amp=true"], "Global.cuda_graph with fp16 AMP is refused: its loss scaler decides"),
         (SEG, ["Optimizer.fused=false"], "Global.cuda_graph needs torch's fused optimizer"),
@@ -82,6 +80,16 @@ def test_the_refusal_comes_before_any_data_is_read():
     config = load_config(config_path("det", "ppyoloe_crn_s_300e_coco.yml"), [ON])
     with pytest.raises(ConfigError, match="multi-scale training"):
         build_trainer(config, DistEnv())
+
+
+def test_ctc_reads_its_lengths_on_the_device_with_capture():
+    """The CTC losses take Global.cuda_graph: lengths on the device (ppdist.losses.ctc_device)."""
+    for path in (
+        config_path("rec", "rec_mv3_none_bilstm_ctc.yml"),
+        config_path("rec", "PP-OCRv3", "ch_PP-OCRv3_rec_distillation.yml"),
+    ):
+        assert build_loss(load_config(path, [ON])).host_keys == ()
+        assert build_loss(load_config(path)).host_keys == ("length",)
 
 
 def test_the_optimizer_is_fused_by_default_with_capture():

@@ -39,6 +39,18 @@ CASES = {
         None,
     ),
     "slanet": (config_path("table", "quickstart_synth.yml"), 2, (128, 128), ["Global.use_ema=true"], None),
+    # the CTC losses read their lengths on the device with Global.cuda_graph (eager and captured alike)
+    "crnn": (config_path("rec", "quickstart_synth.yml"), 8, (32, 100), ["Global.cuda_graph=true"], "stop"),
+    "ppocrv3_distillation": (
+        config_path("rec", "PP-OCRv3", "quickstart_synth.yml"),
+        2,
+        (48, 320),
+        [
+            "Global.cuda_graph=true",
+            "Global.character_dict_path=" + os.path.join(REPO, "ppdist", "data", "dicts", "en_dict.txt"),
+        ],
+        None,
+    ),
 }
 STEPS = 7  # 3 eager, the capture, 3 replays
 
