@@ -25,14 +25,18 @@ CONFIGS = {
     "pp_liteseg": (os.path.join(REPO, "configs", "seg", "quickstart_synth.yml"), 4, (128, 128)),
     "ocrnet": (os.path.join(REPO, "configs", "seg", "quickstart_ocrnet_synth.yml"), 2, (128, 128)),
     "slanet": (os.path.join(REPO, "configs", "table", "quickstart_synth.yml"), 2, (128, 128)),
+    "crnn": (os.path.join(REPO, "configs", "rec", "quickstart_synth.yml"), 16, (32, 100)),
 }
+EXTRA = {"crnn": ["Global.cuda_graph=true"]}  # CTC's lengths on the device, eager and captured alike
 STEPS = 8
 
 
 def trained(name, precision, capture):
     path, batch_size, size = CONFIGS[name]
     overrides = ["Global.synthetic_data=null", "Global.use_ema=true", "Global.grad_clip=1.0"]
-    config = load_config(path, overrides + PRECISIONS[precision] + ["Optimizer.fused=true"])
+    config = load_config(
+        path, overrides + PRECISIONS[precision] + ["Optimizer.fused=true"] + EXTRA.get(name, [])
+    )
     trainer = step_trainer(
         config,
         batch_size,
