@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import yaml
 
 from ppdist.config import load_config
+from ppdist.engine.hooks.base import Hook
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 QUICKSTART = os.path.join(REPO, "configs", "rec", "quickstart_synth.yml")
@@ -496,3 +497,14 @@ def spread_class_scores(model: Any) -> None:
     for layer in layers:
         torch.nn.init.normal_(layer.weight, std=0.05)
         torch.nn.init.normal_(layer.bias, std=1.0)
+
+
+class StopAfterStep(Hook):
+    """Raises ``RuntimeError("killed")`` after global step ``at``: a run killed there."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def after_step(self) -> None:
+        if self.trainer.position.global_step == self.at:
+            raise RuntimeError("killed")

@@ -8,14 +8,13 @@ import os
 import pytest
 import torch
 from cuda_testing import PRECISIONS, device_syncs, sync_warnings
-from ppdist_testing import REPO, tiny_seg_config
+from ppdist_testing import REPO, StopAfterStep, tiny_seg_config
 from step_testing import device_batch, step_trainer
 
 from ppdist.benchmark.step_time import measure_step_time
 from ppdist.config import load_config
 from ppdist.engine.dist import DistEnv
 from ppdist.engine.graph_capture import CudaGraphCapture
-from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.setup import build_trainer
@@ -91,17 +90,6 @@ def test_the_captured_step_is_faster_to_issue_than_the_eager_one():
     assert record["samples_per_s"] > 0 and record["issue_ms"] > 0 and record["kernels_per_step"] > 0
 
 
-class _StopAt(Hook):
-    """Raises after step ``at`` (a run killed there)."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def after_step(self):
-        if self.trainer.position.global_step == self.at:
-            raise RuntimeError("killed")
-
-
 def test_a_captured_run_on_the_gpu_resumes_exactly(tmp_path):
     setup_logger(None)
 
@@ -116,7 +104,7 @@ def test_a_captured_run_on_the_gpu_resumes_exactly(tmp_path):
 
     straight = run("straight")
     straight.train()
-    killed = run("killed", hooks=[_StopAt(13)])
+    killed = run("killed", hooks=[StopAfterStep(13)])
     with pytest.raises(RuntimeError, match="killed"):
         killed.train()
     resumed = run("killed")

@@ -9,15 +9,17 @@ import os
 
 import pytest
 import torch
-from ppdist_testing import REPO, tiny_seg_config
+from ppdist_testing import REPO, StopAfterStep, tiny_seg_config
 from step_testing import device_batch, step_trainer
+from torch.utils.data import DataLoader
 
 from ppdist.config import load_config
+from ppdist.data.samplers import TrainBatchSampler
 from ppdist.engine.dist import DistEnv
-from ppdist.engine.hooks.base import Hook
 from ppdist.engine.logger import setup_logger
 from ppdist.engine.prepare import ensure_synthetic_data
 from ppdist.engine.setup import build_trainer
+from ppdist.engine.trainer import Trainer
 from ppdist.errors import ConfigError
 from ppdist.utils.host_sync import HostSyncCounter
 
@@ -159,58 +161,37 @@ def test_a_step_that_reads_the_host_cannot_be_captured_and_says_so():
         trainer.step(batches[3])
 
 
+def _captured_trainer_of(trainer, loader=None, **options):
+    """A trainer of ``trainer``'s parts with the captured step (another loader, other options)."""
+    return Trainer(
+        trainer.model,
+        trainer.loss_fn,
+        trainer.optimizer,
+        trainer.scheduler,
+        loader or trainer.train_loader,
+        total_steps=4,
+        update=trainer.update,
+        capture_step=True,
+        **options,
+    )
+
+
 def test_accumulation_is_refused_by_the_trainer():
     config = load_config(SEG, ["Global.synthetic_data=null", "Optimizer.fused=true"])
     trainer = step_trainer(config, 2, (64, 64), steps=8)
+    dataset = trainer.train_loader.dataset
+    accumulating = DataLoader(
+        dataset, batch_sampler=TrainBatchSampler(len(dataset), 2, seed=0, accumulate_steps=2)
+    )
     with pytest.raises(ConfigError, match="accumulate_steps 2 is refused"):
-        type(trainer)(
-            trainer.model,
-            trainer.loss_fn,
-            trainer.optimizer,
-            trainer.scheduler,
-            _accumulating_loader(trainer.train_loader),
-            total_steps=4,
-            update=trainer.update,
-            capture_step=True,
-        )
+        _captured_trainer_of(trainer, accumulating)
 
 
 def test_an_autocast_that_caches_cast_weights_is_refused():
     config = load_config(SEG, ["Global.synthetic_data=null", "Optimizer.fused=true"])
     trainer = step_trainer(config, 2, (64, 64), steps=8)
     with pytest.raises(ValueError, match="autocast without its cache of cast weights"):
-        type(trainer)(
-            trainer.model,
-            trainer.loss_fn,
-            trainer.optimizer,
-            trainer.scheduler,
-            trainer.train_loader,
-            total_steps=4,
-            update=trainer.update,
-            autocast=functools.partial(torch.autocast, "cpu", dtype=torch.bfloat16),
-            capture_step=True,
-        )
-
-
-def _accumulating_loader(loader):
-    from torch.utils.data import DataLoader
-
-    from ppdist.data.samplers import TrainBatchSampler
-
-    return DataLoader(
-        loader.dataset, batch_sampler=TrainBatchSampler(len(loader.dataset), 2, seed=0, accumulate_steps=2)
-    )
-
-
-class _StopAt(Hook):
-    """Raises after step ``at`` (a run killed there)."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def after_step(self):
-        if self.trainer.position.global_step == self.at:
-            raise RuntimeError("killed")
+        _captured_trainer_of(trainer, autocast=functools.partial(torch.autocast, "cpu", dtype=torch.bfloat16))
 
 
 def _seg_run(tmp_path, name, overrides=(), hooks=()):
@@ -236,20 +217,20 @@ def test_a_captured_run_resumes_exactly_with_or_without_capture(tmp_path):
     straight = _seg_run(tmp_path, "straight", ["Global.cuda_graph=true"])
     straight.train()
     assert straight.step_graph.captured and straight.scheduler.last_step == 24
-    killed = _seg_run(tmp_path, "killed", ["Global.cuda_graph=true"], hooks=[_StopAt(13)])
+    killed = _seg_run(tmp_path, "killed", ["Global.cuda_graph=true"], hooks=[StopAfterStep(13)])
     with pytest.raises(RuntimeError, match="killed"):
         killed.train()
     resumed = _seg_run(tmp_path, "killed", ["Global.cuda_graph=true"])
     assert resumed.position.global_step == 8
     resumed.train()
     eager = _seg_run(
-        tmp_path, "eager", ["Global.cuda_graph=false", "Optimizer.fused=true"], hooks=[_StopAt(13)]
+        tmp_path, "eager", ["Global.cuda_graph=false", "Optimizer.fused=true"], hooks=[StopAfterStep(13)]
     )
     with pytest.raises(RuntimeError, match="killed"):
         eager.train()
     captured_after_eager = _seg_run(tmp_path, "eager", ["Global.cuda_graph=true"])
     captured_after_eager.train()
-    captured = _seg_run(tmp_path, "captured", ["Global.cuda_graph=true"], hooks=[_StopAt(13)])
+    captured = _seg_run(tmp_path, "captured", ["Global.cuda_graph=true"], hooks=[StopAfterStep(13)])
     with pytest.raises(RuntimeError, match="killed"):
         captured.train()
     eager_after_captured = _seg_run(tmp_path, "captured", ["Global.cuda_graph=false", "Optimizer.fused=true"])
