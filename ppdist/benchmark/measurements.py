@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 from ppdist.benchmark.steady_state import StepClock, StepMarks, window_summary
+from ppdist.clipping import clip_gradients, needs_clipping
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess, class_vocabulary
 from ppdist.config import compile_options
 from ppdist.data.base import BAD_SAMPLES_KEY
@@ -38,7 +39,7 @@ from ppdist.inference.runners import build_runner, inference_info_from_config
 from ppdist.modeling.batch_norm_statistics import apply_statistics_rule
 from ppdist.modeling.deploy import convert_to_deploy
 from ppdist.modeling.input_size import min_input_size
-from ppdist.optim import build_optimizer, clip_gradients, needs_clipping
+from ppdist.optim import build_optimizer
 from ppdist.utils.rng import seed_everything
 
 

@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import ppdist.optim as optim
 from ppdist.builder import build_component
+from ppdist.clipping import clip_gradients, needs_clipping
 from ppdist.components import build_loss, build_metric, build_model, build_postprocess, class_vocabulary
 from ppdist.config import (
     auto_scale_lr_base,
@@ -182,9 +183,9 @@ def build_ema(model: nn.Module, glob: Mapping[str, Any]) -> Optional[ModelEMA]:
 def gradient_clipper(config: Mapping[str, Any]) -> Optional[Callable[[nn.Module], Any]]:
     """``clip(model)`` for ``Optimizer.clip_norm`` / ``clip_norm_global`` / ``Global.grad_clip``; None when off."""
     section, global_clip = config["Optimizer"], config["Global"]["grad_clip"]
-    if not optim.needs_clipping(section, global_clip):
+    if not needs_clipping(section, global_clip):
         return None
-    return functools.partial(optim.clip_gradients, opt_cfg=section, global_clip=global_clip)
+    return functools.partial(clip_gradients, opt_cfg=section, global_clip=global_clip)
 
 
 def default_hooks(
