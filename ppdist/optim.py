@@ -102,9 +102,14 @@ def _sgd(
             )
         for group in params:
             group["weight_decay"] = float(weight_decay)
-    return torch.optim.SGD(
+    optimizer = torch.optim.SGD(
         params, lr=0.0, momentum=momentum, nesterov=use_nesterov and momentum > 0, **_impl(fused)
     )
+    if momentum:  # torch's fused SGD leaves new buffers unwritten when its first step is skipped
+        for group in optimizer.param_groups:  # (found_inf: fp16 overflow, nan_policy skip); zeros
+            for param in group["params"]:  # give the same first step: m * 0 + g = g
+                optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
+    return optimizer
 
 
 @OPTIMIZERS.register(name="Momentum")

@@ -130,3 +130,38 @@ def test_fused_optimizer_follows_the_config_and_the_device(name):
     optimizer, _ = build_optimizer(dict(section, fused=True), model, 1, 10)
     assert optimizer.defaults["fused"] and optimizer._step_supports_amp_scaling
     assert use_fused(None, torch.device("cuda", 0)) and not use_fused(None, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_skipped_first_momentum_step_leaves_the_buffer_zero(fused):
+    """torch's fused SGD makes its momentum buffers with empty_like at its first step and leaves
+    them unwritten when that step is skipped (an fp16 overflow: found_inf), so the next step read
+    garbage (NaN here). ppdist makes them zero at build: the same first step (m * 0 + g = g),
+    and a skipped one leaves them zero. The fp16 run equals torch's non-fused SGD's."""
+
+    def trained(fused_setting):
+        torch.manual_seed(0)
+        model = nn.Linear(16, 16)
+        optimizer, scheduler = build_optimizer(
+            {"name": "Momentum", "lr": 0.01, "fused": fused_setting}, model, 1, 10
+        )
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)
+        for step in range(4):
+            optimizer.zero_grad()
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step)) * (1e4 if step == 0 else 1)
+            with torch.autocast("cpu", dtype=torch.float16):
+                y = model(x)
+            scaler.scale(y.float().square().mean()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            if step == 0:  # overflowed and skipped
+                assert all(
+                    torch.equal(s["momentum_buffer"], torch.zeros_like(p)) for p, s in optimizer.state.items()
+                )
+        return model
+
+    found, reference = trained(fused), trained(False)
+    assert all(torch.isfinite(p).all() for p in found.parameters())
+    for a, b in zip(found.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -62,7 +62,10 @@ def test_warming_visits_every_size_and_leaves_weights_statistics_and_rngs_alone(
     assert torch.equal(rng[0], torch.get_rng_state()) and (rng[1] == np.random.get_state()[1]).all()
     assert rng[2] == random.getstate()
     assert all(p.grad is None for p in trainer.model.parameters())
-    assert trainer.position.global_step == 0 and not trainer.optimizer.state
+    assert trainer.position.global_step == 0
+    # the optimizer's state as built: Momentum's zero buffers (ppdist.optim), nothing stepped
+    assert all(list(state) == ["momentum_buffer"] for state in trainer.optimizer.state.values())
+    assert all(not state["momentum_buffer"].any() for state in trainer.optimizer.state.values())
 
 
 def test_a_run_with_the_warm_up_equals_one_without_bitwise(tmp_path):

@@ -240,3 +240,27 @@ def test_a_captured_run_resumes_exactly_with_or_without_capture(tmp_path):
         assert run.position.global_step == 24
         for (name, a), b in zip(straight.model.state_dict().items(), run.model.state_dict().values()):
             assert torch.equal(a, b), name
+
+
+@pytest.mark.slow
+def test_a_captured_bf16_run_resumes_an_fp16_run(tmp_path):
+    """Every AMP setting resumes from every other: an fp16 run's checkpoint (its loss scaler's
+    state in it) goes on as a captured bf16 run."""
+    setup_logger(None)
+    fp16 = [
+        "Global.use_amp=true",
+        "Global.amp_dtype=float16",
+        "Optimizer.fused=true",
+        "Global.save_iter_step=4",
+    ]
+    first = _seg_run(tmp_path, "amp", fp16, hooks=[StopAfterStep(5)])
+    with pytest.raises(RuntimeError, match="killed"):
+        first.train()
+    assert torch.load(tmp_path / "amp" / "latest.pt", weights_only=True)["scaler"]  # fp16's scale and counts
+    captured = _seg_run(
+        tmp_path, "amp", ["Global.use_amp=true", "Global.amp_dtype=bfloat16", "Global.cuda_graph=true"]
+    )
+    assert captured.position.global_step == 4 and not captured.scaler.is_enabled()
+    captured.train()
+    assert captured.step_graph.captured and captured.position.global_step == 24
+    assert all(torch.isfinite(v).all() for v in captured.model.state_dict().values() if v.is_floating_point())
