@@ -47,19 +47,20 @@ def multi_level_roi_align(
     sampling_ratio: int = 0,
     aligned: bool = False,
 ) -> torch.Tensor:
-    """RoIAlign of ``rois`` [B, R, 4] (input pixels) -> [B * R, C, S, S] float32: RoI ``r`` from
-    ``feats[levels[r]]`` (``levels`` [B, R] indexes ``feats`` / ``spatial_scales``). In float32
-    whatever the features' dtype (as torchvision's autocast rule): RoI corners in bfloat16 would
-    move by up to 4 px past 1024 px."""
+    """RoIAlign of ``rois`` [B, R, 4] (input pixels) -> [B * R, C, S, S] float32 (float64 for
+    float64 features): RoI ``r`` from ``feats[levels[r]]`` (``levels`` [B, R] indexes ``feats`` /
+    ``spatial_scales``). In float32 whatever a lower feature dtype (as torchvision's autocast
+    rule): RoI corners in bfloat16 would move by up to 4 px past 1024 px."""
     roi_align = _roi_align()
-    boxes = with_batch_index(rois.float())
+    dtype = torch.promote_types(feats[0].dtype, torch.float32)
+    boxes = with_batch_index(rois.to(dtype))
     flat_levels = levels.reshape(-1)
     out = None
     for level, (feat, scale) in enumerate(zip(feats, spatial_scales)):
         here = flat_levels == level
         level_boxes = torch.where(here[:, None], boxes, boxes * here[:, None].to(boxes.dtype))
         level_boxes = torch.cat([boxes[:, :1], level_boxes[:, 1:]], dim=1)  # elsewhere: empty boxes
-        pooled = roi_align(feat.float(), level_boxes, output_size, scale, sampling_ratio, aligned)
+        pooled = roi_align(feat.to(dtype), level_boxes, output_size, scale, sampling_ratio, aligned)
         chosen = here[:, None, None, None]
         out = (
             torch.where(chosen, pooled, torch.zeros_like(pooled))
