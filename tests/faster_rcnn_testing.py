@@ -19,6 +19,9 @@ RELEASE_CONFIGS = os.path.join(
 )
 # the seed's recipe (Faster R-CNN R50-vd FPN 1x)
 R50_VD_FPN = os.path.join(RELEASE_CONFIGS, "faster_rcnn_r50_vd_fpn_1x_coco.yml")
+# PaddleDetection release/2.7.1's configs/cascade_rcnn, copied unchanged
+CASCADE_CONFIGS = os.path.join(os.path.dirname(RELEASE_CONFIGS), "cascade_rcnn")
+CASCADE_R50_FPN = os.path.join(CASCADE_CONFIGS, "cascade_rcnn_r50_fpn_1x_coco.yml")
 
 # the RPN fixture's settings (fixtures/faster_rcnn/make_rpn.py, tests/modeling/heads/test_rpn_head.py)
 RPN_STRIDES = [4, 8, 16, 32, 64]

@@ -2,6 +2,7 @@
 
 from ppdist.losses.assigners import ATSSAssigner, TaskAlignedAssigner
 from ppdist.losses.basic import DistanceLoss, DMLLoss
+from ppdist.losses.cascade_rcnn import CascadeRCNNLoss
 from ppdist.losses.combined import CombinedLoss
 from ppdist.losses.ctc import CTCLoss
 from ppdist.losses.distillation import (
@@ -21,6 +22,7 @@ from ppdist.losses.table import SLALoss
 __all__ = [
     "ATSSAssigner",
     "BBoxAssigner",
+    "CascadeRCNNLoss",
     "CTCLoss",
     "CombinedLoss",
     "CrossEntropyLoss",

@@ -104,13 +104,17 @@ class FasterRCNNLoss(nn.Module):
         self.rpn_target_assign.pop("assign_on_cpu", None)
         self.bbox_weight = [float(w) for w in bbox_weight]
 
-    def forward(self, preds: Mapping[str, Any], batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
+    def rpn_terms(self, preds: Mapping[str, Any], batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
+        """``{"loss_rpn_cls", "loss_rpn_reg"}``: the RPN's anchor targets and loss."""
         gt_bbox, gt_mask, is_crowd = _gt(batch)
         with torch.no_grad():
             targets = rpn_anchor_target(
                 preds["anchors"], gt_bbox, gt_mask, is_crowd, **self.rpn_target_assign
             )
-        out = rpn_loss(preds["rpn_scores"], preds["rpn_deltas"], targets)
+        return rpn_loss(preds["rpn_scores"], preds["rpn_deltas"], targets)
+
+    def forward(self, preds: Mapping[str, Any], batch: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
+        out = self.rpn_terms(preds, batch)
         num_classes = self.num_classes or preds["bbox_score"].shape[-1] - 1
         out.update(
             bbox_head_loss(preds["bbox_score"], preds["bbox_delta"], preds, num_classes, self.bbox_weight)

@@ -173,3 +173,34 @@ def bbox_assign(
         "tgt_bboxes": gt_bbox.gather(1, gt_inds.unsqueeze(-1).expand(-1, -1, 4)),
         "tgt_gt_inds": gt_inds,
     }
+
+
+def cascade_assign(
+    rois: torch.Tensor,
+    rois_mask: torch.Tensor,
+    gt_bbox: torch.Tensor,
+    gt_class: torch.Tensor,
+    gt_mask: torch.Tensor,
+    num_classes: int,
+    iou_thresh: float,
+    is_crowd: Optional[torch.Tensor] = None,
+    ignore_thresh: float = -1.0,
+) -> Dict[str, torch.Tensor]:
+    """A later Cascade R-CNN stage's targets, PaddleDetection's ``generate_proposal_target`` with
+    ``is_cascade``: every box of ``rois`` [B, S, 4] where ``rois_mask`` is set is kept (no sampling,
+    no gt appended), foreground at IoU >= ``iou_thresh``, background below it. Returns the same
+    keys as ``bbox_assign`` over the same ``S`` slots (``tgt_labels`` -1 where the mask is off or
+    the box is ignored next to a crowd box)."""
+    mask = rois_mask.reshape(rois.shape[:2]).bool()
+    matches, labels = label_boxes(
+        rois, gt_bbox, gt_mask, is_crowd, iou_thresh, iou_thresh, False, ignore_thresh
+    )
+    cls = gt_class.reshape(gt_bbox.shape[:2]).long().gather(1, matches)
+    cls = torch.where(labels == 0, num_classes, torch.where(labels == -1, -1, cls))
+    return {
+        "rois": rois,
+        "rois_mask": mask,
+        "tgt_labels": torch.where(mask, cls, -1),
+        "tgt_bboxes": gt_bbox.gather(1, matches.unsqueeze(-1).expand(-1, -1, 4)),
+        "tgt_gt_inds": matches,
+    }

@@ -11,6 +11,8 @@ import torch
 
 # the largest log-scale a decoded box may grow by: PaddleDetection's bound, 1000 / 16 times
 BBOX_CLIP = math.log(1000.0 / 16)
+# Cascade R-CNN's box-coder weights of its three stages (PaddleDetection's CascadeHead default)
+CASCADE_BBOX_WEIGHTS = ((10.0, 10.0, 5.0, 5.0), (20.0, 20.0, 10.0, 10.0), (30.0, 30.0, 15.0, 15.0))
 
 
 def delta2bbox(

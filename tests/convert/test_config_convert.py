@@ -391,7 +391,7 @@ def test_paddledetection_later_bases_win_and_paddleseg_earlier_bases_win(tmp_pat
 @pytest.mark.parametrize(
     "text,match",
     [
-        ("architecture: CascadeRCNN\nepoch: 12\n", r"architecture 'CascadeRCNN' is not supported"),
+        ("architecture: MaskRCNN\nepoch: 12\n", r"architecture 'MaskRCNN' is not supported"),
         (
             "_BASE_: ['../missing/runtime.yml']\nepoch: 12\n",
             r"_BASE_ file not found: \.\./missing/runtime\.yml",
@@ -414,8 +414,8 @@ def test_bad_paddle_configs_give_one_line_errors(tmp_path, text, match):
 
 def test_load_config_reports_a_bad_paddle_config_with_its_path(tmp_path):
     path = tmp_path / "bad.yml"
-    path.write_text("architecture: CascadeRCNN\nepoch: 12\n")
-    with pytest.raises(ConfigError, match=r"bad\.yml: architecture 'CascadeRCNN'"):
+    path.write_text("architecture: MaskRCNN\nepoch: 12\n")
+    with pytest.raises(ConfigError, match=r"bad\.yml: architecture 'MaskRCNN'"):
         load_config(str(path))
     path.write_text("Globall: {}\n")
     with pytest.raises(ConfigError, match=r"unknown section 'Globall'"):

@@ -30,10 +30,10 @@ def test_tool_prints_the_config_and_lists_unmapped_keys(tmp_path):
 
 def test_tool_bad_input_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yml"
-    bad.write_text("architecture: CascadeRCNN\nepoch: 12\n")
+    bad.write_text("architecture: MaskRCNN\nepoch: 12\n")
     result = run_tool(["convert_paddle_config.py", "-c", str(bad)])
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip().count("\n") == 0 and "CascadeRCNN" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "MaskRCNN" in result.stderr
 
 
 def _check_run(result, save_dir, unmapped):

@@ -7,9 +7,9 @@ from typing import Dict
 
 from paddle_step_harness import StepSpec
 
-from paddle_step_specs import det, faster_rcnn, ocrnet, ppocrv3, rec, seg, segformer, table
+from paddle_step_specs import cascade_rcnn, det, faster_rcnn, ocrnet, ppocrv3, rec, seg, segformer, table
 
 SPECS: Dict[str, StepSpec] = {
     module.SPEC.name: module.SPEC
-    for module in (rec, ppocrv3, table, det, faster_rcnn, seg, ocrnet, segformer)
+    for module in (rec, ppocrv3, table, det, faster_rcnn, cascade_rcnn, seg, ocrnet, segformer)
 }

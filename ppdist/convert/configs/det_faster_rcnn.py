@@ -1,5 +1,7 @@
 """PaddleDetection's Faster R-CNN (architecture ``FasterRCNN`` with ResNet / ResNeXt, FPN,
-RPNHead, BBoxHead with TwoFCHead or Res5Head, BBoxPostProcess) -> ppdist's Architecture, Loss and PostProcess.
+RPNHead, BBoxHead with TwoFCHead or Res5Head, BBoxPostProcess) and Cascade R-CNN (``CascadeRCNN``:
+the same with ``CascadeHead`` + ``CascadeTwoFCHead``; a ``mask_head`` is refused in one line) ->
+ppdist's Architecture, Loss and PostProcess.
 
 Called by ``paddledetection.DetConverter`` through its ``FAMILIES`` table. The model becomes
 ``Backbone: ResNet``, ``Neck: FPN`` and ``Head: FasterRCNNHead`` holding ``rpn_head`` and
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from ppdist.convert.configs.common import component
 from ppdist.errors import ConfigError
+from ppdist.ops.box_coder import CASCADE_BBOX_WEIGHTS
 from ppdist.registry import BACKBONES, NECKS
 
 if TYPE_CHECKING:
@@ -56,8 +59,18 @@ PARTS = {
     "bbox_head": "BBoxHead",
     "bbox_post_process": "BBoxPostProcess",
 }
+CASCADE_PARTS = dict(PARTS, bbox_head="CascadeHead")
 RPN_KEYS = ("anchor_generator", "rpn_target_assign", "train_proposal", "test_proposal")
 BBOX_HEAD_KEYS = ("roi_extractor", "with_pool", "bbox_weight", "loss_normalize_pos")
+CASCADE_HEAD_KEYS = (
+    "roi_extractor",
+    "bbox_weight",
+    "num_cascade_stages",
+    "reg_class_agnostic",
+    "stage_loss_weights",
+    "loss_normalize_pos",
+    "add_gt_as_proposals",
+)
 
 
 def convert_faster_rcnn(
@@ -65,7 +78,15 @@ def convert_faster_rcnn(
 ) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
     """Faster R-CNN's ``(Architecture, Loss, PostProcess)`` (module docs)."""
     meta = conv.top.sub(name)
-    for key, expected in PARTS.items():
+    cascade = name == "CascadeRCNN"
+    parts = CASCADE_PARTS if cascade else PARTS
+    for key in ("mask_head", "mask_post_process"):
+        if meta.get(key) is not None:
+            raise ConfigError(
+                f"{conv.path}: {name}.{key} {meta.get(key)!r}: mask heads (Mask R-CNN, Cascade Mask R-CNN) "
+                f"are not supported; ppdist trains the box detector"
+            )
+    for key, expected in parts.items():
         value = meta.get(key)
         if key == "backbone" and isinstance(value, str) and value.startswith("Swin"):
             raise ConfigError(
@@ -73,28 +94,34 @@ def convert_faster_rcnn(
             )
         if value != expected and not (key == "neck" and value is None):
             raise ConfigError(
-                f"{conv.path}: {name}.{key} {value!r} is not supported: ppdist converts Faster R-CNN "
-                f"({', '.join(f'{k}: {v}' for k, v in PARTS.items())}; neck may be absent)"
+                f"{conv.path}: {name}.{key} {value!r} is not supported: ppdist converts {name} "
+                f"({', '.join(f'{k}: {v}' for k, v in parts.items())}; neck may be absent)"
             )
     meta.finish()
     conv.backbone_file_prefixes = ("resnext",)  # ResNeXt101_vd_64x4d_pretrained.pdparams: ResNet's weights
     num_classes = int(conv.top.get("num_classes", 80))
     conv.glob["num_classes"] = num_classes
     backbone, strides = _backbone(conv)
-    arch: Dict[str, Any] = {"model_type": "det", "algorithm": "FasterRCNN", "Backbone": backbone}
+    arch: Dict[str, Any] = {"model_type": "det", "algorithm": name, "Backbone": backbone}
     if meta.data.get("neck") is not None:
         arch["Neck"], strides = _neck(conv, strides)
+    box_head = _cascade_head(conv, num_classes) if cascade else _bbox_head(conv, num_classes)
     arch["Head"] = {
         "name": "FasterRCNNHead",
         "rpn_head": _rpn_head(conv),
-        "bbox_head": _bbox_head(conv, num_classes),
+        "bbox_head": box_head,
         "feat_strides": strides,
     }
     loss = {  # the RPN's target settings and the box weights, which the loss terms need too
-        "name": "FasterRCNNLoss",
+        "name": "CascadeRCNNLoss" if cascade else "FasterRCNNLoss",
         "rpn_target_assign": dict(arch["Head"]["rpn_head"].get("rpn_target_assign") or {}),
-        "bbox_weight": list(arch["Head"]["bbox_head"].get("bbox_weight") or [10.0, 10.0, 5.0, 5.0]),
     }
+    if cascade:
+        loss["bbox_weight"] = [list(w) for w in box_head.get("bbox_weight", CASCADE_BBOX_WEIGHTS)]
+        if box_head.get("stage_loss_weights") is not None:
+            loss["stage_loss_weights"] = list(box_head["stage_loss_weights"])
+    else:
+        loss["bbox_weight"] = list(box_head.get("bbox_weight") or [10.0, 10.0, 5.0, 5.0])
     return arch, loss, _post_process(conv, num_classes)
 
 
@@ -176,6 +203,30 @@ def _bbox_head(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
     out.update({k: sec.get(k) for k in BBOX_HEAD_KEYS if k in sec})
     assigner = _named_section(
         conv, sec.get("bbox_assigner", "BBoxAssigner"), "BBoxHead.bbox_assigner", "BBoxAssigner"
+    )
+    assigner["num_classes"] = num_classes
+    out["bbox_assigner"] = assigner
+    out["num_classes"] = num_classes
+    sec.get("num_classes")
+    if "in_channel" in sec:
+        sec.get("in_channel")
+    sec.skip("bbox_loss", "the box loss is L1, as PaddleDetection's default")
+    sec.finish()
+    return out
+
+
+def _cascade_head(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
+    """``CascadeHead`` with ``CascadeTwoFCHead`` and its ``BBoxAssigner`` (``cascade_iou``)."""
+    sec = conv.top.sub("CascadeHead")
+    head = _named_section(conv, sec.get("head", "CascadeTwoFCHead"), "CascadeHead.head", "CascadeTwoFCHead")
+    for key in ("in_channel", "resolution", "num_cascade_stage"):  # from the neck, the RoI size, the head
+        head.pop(key, None)
+    out: Dict[str, Any] = {"name": "CascadeHead", "head": head}
+    out.update({k: sec.get(k) for k in CASCADE_HEAD_KEYS if k in sec})
+    if "num_cascade_stages" not in out and "num_cascade_stages" in conv.top:
+        out["num_cascade_stages"] = conv.top.get("num_cascade_stages")  # PaddleDetection's __shared__ key
+    assigner = _named_section(
+        conv, sec.get("bbox_assigner", "BBoxAssigner"), "CascadeHead.bbox_assigner", "BBoxAssigner"
     )
     assigner["num_classes"] = num_classes
     out["bbox_assigner"] = assigner

@@ -40,6 +40,7 @@ FAMILIES: Dict[
     "YOLOv3": convert_ppyoloe,
     "PPYOLOE": convert_ppyoloe,
     "FasterRCNN": convert_faster_rcnn,
+    "CascadeRCNN": convert_faster_rcnn,
 }
 # PaddleDetection constructor defaults of the components ppdist implements (facts of its API).
 NMS_DEFAULTS = {"score_threshold": 0.05, "nms_top_k": -1, "keep_top_k": 100, "nms_threshold": 0.5}
@@ -256,7 +257,7 @@ class DetConverter:
             raise ConfigError(
                 f"{self.path}: architecture {name!r} is not supported: ppdist converts "
                 f"{', '.join(FAMILIES)} (PP-YOLOE: CSPResNet, CustomCSPPAN, PPYOLOEHead; Faster R-CNN: "
-                f"ResNet, FPN, RPNHead, BBoxHead)"
+                f"ResNet, FPN, RPNHead, BBoxHead; Cascade R-CNN: CascadeHead)"
             )
         return FAMILIES[name](self, name)
 

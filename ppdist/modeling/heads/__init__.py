@@ -1,6 +1,7 @@
 """Heads; importing this package registers them in ``HEADS``."""
 
 from ppdist.modeling.heads.bbox_head import BBoxHead, TwoFCHead
+from ppdist.modeling.heads.cascade_head import CascadeHead, CascadeTwoFCHead
 from ppdist.modeling.heads.ctc import CTCHead
 from ppdist.modeling.heads.faster_rcnn import FasterRCNNHead
 from ppdist.modeling.heads.multi_head import MultiHead
@@ -15,6 +16,8 @@ from ppdist.modeling.heads.slanet import SLAHead
 
 __all__ = [
     "BBoxHead",
+    "CascadeHead",
+    "CascadeTwoFCHead",
     "CTCHead",
     "FasterRCNNHead",
     "MultiHead",

@@ -16,7 +16,7 @@ loss takes the logits, deltas and the sampler's targets.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,8 @@ def _xavier_uniform(linear: nn.Linear, fan_in: int, fan_out: int) -> None:
     nn.init.zeros_(linear.bias)
 
 
-def _normal(linear: nn.Linear, std: float) -> nn.Linear:
+def normal_linear(linear: nn.Linear, std: float) -> nn.Linear:
+    """Paddle's ``Normal(0, std)`` weight initialiser, bias 0 (the output layers of the box heads)."""
     nn.init.normal_(linear.weight, 0.0, std)
     nn.init.zeros_(linear.bias)
     return linear
@@ -103,8 +104,8 @@ class BBoxHead(nn.Module):
         self.bbox_weight = [float(w) for w in bbox_weight]
         self.loss_normalize_pos = bool(loss_normalize_pos)
         self.out_channels = self.num_classes
-        self.bbox_score = _normal(nn.Linear(in_channel, self.num_classes + 1), 0.01)
-        self.bbox_delta = _normal(nn.Linear(in_channel, 4 * self.num_classes), 0.001)
+        self.bbox_score = normal_linear(nn.Linear(in_channel, self.num_classes + 1), 0.01)
+        self.bbox_delta = normal_linear(nn.Linear(in_channel, 4 * self.num_classes), 0.001)
 
     def _build_head(self, head: Union[Mapping[str, Any], str], feat_channel: int) -> nn.Module:
         cfg = {"name": head} if isinstance(head, str) else dict(head)
@@ -113,8 +114,15 @@ class BBoxHead(nn.Module):
         return HEADS.build(cfg, where="Architecture.BBoxHead.head")
 
     def forward(
-        self, feats: Sequence[torch.Tensor], rois: torch.Tensor, rois_mask: torch.Tensor
+        self,
+        feats: Sequence[torch.Tensor],
+        rois: torch.Tensor,
+        rois_mask: torch.Tensor,
+        im_shape: Optional[torch.Tensor] = None,
+        resample: Optional[Callable[..., Dict[str, torch.Tensor]]] = None,
     ) -> Dict[str, torch.Tensor]:
+        """``im_shape`` and ``resample`` are for heads that refine their boxes (``CascadeHead``);
+        one stage uses neither."""
         batch, count = rois.shape[:2]
         bbox_feat = self.head(self.roi_extractor(feats, rois))
         if self.with_pool:

@@ -14,6 +14,9 @@ proposals and the batch's padded ground truth (``gt_bbox``, ``gt_class``, ``pad_
 renamed ``rpn_rois`` / ``rpn_rois_score`` / ``rpn_rois_mask`` (plus ``rpn_scores``, ``rpn_deltas``,
 ``anchors`` for the RPN loss), the box head's (``bbox_score``, ``bbox_delta``, ``bbox_prob``,
 ``rois``, ``rois_mask``: what ``BBoxPostProcess`` reads) and, in training, the sampler's targets.
+The box head also gets ``im_shape`` and, in training, ``resample(rois, rois_mask, stage)`` (the
+sampler's ``cascade_stage`` on this batch): Cascade R-CNN's ``CascadeHead`` refines its boxes
+stage by stage with them; ``BBoxHead`` uses neither.
 ``im_shape`` is the batch's, or the input's size for a bare tensor (a deployed graph).
 
 Weights: PaddleDetection's FasterRCNN holds ``rpn_head`` and ``bbox_head`` beside its backbone and
@@ -23,7 +26,7 @@ neck, so ``head.rpn_head.*`` / ``head.bbox_head.*`` are looked up as ``rpn_head.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -118,8 +121,19 @@ class FasterRCNNHead(nn.Module):
             sampled = dict(self.bbox_assigner(rois.detach(), rois_mask, batch))
             rois, rois_mask = sampled.pop("rois"), sampled.pop("rois_mask")
             out.update(sampled)
-        out.update(self.bbox_head(feats, rois, rois_mask))
+            resample = self._resampler(batch)
+        else:
+            resample = None
+        out.update(self.bbox_head(feats, rois, rois_mask, im_shape=im_shape, resample=resample))
         return out
+
+    def _resampler(self, batch: Mapping[str, Any]) -> Optional[Callable[..., Dict[str, torch.Tensor]]]:
+        """``resample(rois, rois_mask, stage)``: the sampler's targets of a later stage's refined
+        boxes (``BBoxAssigner.cascade_stage`` on this batch), for a box head that refines them."""
+        stage_targets = getattr(self.bbox_assigner, "cascade_stage", None)
+        if stage_targets is None:
+            return None
+        return lambda rois, rois_mask, stage: stage_targets(rois, rois_mask, batch, stage)
 
     @staticmethod
     def _im_shape(
