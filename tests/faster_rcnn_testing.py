@@ -69,18 +69,35 @@ def tiny_faster_rcnn() -> Dict[str, Any]:
     return copy.deepcopy(TINY_FASTER_RCNN)
 
 
-def tiny_faster_rcnn_config(path: str, data_dir: str, save_dir: str) -> str:
-    """A config file of ``tiny_faster_rcnn`` with its post-process and a 128x160 Eval resize (what
-    export reads; no data set: ``data_dir`` is where its annotations would be)."""
+def tiny_cascade_rcnn() -> Dict[str, Any]:
+    """``tiny_faster_rcnn`` with Cascade R-CNN's box head (three stages of a 32-wide
+    CascadeTwoFCHead, PaddleDetection's default stage settings)."""
+    model = tiny_faster_rcnn()
+    model["Head"]["bbox_head"] = {
+        "name": "CascadeHead",
+        "head": {"name": "CascadeTwoFCHead", "out_channel": 32},
+        "num_classes": 3,
+        "bbox_assigner": {"name": "BBoxAssigner", "batch_size_per_im": 16, "num_classes": 3},
+    }
+    return model
+
+
+def tiny_faster_rcnn_config(path: str, data_dir: str, save_dir: str, cascade: bool = False) -> str:
+    """A config file of ``tiny_faster_rcnn`` (``tiny_cascade_rcnn`` with ``cascade``) with its
+    post-process and a 128x160 Eval resize (what export reads; no data set: ``data_dir`` is where
+    its annotations would be)."""
+    model = tiny_cascade_rcnn() if cascade else tiny_faster_rcnn()
+    decode = {"name": "RCNNBox", "prior_box_var": [30.0, 30.0, 15.0, 15.0] if cascade else [10.0, 10.0, 5.0, 5.0]}
     config = {
         "Global": {"num_classes": 3, "epoch_num": 1, "save_model_dir": save_dir, "use_gpu": False},
-        "Architecture": dict(tiny_faster_rcnn(), algorithm="FasterRCNN"),
-        "Loss": {"name": "FasterRCNNLoss"},
+        "Architecture": dict(model, algorithm="CascadeRCNN" if cascade else "FasterRCNN"),
+        "Loss": {"name": "CascadeRCNNLoss" if cascade else "FasterRCNNLoss"},
         "Optimizer": {"name": "Momentum", "momentum": 0.9, "lr": {"name": "Piecewise", "values": [0.01]}},
         "Metric": {"name": "COCOMetric"},
         "PostProcess": {
             "name": "BBoxPostProcess",
             "num_classes": 3,
+            "decode": decode,
             "nms": {"score_threshold": 0.05, "keep_top_k": 100, "nms_threshold": 0.5},
         },
         "Eval": {

@@ -486,12 +486,16 @@ def multi_size_det_config(folder: Any, name: str, sizes: List[int], *overrides: 
 
 def spread_class_scores(model: Any) -> None:
     """An untrained detector's scoring layers spread, so that NMS and the proposal ranking have no
-    near-ties: the class layers (PP-YOLOE's ``pred_cls``, Faster R-CNN's ``bbox_score``) at
+    near-ties: the class layers (PP-YOLOE's ``pred_cls``, Faster R-CNN's ``bbox_score``, Cascade
+    R-CNN's ``bbox_score_stage<i>``) at
     Normal(0, 0.05) weights and Normal(0, 1) biases; Faster R-CNN's RPN objectness too."""
     import torch
 
     head = model.head
-    layers = list(head.pred_cls) if hasattr(head, "pred_cls") else [head.bbox_head.bbox_score]
+    if hasattr(head, "pred_cls"):
+        layers = list(head.pred_cls)
+    else:  # Faster R-CNN's one classifier or every Cascade R-CNN stage's
+        layers = [m for name, m in head.bbox_head.named_children() if name.startswith("bbox_score")]
     if hasattr(head, "rpn_head"):
         layers.append(head.rpn_head.rpn_rois_score)
     for layer in layers:

@@ -128,14 +128,20 @@ def test_seg_family_quickstart_steps_read_nothing_on_the_host(name):
     assert float(values["loss"]) > 0
 
 
-@pytest.mark.parametrize("amp", ["fp32", "bf16"])
-def test_faster_rcnn_quickstart_step_reads_only_in_the_proposal_nms(amp):
+@pytest.mark.parametrize(
+    "name, amp",
+    [
+        ("faster_rcnn_quickstart_synth.yml", "fp32"),
+        ("faster_rcnn_quickstart_synth.yml", "bf16"),
+        ("cascade_rcnn_quickstart_synth.yml", "fp32"),
+    ],
+)
+def test_faster_rcnn_quickstart_step_reads_only_in_the_proposal_nms(name, amp):
     """Faster R-CNN's whole trainer step (also without the batch's im_shape: a synthetic batch
     takes the input's size, filled on the device) reads the host only in the proposal NMS
-    (ops/nms.grouped_nms: the group sizes, then one read per suppression round)."""
-    counter, values = counted_step(
-        config_path("det", "faster_rcnn_quickstart_synth.yml"), 4, (128, 128), AMP[amp]
-    )
+    (ops/nms.grouped_nms: the group sizes, then one read per suppression round). Cascade R-CNN's
+    later stages (refined boxes clipped, empty ones masked, labelled without sampling) add none."""
+    counter, values = counted_step(config_path("det", name), 4, (128, 128), AMP[amp])
     summary = counter.summary()
     assert counter.count > 0 and all(key.endswith("(grouped_nms)") for key in summary), counter.report()
     assert sum(n for key, n in summary.items() if key.startswith("Tensor.tolist()")) == 1, summary

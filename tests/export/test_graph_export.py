@@ -32,13 +32,15 @@ MAKERS = {
     "segformer": functools.partial(tiny_seg_config, model="segformer"),
     "ocrnet": functools.partial(tiny_seg_config, model="ocrnet"),
     "faster_rcnn": tiny_faster_rcnn_config,
+    "cascade_rcnn": functools.partial(tiny_faster_rcnn_config, cascade=True),
 }
-TASKS = {"segformer": "seg", "ocrnet": "seg", "faster_rcnn": "det"}
+TASKS = {"segformer": "seg", "ocrnet": "seg", "faster_rcnn": "det", "cascade_rcnn": "det"}
 DEVICE_CASES = (
     "rec",
     "seg",
     "det",
     "faster_rcnn",
+    "cascade_rcnn",
 )  # the others' graphs are checked for devices by the export test
 # largest difference allowed, relative to the output's magnitude where it exceeds 1 (onnx_parity's rule)
 TOLERANCE = {"segformer": 1e-4, "ocrnet": 1e-4}
@@ -74,6 +76,7 @@ def _largest_difference(want: torch.Tensor, got: torch.Tensor) -> float:
         ("segformer", False),
         ("ocrnet", False),
         ("faster_rcnn", False),
+        ("cascade_rcnn", False),
     ],
 )
 @pytest.mark.slow
