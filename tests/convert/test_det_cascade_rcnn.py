@@ -95,3 +95,19 @@ def test_a_changed_stage_loss_weights_reaches_the_loss(tmp_path):
     )
     config = convert_config(str(path)).config
     assert config["Loss"]["stage_loss_weights"] == [1.0, 0.5, 0.25]
+
+
+def test_two_stages_take_the_first_two_box_weights(tmp_path):
+    """As PaddleDetection, ``num_cascade_stages: 2`` reads the first two of the default three
+    ``bbox_weight`` entries (and ``cascade_iou`` / ``add_gt_as_proposals`` values)."""
+    path = tmp_path / "two.yml"
+    path.write_text(
+        f"_BASE_: ['{os.path.join(CASCADE_CONFIGS, PADDLE['config'])}']\n"
+        "CascadeHead: {num_cascade_stages: 2}\nCascadeTwoFCHead: {num_cascade_stage: 2}\n",
+        encoding="utf-8",
+    )
+    config = convert_config(str(path)).config
+    assert config["Loss"]["bbox_weight"] == [[10, 10, 5, 5], [20, 20, 10, 10]]
+    model = build_model(config)
+    assert sorted(model.head.bbox_head.head._modules) == ["0", "1"]
+    assert build_loss(config).stage_loss_weights == [0.5, 0.5]

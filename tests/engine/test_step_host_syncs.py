@@ -134,6 +134,7 @@ def test_seg_family_quickstart_steps_read_nothing_on_the_host(name):
         ("faster_rcnn_quickstart_synth.yml", "fp32"),
         ("faster_rcnn_quickstart_synth.yml", "bf16"),
         ("cascade_rcnn_quickstart_synth.yml", "fp32"),
+        ("cascade_rcnn_quickstart_synth.yml", "bf16"),
     ],
 )
 def test_faster_rcnn_quickstart_step_reads_only_in_the_proposal_nms(name, amp):

@@ -117,7 +117,8 @@ def convert_faster_rcnn(
         "rpn_target_assign": dict(arch["Head"]["rpn_head"].get("rpn_target_assign") or {}),
     }
     if cascade:
-        loss["bbox_weight"] = [list(w) for w in box_head.get("bbox_weight", CASCADE_BBOX_WEIGHTS)]
+        stages = int(box_head.get("num_cascade_stages", len(CASCADE_BBOX_WEIGHTS)))
+        loss["bbox_weight"] = [list(w) for w in box_head.get("bbox_weight", CASCADE_BBOX_WEIGHTS)][:stages]
         if box_head.get("stage_loss_weights") is not None:
             loss["stage_loss_weights"] = list(box_head["stage_loss_weights"])
     else:

@@ -99,7 +99,7 @@ class CascadeHead(nn.Module):
         self.bbox_assigner = bbox_assigner
         self.num_classes = int(num_classes)
         self.num_cascade_stages = stages
-        self.bbox_weight = [[float(v) for v in w] for w in bbox_weight]
+        self.bbox_weight = [[float(v) for v in w] for w in bbox_weight[:stages]]
         self.stage_loss_weights = (
             [1.0 / stages] * stages if stage_loss_weights is None else list(stage_loss_weights)
         )
@@ -173,13 +173,13 @@ def _check_settings(
     loss_normalize_pos: bool,
 ) -> None:
     """The settings ppdist reproduces, each other value refused in one line."""
-    if len(bbox_weight) != stages:
+    if len(bbox_weight) < stages:  # PaddleDetection reads the first ``stages`` entries
         raise ValueError(f"CascadeHead: bbox_weight has {len(bbox_weight)} entries for {stages} stages")
     if stage_loss_weights is not None and len(stage_loss_weights) != stages:
         raise ValueError(
             f"CascadeHead: stage_loss_weights has {len(stage_loss_weights)} entries for {stages} stages"
         )
-    if [bool(v) for v in add_gt_as_proposals] != [True] + [False] * (stages - 1):
+    if [bool(v) for v in add_gt_as_proposals][:stages] != [True] + [False] * (stages - 1):
         raise ValueError(
             f"CascadeHead: add_gt_as_proposals {list(add_gt_as_proposals)} is not supported: the ground "
             f"truth joins the proposals at stage 0 only ({[True] + [False] * (stages - 1)})"
