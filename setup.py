@@ -6,8 +6,8 @@ setup(
     name="ppdist",
     version="0.1.0",
     description=(
-        "Config-driven PyTorch training of CRNN, PP-OCRv3, SLANet, PP-YOLOE, Faster R-CNN, PP-LiteSeg, "
-        "OCRNet and SegFormer with a shared torchrun trainer"
+        "Config-driven PyTorch training of CRNN, PP-OCRv3, SLANet, PP-YOLOE, Faster R-CNN, Cascade R-CNN, "
+        "PP-LiteSeg, OCRNet and SegFormer with a shared torchrun trainer"
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -8,7 +8,17 @@ import os
 
 from paddle_step_specs import SPECS
 
-FAMILIES = ("CRNN", "PP-OCRv3", "SLANet", "PP-YOLOE", "Faster R-CNN", "PP-LiteSeg", "OCRNet", "SegFormer")
+FAMILIES = (
+    "CRNN",
+    "PP-OCRv3",
+    "SLANet",
+    "PP-YOLOE",
+    "Faster R-CNN",
+    "Cascade R-CNN",
+    "PP-LiteSeg",
+    "OCRNet",
+    "SegFormer",
+)
 
 
 def setup_keyword(repo_root: str, name: str) -> str:
