@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 from cuda_testing import PRECISIONS, device_syncs, sync_warnings
-from faster_rcnn_testing import R50_VD_FPN
+from faster_rcnn_testing import CASCADE_R50_FPN, R50_VD_FPN
 from ppdist_testing import REPO
 from step_testing import device_batch, step_trainer
 
@@ -16,8 +16,16 @@ from ppdist.convert.configs.convert import load_config
 from ppdist.engine.dist import DistEnv
 from ppdist.utils.host_sync import HostSyncCounter
 
-QUICKSTART = (os.path.join(REPO, "configs", "det", "faster_rcnn_quickstart_synth.yml"), 8, (160, 160))
-RECIPE = (R50_VD_FPN, 2, (800, 1088))
+RECIPES = {  # (config, batch size, input size)
+    "quickstart": (os.path.join(REPO, "configs", "det", "faster_rcnn_quickstart_synth.yml"), 8, (160, 160)),
+    "r50_vd_fpn": (R50_VD_FPN, 2, (800, 1088)),
+    "cascade_quickstart": (
+        os.path.join(REPO, "configs", "det", "cascade_rcnn_quickstart_synth.yml"),
+        8,
+        (160, 160),
+    ),
+    "cascade_r50_fpn": (CASCADE_R50_FPN, 2, (800, 1088)),
+}
 
 
 def faster_rcnn_trainer(path, batch_size, size, overrides):
@@ -46,8 +54,9 @@ def steps_reading_only_in_the_nms(trainer, count=3):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("recipe", ["quickstart", "r50_vd_fpn"])
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_faster_rcnn_step_on_cuda_reads_only_in_the_proposal_nms(recipe, precision):
-    path, batch_size, size = QUICKSTART if recipe == "quickstart" else RECIPE
+    """Faster R-CNN and Cascade R-CNN (whose later stages add no read)."""
+    path, batch_size, size = RECIPES[recipe]
     trainer = faster_rcnn_trainer(path, batch_size, size, PRECISIONS[precision])
     steps_reading_only_in_the_nms(trainer)
