@@ -12,10 +12,10 @@ are PaddleDetection's: ``head.<stage>.fc6`` / ``fc7``, ``bbox_score_stage<i>``, 
 
 Output: what ``BBoxPostProcess`` reads - ``bbox_prob`` (the mean of the stages' softmax),
 ``bbox_delta`` and ``rois`` / ``rois_mask`` of the last stage, ``bbox_score`` its logits - and,
-per stage, ``bbox_score_stage<i>``, ``bbox_delta_stage<i>``, ``rois_stage<i>``, ``rois_mask_stage<i>``
-with, in training,
-the targets of the later stages (``tgt_labels_stage<i>``, ``tgt_bboxes_stage<i>``; stage 0's are
-the sampler's ``tgt_labels`` / ``tgt_bboxes``) for ``CascadeRCNNLoss``.
+per stage, ``bbox_score_stage<i>``, ``bbox_delta_stage<i>``, ``rois_stage<i>``,
+``rois_mask_stage<i>`` with, in training, the targets of the later stages
+(``tgt_labels_stage<i>``, ``tgt_bboxes_stage<i>``; stage 0's are the sampler's ``tgt_labels`` /
+``tgt_bboxes``) for ``CascadeRCNNLoss``.
 """
 
 from __future__ import annotations
