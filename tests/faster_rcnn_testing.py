@@ -87,7 +87,10 @@ def tiny_faster_rcnn_config(path: str, data_dir: str, save_dir: str, cascade: bo
     post-process and a 128x160 Eval resize (what export reads; no data set: ``data_dir`` is where
     its annotations would be)."""
     model = tiny_cascade_rcnn() if cascade else tiny_faster_rcnn()
-    decode = {"name": "RCNNBox", "prior_box_var": [30.0, 30.0, 15.0, 15.0] if cascade else [10.0, 10.0, 5.0, 5.0]}
+    decode = {
+        "name": "RCNNBox",
+        "prior_box_var": [30.0, 30.0, 15.0, 15.0] if cascade else [10.0, 10.0, 5.0, 5.0],
+    }
     config = {
         "Global": {"num_classes": 3, "epoch_num": 1, "save_model_dir": save_dir, "use_gpu": False},
         "Architecture": dict(model, algorithm="CascadeRCNN" if cascade else "FasterRCNN"),
