@@ -21,7 +21,7 @@ import pytest
 from docs_commands_testing import DocCommand, extract_commands, fresh_copy, with_overrides
 from ppdist_testing import HANG_TIMEOUT_S, REPO
 
-# the PP-YOLOE and Faster R-CNN quick starts: 16 images of 64 px, one epoch
+# the PP-YOLOE, Faster R-CNN and Cascade R-CNN quick starts: 16 images of 64 px, one epoch
 TINY_DET = [
     "Global.epoch_num=1",
     "Global.print_batch_step=1",
@@ -59,6 +59,7 @@ TINY: Dict[str, List[str]] = {
     ],
     "configs/det/quickstart_synth.yml": TINY_DET,
     "configs/det/faster_rcnn_quickstart_synth.yml": TINY_DET,
+    "configs/det/cascade_rcnn_quickstart_synth.yml": TINY_DET,
     "configs/table/quickstart_synth.yml": [
         "Global.synthetic_data.num_train=8",
         "Global.synthetic_data.num_val=4",
@@ -102,6 +103,11 @@ RUN: List[Tuple[str, List[str], List[str]]] = [
     (
         "= python tools/train.py -c configs/det/faster_rcnn_quickstart_synth.yml",
         ["output/det/faster_rcnn_quickstart_synth/best_accuracy.pt"],
+        [],
+    ),
+    (
+        "= python tools/train.py -c configs/det/cascade_rcnn_quickstart_synth.yml",
+        ["output/det/cascade_rcnn_quickstart_synth/best_accuracy.pt"],
         [],
     ),
     (
