@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
+import numpy as np
+import torch
 import yaml
 
 # PaddleDetection release/2.7.1's configs/faster_rcnn, copied unchanged
@@ -122,3 +124,28 @@ def tiny_faster_rcnn_config(path: str, data_dir: str, save_dir: str, cascade: bo
     with open(path, "w", encoding="utf-8") as handle:
         yaml.safe_dump(config, handle, sort_keys=False)
     return path
+
+
+def same_detections(results: List[Dict[str, Any]], bbox: Any, bbox_num: Any) -> Tuple[float, float]:
+    """``BBoxPostProcess`` results equal PaddleDetection's ``bbox`` [M, 6] / ``bbox_num`` [B]
+    (rows ordered by label, then score): counts and labels exact, scores within 1e-5, boxes within
+    1e-3 px. Returns the largest score and box differences."""
+
+    def by_label_then_score(rows):
+        return rows[np.lexsort((-rows[:, 1], rows[:, 0]))]
+
+    counts = [int(n) for n in bbox_num]
+    assert [len(r["boxes"]) for r in results] == counts
+    worst = np.zeros(2)
+    for mine, theirs in zip(results, np.split(bbox, np.cumsum(counts)[:-1])):
+        rows = torch.cat(
+            [mine["labels"][:, None].float(), mine["scores"][:, None], mine["boxes"]], dim=1
+        ).numpy()
+        rows, theirs = by_label_then_score(rows), by_label_then_score(theirs)
+        np.testing.assert_array_equal(rows[:, 0], theirs[:, 0])
+        np.testing.assert_allclose(rows[:, 1], theirs[:, 1], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(rows[:, 2:], theirs[:, 2:], atol=1e-3, rtol=0)
+        worst = np.maximum(
+            worst, [np.abs(rows[:, 1] - theirs[:, 1]).max(), np.abs(rows[:, 2:] - theirs[:, 2:]).max()]
+        )
+    return float(worst[0]), float(worst[1])

@@ -128,6 +128,15 @@ def rpn_anchor_target(
     return {"labels": sampled, "matched_gt": matched, "deltas": deltas, "norm": float(batch_size_per_im * b)}
 
 
+def box_classes(
+    labels: torch.Tensor, matches: torch.Tensor, gt_class: torch.Tensor, num_classes: int
+) -> torch.Tensor:
+    """Each box's class target from its ``label_boxes`` label and match: the matched gt's class for
+    foreground, ``num_classes`` for background, -1 for ignored boxes."""
+    cls = gt_class.reshape(gt_class.shape[0], -1).long().gather(1, matches)
+    return torch.where(labels == 0, num_classes, torch.where(labels == -1, -1, cls))
+
+
 def bbox_assign(
     rois: torch.Tensor,
     rois_mask: torch.Tensor,
@@ -158,9 +167,7 @@ def bbox_assign(
     matches, labels = label_boxes(
         boxes, gt_bbox, gt_mask, is_crowd, fg_thresh, bg_thresh, False, ignore_thresh
     )
-    labels = torch.where(cand, labels, -1)
-    cls = gt_class.reshape(gt_bbox.shape[:2]).long().gather(1, matches)
-    cls = torch.where(labels == 0, num_classes, torch.where(labels == -1, -1, cls))
+    cls = box_classes(torch.where(cand, labels, -1), matches, gt_class, num_classes)
     order = subsample(cls, batch_size_per_im, fg_fraction, num_classes, use_random)
     k = min(batch_size_per_im, order.shape[1])
     slot_order, inds = (-order).topk(k, dim=1)
@@ -195,8 +202,7 @@ def cascade_assign(
     matches, labels = label_boxes(
         rois, gt_bbox, gt_mask, is_crowd, iou_thresh, iou_thresh, False, ignore_thresh
     )
-    cls = gt_class.reshape(gt_bbox.shape[:2]).long().gather(1, matches)
-    cls = torch.where(labels == 0, num_classes, torch.where(labels == -1, -1, cls))
+    cls = box_classes(labels, matches, gt_class, num_classes)
     return {
         "rois": rois,
         "rois_mask": mask,

@@ -23,6 +23,7 @@ import torch
 from faster_rcnn_testing import CASCADE_R50_FPN
 from paddle_step_testing import load_arrays
 
+from paddle_step_specs.faster_rcnn import same_gradients_twice
 from ppdist.convert.configs.convert import load_config
 
 FIXTURE = os.path.join(harness.STEP_DIR, "cascade_rcnn.npz")
@@ -127,19 +128,6 @@ def teacher(family: harness.Family, run: harness.StepRun) -> Dict[str, harness.P
             preds[f"{key}_stage{stage}"] = torch.from_numpy(in_our_order(family, run, key, stage))
     ours = run.loss_fn(preds, targets())
     return {term: (ours[term].item(), family.arrays[f"loss/{term}"]) for term in TERMS if "bbox" in term}
-
-
-def same_gradients_twice(arrays: harness.Arrays) -> harness.Arrays:
-    """The fixture's replay fed its one step's gradients twice (``grad_1/`` as ``grad_2/``)."""
-    again = {k.replace("grad_1/", "grad_2/"): v for k, v in arrays.items() if k.startswith("grad_1/")}
-    again.update(
-        {
-            k.replace("grad_norm_1/", "grad_norm_2/"): v
-            for k, v in arrays.items()
-            if k.startswith("grad_norm_1/")
-        }
-    )
-    return dict(arrays, **again)
 
 
 TOLERANCE = harness.Tolerance(outputs=1e-4, loss=1e-4, gradients=1e-3, statistics=1e-4)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from ppdist.convert.configs.common import component
+from ppdist.convert.configs.common import Keys, component
 from ppdist.errors import ConfigError
 from ppdist.ops.box_coder import CASCADE_BBOX_WEIGHTS
 from ppdist.registry import BACKBONES, NECKS
@@ -202,18 +202,7 @@ def _bbox_head(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
     out["head"].pop("in_channel", None)  # the RoI features' width: from the neck
     out["head"].pop("resolution", None)  # from roi_extractor, as PaddleDetection's from_config
     out.update({k: sec.get(k) for k in BBOX_HEAD_KEYS if k in sec})
-    assigner = _named_section(
-        conv, sec.get("bbox_assigner", "BBoxAssigner"), "BBoxHead.bbox_assigner", "BBoxAssigner"
-    )
-    assigner["num_classes"] = num_classes
-    out["bbox_assigner"] = assigner
-    out["num_classes"] = num_classes
-    sec.get("num_classes")
-    if "in_channel" in sec:
-        sec.get("in_channel")
-    sec.skip("bbox_loss", "the box loss is L1, as PaddleDetection's default")
-    sec.finish()
-    return out
+    return _with_sampler(conv, sec, out, num_classes)
 
 
 def _cascade_head(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
@@ -226,8 +215,14 @@ def _cascade_head(conv: DetConverter, num_classes: int) -> Dict[str, Any]:
     out.update({k: sec.get(k) for k in CASCADE_HEAD_KEYS if k in sec})
     if "num_cascade_stages" not in out and "num_cascade_stages" in conv.top:
         out["num_cascade_stages"] = conv.top.get("num_cascade_stages")  # PaddleDetection's __shared__ key
+    return _with_sampler(conv, sec, out, num_classes)
+
+
+def _with_sampler(conv: DetConverter, sec: Keys, out: Dict[str, Any], num_classes: int) -> Dict[str, Any]:
+    """A box head entry ``out`` (of section ``sec``) completed: its ``BBoxAssigner`` and the class
+    count (PaddleDetection's ``__shared__`` num_classes), the keys it derives or ignores read."""
     assigner = _named_section(
-        conv, sec.get("bbox_assigner", "BBoxAssigner"), "CascadeHead.bbox_assigner", "BBoxAssigner"
+        conv, sec.get("bbox_assigner", "BBoxAssigner"), f"{out['name']}.bbox_assigner", "BBoxAssigner"
     )
     assigner["num_classes"] = num_classes
     out["bbox_assigner"] = assigner

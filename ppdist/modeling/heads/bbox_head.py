@@ -43,6 +43,16 @@ def normal_linear(linear: nn.Linear, std: float) -> nn.Linear:
     return linear
 
 
+def build_roi_extractor(
+    settings: Optional[Mapping[str, Any]], feat_strides: Sequence[float], where: str
+) -> RoIAlign:
+    """A box head's ``RoIAlign``: PaddleDetection's defaults, the config's ``settings`` (checked
+    against RoIAlign's keywords), the levels' ``spatial_scale`` from the neck's strides."""
+    extractor = dict(DEFAULT_ROI_EXTRACTOR, **checked_settings(RoIAlign, settings, where))
+    extractor.setdefault("spatial_scale", [1.0 / float(s) for s in feat_strides])
+    return RoIAlign(**extractor)
+
+
 @HEADS.register
 class TwoFCHead(nn.Module):
     """Flatten, fc6 + ReLU, fc7 + ReLU (fc6's Xavier init with ``fan_out = in * S * S``)."""
@@ -91,11 +101,7 @@ class BBoxHead(nn.Module):
             raise ValueError(
                 "BBoxHead: bbox_loss is not supported (the box loss is L1, as PaddleDetection's default)"
             )
-        extractor = dict(
-            DEFAULT_ROI_EXTRACTOR, **checked_settings(RoIAlign, roi_extractor, "BBoxHead.roi_extractor")
-        )
-        extractor.setdefault("spatial_scale", [1.0 / float(s) for s in feat_strides])
-        self.roi_extractor = RoIAlign(**extractor)
+        self.roi_extractor = build_roi_extractor(roi_extractor, feat_strides, "BBoxHead.roi_extractor")
         self.head = head if isinstance(head, nn.Module) else self._build_head(head, feat_channel)
         in_channel = int(in_channel or self.head.out_channels)
         self.bbox_assigner = bbox_assigner

@@ -25,9 +25,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from ppdist.modeling.heads.bbox_head import DEFAULT_ROI_EXTRACTOR, TwoFCHead, normal_linear
-from ppdist.modeling.heads.roi_extractor import RoIAlign
-from ppdist.modeling.heads.settings import checked_settings
+from ppdist.modeling.heads.bbox_head import TwoFCHead, build_roi_extractor, normal_linear
 from ppdist.ops.box_coder import CASCADE_BBOX_WEIGHTS, clip_to_shape, delta2bbox
 from ppdist.registry import HEADS
 
@@ -82,11 +80,7 @@ class CascadeHead(nn.Module):
         _check_settings(
             stages, bbox_weight, stage_loss_weights, add_gt_as_proposals, bbox_loss, loss_normalize_pos
         )
-        extractor = dict(
-            DEFAULT_ROI_EXTRACTOR, **checked_settings(RoIAlign, roi_extractor, "CascadeHead.roi_extractor")
-        )
-        extractor.setdefault("spatial_scale", [1.0 / float(s) for s in feat_strides])
-        self.roi_extractor = RoIAlign(**extractor)
+        self.roi_extractor = build_roi_extractor(roi_extractor, feat_strides, "CascadeHead.roi_extractor")
         if isinstance(head, nn.Module):
             self.head = head
         else:
